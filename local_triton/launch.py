@@ -133,9 +133,12 @@ def main(argv=None):
     stopping = []
 
     def on_signal(signum, _frame):
-        stopping.append(signum)
-        print(f"\nlaunch: signal {signum}, stopping tritonserver", flush=True)
-        stop(process)
+        # Only forward the signal: waiting here (stop()) deadlocks when the signal interrupts the main thread's
+        # process.wait(), which holds Popen's non-reentrant wait lock. The loop below waits and escalates.
+        if not stopping and process.poll() is None:
+            print(f"\nlaunch: signal {signum}, stopping tritonserver", flush=True)
+            process.send_signal(signal.SIGTERM)
+        stopping.append(time.monotonic())
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
@@ -147,8 +150,12 @@ def main(argv=None):
         if not stopping:
             stop(process)
             raise SystemExit(f"launch: {error}")
-    code = process.wait()
-    return 0 if stopping else code
+    while process.poll() is None:
+        if stopping and time.monotonic() - stopping[0] > 30:  # SIGTERM ignored: kill it, as stop() does
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        time.sleep(0.2)
+    return 0 if stopping else process.returncode
 
 
 if __name__ == "__main__":

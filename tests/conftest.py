@@ -98,3 +98,65 @@ def server(minilm_repository, tmp_path_factory):
     running = start_server(minilm_repository, tmp_path_factory.mktemp("minilm_server"))
     yield running
     launch.stop(running.process)
+
+
+# ---------------------------------------------------------------- added for the ensemble-core tests (issue 2)
+TINY_XLMR_MAX_LENGTH = 128
+TINY_XLMR_MAX_BATCH_TOKENS = 4096  # → max_batch_size 32 (MiniLM's export has 64)
+
+
+@pytest.fixture(scope="session")
+def tiny_xlmr_dir(tmp_path_factory):
+    """A tiny, seeded, random XLM-RoBERTa (250,002-token vocabulary) saved with the fixture XLM-R tokenizer."""
+    import shutil
+
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    folder = tmp_path_factory.mktemp("tiny_xlmr")
+    torch.manual_seed(1234)
+    config = XLMRobertaConfig(vocab_size=250002, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                              intermediate_size=64, max_position_embeddings=514)
+    XLMRobertaModel(config).eval().save_pretrained(folder)
+    for name in os.listdir(XLMR_TOKENIZER):
+        if name != "README.md":
+            shutil.copyfile(os.path.join(XLMR_TOKENIZER, name), folder / name)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def xlmr_repository(minilm_repository, minilm_model_dir, tiny_xlmr_dir, tmp_path_factory):
+    """The MiniLM repository copied, then re-exported with the tiny XLM-R: CLS pooling, external data, max length
+    128, max_batch_size 32. Serving it proves a re-export over another model leaves a consistent repository.
+    MiniLM's vocab.txt is planted in tokenizer/1 first (older transformers wrote it): the re-export must remove it."""
+    import shutil
+
+    repository = tmp_path_factory.mktemp("xlmr") / "repository"
+    shutil.copytree(minilm_repository, repository)
+    shutil.copyfile(os.path.join(minilm_model_dir, "vocab.txt"), repository / "tokenizer" / "1" / "vocab.txt")
+    export(repository, "--model", str(tiny_xlmr_dir), "--pooling", "cls", "--external-data",
+           "--max-length", str(TINY_XLMR_MAX_LENGTH), "--max-batch-tokens", str(TINY_XLMR_MAX_BATCH_TOKENS))
+    return repository
+
+
+@pytest.fixture(scope="session")
+def xlmr_server(xlmr_repository, tmp_path_factory):
+    """The tiny XLM-R repository (CLS pooling, external-data ONNX, XLM-R tokenizer) served by tritonserver."""
+    running = start_server(xlmr_repository, tmp_path_factory.mktemp("xlmr_server"))
+    yield running
+    launch.stop(running.process)
+
+
+@pytest.fixture(scope="session")
+def sentence_transformer(minilm_model_dir):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(minilm_model_dir, device="cpu")
+
+
+@pytest.fixture(scope="session")
+def xlmr_hf_tokenizer():
+    """transformers' tokenizer on the fixture XLM-R files (the same files the tiny XLM-R export uses)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(XLMR_TOKENIZER)

@@ -12,6 +12,7 @@ from conftest import PROJECT, free_port
 
 def _port_free(port):
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # our own client connections sit in TIME_WAIT
         try:
             s.bind(("127.0.0.1", port))
             return True

@@ -27,6 +27,9 @@ class TritonPythonModel:
         self.max_length = int(_parameter(config, "max_length"))
         self.multiple = max(1, int(_parameter(config, "pad_to_multiple_of")))
         self.min_efficiency = float(_parameter(config, "min_padding_efficiency"))
+        # What one more encoder run costs, in padded tokens (optional parameter; see _groups).
+        overhead = config["parameters"].get("batch_overhead_tokens", {}).get("string_value", "")
+        self.overhead = float(overhead) if overhead.strip() else 256.0
         self.max_text_bytes = int(_parameter(config, "max_text_bytes"))
         here = os.path.join(args["model_repository"], args["model_version"])
         self.tokenizer = Tokenizer.from_file(os.path.join(here, "tokenizer.json"))
@@ -48,26 +51,37 @@ class TritonPythonModel:
             except UnicodeDecodeError as error:
                 raise ValueError(f"text[{row}] is not valid UTF-8 (byte {error.start})") from None
             if not text.strip():
-                raise ValueError(f"text[{row}] is empty")
+                raise ValueError(f"text[{row}] is empty" + (" (whitespace only)" if text else ""))
             texts.append(text)
         return texts
 
     def _groups(self, lengths):
-        """Requests sorted longest first, split so every group keeps real/padded >= min_efficiency."""
+        """Requests sorted longest first and cut into contiguous groups that minimize the encoder's work:
+        sum over groups of (batch_overhead_tokens + rows x padded width). Fewer, larger groups save the per-run
+        cost; more groups save padding. A group of several requests must also keep real/padded >=
+        min_padding_efficiency. Exact dynamic programme over the sorted order, O(requests^2)."""
         order = sorted(lengths, key=lambda i: max(lengths[i]), reverse=True)
-        groups, current, real, rows, width = [], [], 0, 0, 0
+        widths = [-(-max(lengths[i]) // self.multiple) * self.multiple for i in order]
+        rows, real = [0], [0]  # prefix sums over the sorted order
         for i in order:
-            if current and (real + sum(lengths[i])) / ((rows + len(lengths[i])) * width) < self.min_efficiency:
-                groups.append((current, width))
-                current, real, rows = [], 0, 0
-            if not current:
-                width = -(-max(lengths[i]) // self.multiple) * self.multiple
-            current.append(i)
-            real += sum(lengths[i])
-            rows += len(lengths[i])
-        if current:
-            groups.append((current, width))
-        return groups
+            rows.append(rows[-1] + len(lengths[i]))
+            real.append(real[-1] + sum(lengths[i]))
+        n = len(order)
+        best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)
+        for end in range(1, n + 1):
+            for start in range(end):
+                width, count = widths[start], rows[end] - rows[start]
+                if end - start > 1 and real[end] - real[start] < self.min_efficiency * count * width:
+                    continue
+                cost = best[start] + self.overhead + count * width
+                if cost < best[end]:
+                    best[end], cut[end] = cost, start
+        groups, end = [], n
+        while end > 0:
+            start = cut[end]
+            groups.append((order[start:end], widths[start]))
+            end = start
+        return groups[::-1]
 
     def execute(self, requests):
         texts, encodings, lengths = {}, {}, {}
@@ -75,8 +89,9 @@ class TritonPythonModel:
             try:
                 texts[i] = self._decode(request)
             except ValueError as error:
-                request.get_response_sender().send(
-                    pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))), flags=FINAL)
+                # INVALID_ARG: a client error (HTTP 400 / gRPC INVALID_ARGUMENT), like Triton's own input checks.
+                request.get_response_sender().send(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(str(error), pb_utils.TritonError.INVALID_ARG)), flags=FINAL)
         flat = [text for i in texts for text in texts[i]]
         batch = self.tokenizer.encode_batch(flat) if flat else []
         start = 0

@@ -1,0 +1,90 @@
+"""Dockerfile.triton installs (pinned) every third-party package the Python models under model_repository/ import:
+in the tritonserver container nothing else puts them there."""
+import ast
+import glob
+import os
+import re
+import sys
+
+import pytest
+from conftest import PROJECT
+
+DOCKERFILE = os.path.join(PROJECT, "Dockerfile.triton")
+PROVIDED = {"triton_python_backend_utils"}  # the Python backend provides it
+PIP_NAMES = {"yaml": "pyyaml", "sklearn": "scikit-learn", "PIL": "pillow", "cv2": "opencv-python",
+             "google.protobuf": "protobuf", "google": "protobuf", "attr": "attrs", "dateutil": "python-dateutil"}
+
+
+def _normalize(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def third_party_imports():
+    """{import name: [files]} for absolute imports, anywhere in the file (also inside functions)."""
+    found = {}
+    for path in glob.glob(os.path.join(PROJECT, "model_repository", "**", "*.py"), recursive=True):
+        local = {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(os.path.dirname(path),
+                                                                                          "*.py"))}
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top in sys.stdlib_module_names or top in PROVIDED or top in local:
+                    continue
+                found.setdefault(top, []).append(os.path.relpath(path, PROJECT))
+    return found
+
+
+def dockerfile_pins(text):
+    """{normalized pip name: version} from every `pip install` in the Dockerfile (continuation lines joined)."""
+    joined = re.sub(r"\\\n", " ", text)
+    pins = {}
+    for line in joined.splitlines():
+        line = line.split("#")[0] if line.lstrip().startswith("#") else line
+        for command in re.findall(r"pip3?\s+install\s+([^&;|]*)", line):
+            for word in command.split():
+                if word.startswith("-"):
+                    continue
+                name, _, version = word.strip("'\"").partition("==")
+                name = re.split(r"[\[<>=!~]", name)[0]
+                pins[_normalize(name)] = version
+    return pins
+
+
+def test_parsers_on_a_sample():
+    sample = ("FROM x AS runtime\n# pip install commented==1\nRUN pip install --no-cache-dir \\\n"
+              "      numpy==1.26.4 \\\n      swagger-ui-bundle==1.1.0 PyYAML==6.0 && echo done\n")
+    assert dockerfile_pins(sample) == {"numpy": "1.26.4", "swagger-ui-bundle": "1.1.0", "pyyaml": "6.0"}
+    assert _normalize(PIP_NAMES.get("yaml", "yaml")) == "pyyaml"
+    assert _normalize("swagger_ui_bundle") == "swagger-ui-bundle"
+
+
+def test_model_imports_are_installed_by_dockerfile():
+    if not os.path.exists(DOCKERFILE):
+        pytest.fail("Dockerfile.triton is missing")
+    imports = third_party_imports()
+    assert {"numpy", "tokenizers"} <= set(imports), imports  # the tokenizer model's, at least
+    runtime = open(DOCKERFILE, encoding="utf-8").read()
+    # Only the stage the container runs counts: from the first FROM up to the export stage, if there is one.
+    runtime = re.split(r"\nFROM [^\n]* AS export", runtime, flags=re.IGNORECASE)[0]
+    pins = dockerfile_pins(runtime)
+    missing = {name: files for name, files in imports.items()
+               if _normalize(PIP_NAMES.get(name, name)) not in pins}
+    assert not missing, f"imported by the Python models but not installed by Dockerfile.triton: {missing}"
+    unpinned = sorted(n for n in imports if not pins[_normalize(PIP_NAMES.get(n, n))])
+    assert not unpinned, f"not pinned (==) in Dockerfile.triton: {unpinned}"
+
+
+def test_tokenizers_pin_matches_the_tested_one():
+    """Token ids are tested against the tokenizers in requirements.txt: the container must run the same one."""
+    requirements = open(os.path.join(PROJECT, "requirements.txt"), encoding="utf-8").read()
+    tested = re.search(r"^tokenizers==([\w.]+)", requirements, re.MULTILINE).group(1)
+    pins = dockerfile_pins(open(DOCKERFILE, encoding="utf-8").read())
+    assert pins.get("tokenizers") == tested

@@ -1,0 +1,145 @@
+"""The ensemble (tokenizer → ONNX encoder) served by the real tritonserver vs sentence-transformers, and its
+batching behaviour under concurrency. all-MiniLM-L6-v2, real weights, mean pooling."""
+import json
+import os
+import queue
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from triton_clients import (PROTOCOLS, VARIED_TEXTS, client, cosine, embed_one_by_one, infer, outputs,
+                            settled_stats, text_input, url_for)
+
+
+@pytest.fixture(scope="module")
+def reference(sentence_transformer):
+    """sentence-transformers' normalized embeddings of VARIED_TEXTS, and its max length."""
+    vectors = sentence_transformer.encode(VARIED_TEXTS, batch_size=16, normalize_embeddings=True,
+                                          convert_to_numpy=True)
+    return vectors, sentence_transformer.max_seq_length
+
+
+@pytest.fixture(scope="module")
+def one_by_one(server):
+    """Each text sent alone over HTTP: the baseline the batched / concurrent paths must reproduce."""
+    return embed_one_by_one("http", server.http_url, VARIED_TEXTS)
+
+
+def test_texts_are_varied():
+    assert len(VARIED_TEXTS) >= 50 and len(set(VARIED_TEXTS)) == len(VARIED_TEXTS)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_minilm_matches_sentence_transformers(server, reference, protocol):
+    expected, st_max_length = reference
+    embeddings, num_tokens, truncated = embed_one_by_one(protocol, url_for(server, protocol), VARIED_TEXTS)
+    assert embeddings.shape == expected.shape and embeddings.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)
+    similarity = cosine(embeddings, expected)
+    worst = int(similarity.argmin())
+    print(f"\n{protocol}: MiniLM vs sentence-transformers on {len(VARIED_TEXTS)} texts: min cosine "
+          f"{similarity.min():.8f} (1 - cos = {1 - similarity.min():.1e}), "
+          f"max abs diff {np.abs(embeddings - expected).max():.2e}")
+    assert similarity.min() >= 0.9999, f"text {worst} {VARIED_TEXTS[worst][:60]!r}: cosine {similarity[worst]}"
+    # The long texts were cut to the model's max length, and said so; the others were not.
+    manifest = json.load(open(os.path.join(server.repository, "embedding", "1", "export.json")))
+    assert manifest["max_length"] == st_max_length == 256
+    assert truncated.sum() == 2 and truncated[-2:].all()
+    assert (num_tokens[truncated] == st_max_length).all() and (num_tokens[~truncated] < st_max_length).all()
+
+
+def test_server_model_metadata(server):
+    """The served configs carry the exported model's numbers (dims from export.json, not the template's 1024)."""
+    manifest = json.load(open(os.path.join(server.repository, "embedding", "1", "export.json")))
+    connection = client("http", server.http_url)
+    try:
+        for model in ("ensemble", "embedding", "tokenizer"):
+            config = connection.get_model_config(model)
+            assert config["max_batch_size"] == manifest["max_batch_size"] == 64, model
+        ensemble = connection.get_model_metadata("ensemble")
+        shapes = {o["name"]: o["shape"] for o in ensemble["outputs"]}
+        assert shapes["embedding"] == [-1, manifest["embedding_size"]] == [-1, 384]
+        tokenizer = connection.get_model_config("tokenizer")
+        assert tokenizer["parameters"]["max_length"]["string_value"] == str(manifest["max_length"])
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_many_rows_in_one_request_match_one_by_one(server, one_by_one, protocol):
+    """Up to max_batch_size (64) rows in one request: same vectors as sending each text alone.
+    (The two texts longer than max length are left out: a request's rows share one padded width, and 64 rows of
+    256 tokens cost ~10 s of CPU here.)"""
+    url = url_for(server, protocol)
+    indices = [i % (len(VARIED_TEXTS) - 2) for i in range(64)]
+    result = infer(protocol, url, [VARIED_TEXTS[i] for i in indices])
+    assert result["embedding"].shape == (64, 384)
+    np.testing.assert_allclose(result["embedding"], one_by_one[0][indices], atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(result["num_tokens"].reshape(-1), one_by_one[1][indices])
+
+
+def _concurrent(protocol, url, texts):
+    """Send every text as its own request, all in flight at once; returns (embeddings in order, errors)."""
+    results = [None] * len(texts)
+    if protocol == "grpc":
+        connection = client("grpc", url)
+        done = queue.Queue()
+        try:
+            for i, text in enumerate(texts):
+                connection.async_infer("ensemble", [text_input("grpc", [text])],
+                                       callback=lambda result, error, i=i: done.put((i, result, error)),
+                                       outputs=outputs("grpc", ["embedding"]))
+            for _ in texts:
+                i, result, error = done.get(timeout=120)
+                results[i] = error if error is not None else result.as_numpy("embedding")
+        finally:
+            connection.close()
+    else:
+        # One connection per thread, released together by a barrier: all 64 requests in flight at once.
+        barrier = threading.Barrier(len(texts))
+
+        def send(i):
+            connection = client("http", url, network_timeout=120)
+            try:
+                request = [text_input("http", [texts[i]])]
+                connection.is_server_live()  # connect before the barrier, so all start together
+                barrier.wait(timeout=60)
+                results[i] = connection.infer("ensemble", request, outputs=outputs("http", ["embedding"])) \
+                    .as_numpy("embedding")
+            except Exception as error:  # noqa: BLE001 - reported below with its index
+                results[i] = error
+            finally:
+                connection.close()
+
+        with ThreadPoolExecutor(len(texts)) as pool:
+            list(pool.map(send, range(len(texts))))
+    errors = {i: r for i, r in enumerate(results) if isinstance(r, Exception)}
+    return results, errors
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_concurrent_requests_batch_and_match_sequential(server, one_by_one, protocol):
+    """64 concurrent requests of mixed lengths: the same vectors as one at a time, and the encoder merged them
+    (fewer executions than requests, per Triton's own statistics)."""
+    url = url_for(server, protocol)
+    indices = [i % len(VARIED_TEXTS) for i in range(64)]
+    rng = np.random.default_rng(7)
+    rng.shuffle(indices)  # interleave short and long texts
+    texts = [VARIED_TEXTS[i] for i in indices]
+    before = settled_stats(server, "embedding")
+    started = time.monotonic()
+    results, errors = _concurrent(protocol, url, texts)
+    elapsed = time.monotonic() - started
+    after = settled_stats(server, "embedding")
+    assert not errors, errors
+    got = np.concatenate(results)
+    expected = one_by_one[0][indices]
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+    inferences = int(after["inference_count"]) - int(before["inference_count"])
+    executions = int(after["execution_count"]) - int(before["execution_count"])
+    print(f"\n{protocol}: 64 concurrent requests in {elapsed:.2f} s; encoder: {inferences} inferences in "
+          f"{executions} executions")
+    assert inferences == 64
+    assert executions < inferences

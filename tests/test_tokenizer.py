@@ -1,0 +1,285 @@
+"""The `tokenizer` model called directly: same token ids as Hugging Face on the same files, truncation and padding
+as documented in its config.pbtxt; and unit tests of its length grouping with a fake triton_python_backend_utils."""
+import importlib.util
+import json
+import os
+import queue
+import random
+import re
+import sys
+import types
+
+import numpy as np
+import pytest
+from conftest import PROJECT, TINY_XLMR_MAX_LENGTH
+from triton_clients import (PROTOCOLS, TOKENIZER_OUTPUTS, VARIED_TEXTS, client, infer, outputs, text_input,
+                            url_for)
+
+
+def _served(name, request):
+    """(server, HF tokenizer on the same files, max length, pad id, pad_to_multiple_of) for MiniLM or the XLM-R
+    fixture tokenizer; pad_to_multiple_of as the served tokenizer's config says."""
+    from transformers import AutoTokenizer
+
+    if name == "minilm":
+        server = request.getfixturevalue("server")
+        hf, max_length, pad_id = AutoTokenizer.from_pretrained(request.getfixturevalue("minilm_model_dir")), 256, 0
+    else:
+        server = request.getfixturevalue("xlmr_server")
+        hf, max_length, pad_id = request.getfixturevalue("xlmr_hf_tokenizer"), TINY_XLMR_MAX_LENGTH, 1
+    connection = client("http", server.http_url)
+    try:
+        parameters = connection.get_model_config("tokenizer")["parameters"]
+    finally:
+        connection.close()
+    assert parameters["max_length"]["string_value"] == str(max_length)
+    return server, hf, max_length, pad_id, int(parameters["pad_to_multiple_of"]["string_value"])
+
+
+@pytest.fixture(scope="module", params=["minilm", "xlmr"])
+def served(request):
+    return _served(request.param, request)
+
+
+def _round_up(n, multiple):
+    return -(-n // multiple) * multiple
+
+
+def _check_row(result, row, expected_ids, pad_id, max_length, multiple):
+    ids, mask = result["input_ids"][row], result["attention_mask"][row]
+    n = int(result["num_tokens"].reshape(-1)[row])
+    assert n == len(expected_ids) <= max_length
+    assert ids[:n].tolist() == expected_ids
+    assert (ids[n:] == pad_id).all(), "ids beyond num_tokens must be the pad id"
+    assert (mask[:n] == 1).all() and (mask[n:] == 0).all()
+    assert ids.shape[0] % multiple == 0
+    return n
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_ids_match_hugging_face_one_text_per_request(served, protocol):
+    server, hf, max_length, pad_id, multiple = served
+    assert hf.pad_token_id == pad_id
+    connection = client(protocol, url_for(server, protocol))
+    try:
+        for text in VARIED_TEXTS:
+            expected = hf(text, truncation=True, max_length=max_length)["input_ids"]
+            result = infer(protocol, None, [text], model="tokenizer", names=TOKENIZER_OUTPUTS,
+                           connection=connection)
+            assert result["input_ids"].dtype == np.int64 and result["attention_mask"].dtype == np.int64
+            n = _check_row(result, 0, expected, pad_id, max_length, multiple)
+            # Alone in its request, a text is padded only up to the next multiple of pad_to_multiple_of.
+            assert result["input_ids"].shape == (1, _round_up(n, multiple)), text[:40]
+            untruncated = len(hf(text)["input_ids"])
+            assert bool(result["truncated"].reshape(-1)[0]) == (untruncated > max_length), text[:40]
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_ids_match_hugging_face_many_rows(served, protocol):
+    """Rows of one request share one width: the longest row rounded up to pad_to_multiple_of."""
+    server, hf, max_length, pad_id, multiple = served
+    texts = VARIED_TEXTS[:30]
+    result = infer(protocol, url_for(server, protocol), texts, model="tokenizer", names=TOKENIZER_OUTPUTS)
+    expected = hf(texts, truncation=True, max_length=max_length)["input_ids"]
+    lengths = [_check_row(result, row, ids, pad_id, max_length, multiple) for row, ids in enumerate(expected)]
+    assert result["input_ids"].shape == (len(texts), _round_up(max(lengths), multiple))
+    assert result["num_tokens"].shape == result["truncated"].shape == (len(texts), 1)
+
+
+def test_ids_match_hugging_face_concurrent_requests(served):
+    """Concurrent requests are tokenized in one execute and padded per length group: each response still has
+    HF's ids, pad ids and a zero mask beyond num_tokens, and a width that is a multiple of pad_to_multiple_of."""
+    server, hf, max_length, pad_id, multiple = served
+    texts = VARIED_TEXTS[:48]
+    connection = client("grpc", server.grpc_url)
+    done = queue.Queue()
+    try:
+        for i, text in enumerate(texts):
+            connection.async_infer("tokenizer", [text_input("grpc", [text])],
+                                   callback=lambda result, error, i=i: done.put((i, result, error)),
+                                   outputs=outputs("grpc", TOKENIZER_OUTPUTS))
+        results = {}
+        for _ in texts:
+            i, result, error = done.get(timeout=60)
+            assert error is None, error
+            results[i] = {name: result.as_numpy(name) for name in TOKENIZER_OUTPUTS}
+    finally:
+        connection.close()
+    for i, text in enumerate(texts):
+        n = _check_row(results[i], 0, hf(text, truncation=True, max_length=max_length)["input_ids"], pad_id,
+                       max_length, multiple)
+        assert results[i]["input_ids"].shape[1] >= _round_up(n, multiple)
+
+
+def test_truncation_at_exactly_max_length(served):
+    """A text longer than max_length gives exactly max_length tokens, num_tokens == max_length, truncated true,
+    and the ids Hugging Face gives with truncation=True; a text of exactly max_length tokens is not truncated."""
+    server, hf, max_length, pad_id, multiple = served
+    special = len(hf("")["input_ids"])  # [CLS] [SEP] / <s> </s>
+    word = next(w for w in ("hello", "the", "world", "a") if len(hf(w)["input_ids"]) == special + 1)
+    fits = " ".join([word] * (max_length - special))
+    over = " ".join([word] * (max_length - special + 1))
+    very_long = "Paris is the capital of France. " * 200
+    assert len(hf(fits)["input_ids"]) == max_length and len(hf(over)["input_ids"]) == max_length + 1
+    for protocol in PROTOCOLS:
+        result = infer(protocol, url_for(server, protocol), [fits, over, very_long], model="tokenizer",
+                       names=TOKENIZER_OUTPUTS)
+        np.testing.assert_array_equal(result["num_tokens"].reshape(-1), [max_length] * 3)
+        np.testing.assert_array_equal(result["truncated"].reshape(-1), [False, True, True])
+        assert result["input_ids"].shape == (3, _round_up(max_length, multiple))
+        for row, text in enumerate([fits, over, very_long]):
+            _check_row(result, row, hf(text, truncation=True, max_length=max_length)["input_ids"], pad_id,
+                       max_length, multiple)
+        # the truncated sequence still ends with the closing special token, like Hugging Face's
+        assert result["input_ids"][1, max_length - 1] == hf.sep_token_id
+
+
+def test_xlmr_tokenizer_is_the_real_250k_vocabulary(xlmr_server, xlmr_hf_tokenizer):
+    hf = xlmr_hf_tokenizer
+    assert len(hf) == 250002
+    result = infer("grpc", xlmr_server.grpc_url, ["Hello world"], model="tokenizer", names=TOKENIZER_OUTPUTS)
+    assert result["input_ids"][0, :4].tolist() == [0, 35378, 8999, 2]  # the fixture README's check
+
+
+# ---------------------------------------------------------------- unit tests of the length grouping
+@pytest.fixture(scope="module")
+def tokenizer_module():
+    """model_repository/tokenizer/1/model.py imported with a fake triton_python_backend_utils."""
+    fake = types.ModuleType("triton_python_backend_utils")
+    fake.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+    saved = sys.modules.get("triton_python_backend_utils")
+    sys.modules["triton_python_backend_utils"] = fake
+    try:
+        path = os.path.join(PROJECT, "model_repository", "tokenizer", "1", "model.py")
+        spec = importlib.util.spec_from_file_location("tokenizer_model_under_test", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        if saved is None:
+            del sys.modules["triton_python_backend_utils"]
+        else:
+            sys.modules["triton_python_backend_utils"] = saved
+    return module
+
+
+def _config_parameters():
+    """The tokenizer's parameters as Triton hands them to initialize() (model_config JSON), from config.pbtxt."""
+    text = open(os.path.join(PROJECT, "model_repository", "tokenizer", "config.pbtxt"), encoding="utf-8").read()
+    found = re.findall(r'parameters\s*\{\s*key:\s*"(\w+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"', text)
+    return {key: {"string_value": value} for key, value in found}
+
+
+def _grouper(module, tmp_path_factory, multiple, min_efficiency, overhead=None):
+    """A TritonPythonModel initialized the way Triton does it (model_config JSON, a tokenizer.json beside it),
+    with the grouping parameters overridden."""
+    from tokenizers import Tokenizer, models
+
+    folder = tmp_path_factory.mktemp("tokenizer_unit")
+    (folder / "1").mkdir()
+    tokenizer = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+    tokenizer.save(str(folder / "1" / "tokenizer.json"))
+    parameters = _config_parameters()
+    parameters["pad_to_multiple_of"] = {"string_value": str(multiple)}
+    parameters["min_padding_efficiency"] = {"string_value": str(min_efficiency)}
+    if overhead is not None:
+        parameters["batch_overhead_tokens"] = {"string_value": str(overhead)}
+    model = module.TritonPythonModel()
+    model.initialize({"model_config": json.dumps({"name": "tokenizer", "parameters": parameters}),
+                      "model_repository": str(folder), "model_version": "1"})
+    assert (model.multiple, model.min_efficiency) == (multiple, min_efficiency)
+    return model
+
+
+def _cost(groups, lengths, overhead):
+    return sum(overhead + sum(len(lengths[i]) for i in group) * width for group, width in groups)
+
+
+def _best_cost(lengths, multiple, min_efficiency, overhead):
+    """Brute force over every contiguous split of the longest-first order (small inputs only)."""
+    order = sorted(lengths, key=lambda i: max(lengths[i]), reverse=True)
+    best = float("inf")
+    for mask in range(2 ** max(0, len(order) - 1)):
+        groups, current = [], [order[0]]
+        for k, i in enumerate(order[1:]):
+            if mask >> k & 1:
+                groups.append(current)
+                current = []
+            current.append(i)
+        groups.append(current)
+        split = []
+        for group in groups:
+            width = -(-max(lengths[group[0]]) // multiple) * multiple
+            real = sum(sum(lengths[i]) for i in group)
+            if len(group) > 1 and real < min_efficiency * sum(len(lengths[i]) for i in group) * width:
+                break
+            split.append((group, width))
+        else:
+            best = min(best, _cost(split, lengths, overhead))
+    return best
+
+
+def _check_groups(lengths, groups, multiple, min_efficiency):
+    seen = [i for group, _ in groups for i in group]
+    assert sorted(seen) == sorted(lengths), "every request appears exactly once"
+    widths = [width for _, width in groups]
+    assert widths == sorted(widths, reverse=True), "longest first, so equal widths are sent back to back"
+    for group, width in groups:
+        longest = max(max(lengths[i]) for i in group)
+        assert width % multiple == 0 and longest <= width < longest + multiple
+        if len(group) > 1:
+            real = sum(sum(lengths[i]) for i in group)
+            padded = sum(len(lengths[i]) for i in group) * width
+            assert real / padded >= min_efficiency, (group, width)
+
+
+def _random_lengths(rng, requests):
+    lengths = {}
+    for i in range(requests):  # request index → lengths of its rows
+        rows = rng.choice([1, 1, 1, 2, 5])
+        scale = rng.choice([8, 64, 512])
+        lengths[i * 3 + rng.randint(0, 2)] = [rng.randint(2, scale) for _ in range(rows)]
+    return lengths
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_groups_properties_random(tokenizer_module, tmp_path_factory, seed):
+    """Every request exactly once; widths cover their rows, rounded to the multiple, longest first; a group of
+    several requests keeps real/padded >= min_padding_efficiency."""
+    rng = random.Random(seed)
+    multiple = rng.choice([1, 8, 16, 64])
+    min_efficiency = rng.choice([0.0, 0.5, 0.75, 0.9, 1.0])
+    lengths = _random_lengths(rng, rng.randint(1, 64))
+    groups = _grouper(tokenizer_module, tmp_path_factory, multiple, min_efficiency)._groups(lengths)
+    _check_groups(lengths, groups, multiple, min_efficiency)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_groups_minimize_documented_cost(tokenizer_module, tmp_path_factory, seed):
+    """config.pbtxt: groups minimize sum(batch_overhead_tokens + rows x padded width) under the efficiency floor
+    (checked against brute force over all contiguous splits of the longest-first order)."""
+    rng = random.Random(1000 + seed)
+    multiple, min_efficiency = rng.choice([1, 8, 16]), rng.choice([0.0, 0.5, 0.75])
+    overhead = rng.choice([0, 16, 256, 4096])
+    lengths = _random_lengths(rng, rng.randint(1, 9))
+    groups = _grouper(tokenizer_module, tmp_path_factory, multiple, min_efficiency, overhead)._groups(lengths)
+    _check_groups(lengths, groups, multiple, min_efficiency)
+    assert _cost(groups, lengths, overhead) == _best_cost(lengths, multiple, min_efficiency, overhead)
+
+
+def test_groups_examples(tokenizer_module, tmp_path_factory):
+    grouper = _grouper(tokenizer_module, tmp_path_factory, 16, 0.75, overhead=256)
+    assert grouper._groups({}) == []
+    assert grouper._groups({0: [5]}) == [([0], 16)]
+    # similar lengths share one group; a far shorter one gets its own
+    groups = grouper._groups({0: [100], 1: [98], 2: [10], 3: [97]})
+    assert [sorted(g) for g, _ in groups] == [[0, 1, 3], [2]] and [w for _, w in groups] == [112, 16]
+    # with no efficiency floor and a costly encoder run, everything is one group padded to the longest
+    grouper = _grouper(tokenizer_module, tmp_path_factory, 16, 0.0, overhead=256)
+    assert [(sorted(g), w) for g, w in grouper._groups({0: [3], 1: [40, 7]})] == [([0, 1], 48)]
+    # with free encoder runs, no padding beyond the rounding is worth paying
+    lengths = {0: [3], 1: [40], 2: [39], 3: [17]}
+    groups = _grouper(tokenizer_module, tmp_path_factory, 8, 0.0, overhead=0)._groups(lengths)
+    assert {w for _, w in groups} == {8, 24, 40} and _cost(groups, lengths, 0) == 8 + 24 + 40 + 40
