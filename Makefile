@@ -9,8 +9,8 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 PROXY_PORT ?= 8080
 export HTTP_PORT GRPC_PORT METRICS_PORT PROXY_PORT
-# Debian libraries: libb64 for perf_analyzer.
-DEB_PACKAGES := libb64-0d
+# Debian packages: libb64 for perf_analyzer; wrk, the HTTP load generator of `make bench`.
+DEB_PACKAGES := libb64-0d wrk
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup export serve test bench clean

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 import urllib.request
 
@@ -53,12 +54,17 @@ def prepare_backends(backend_dir=BACKEND_DIR):
 
 
 def server_env():
-    """Environment for tritonserver: the wheel's bundled libraries, and this venv first on PATH
-    (the stub finds its site-packages through the `python3` on PATH)."""
+    """Environment for tritonserver: the wheel's bundled libraries; this interpreter's own libpython, which the
+    stub links (the loader would otherwise pick the system one, another patch release whose symbols the venv's
+    extension modules, `_ssl` among them, do not all find); and this venv first on PATH (the stub finds its
+    site-packages through the `python3` on PATH)."""
     root = _pytriton_root()
     env = dict(os.environ)
-    libs = os.path.join(os.path.dirname(root), "nvidia_pytriton.libs")
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libs, env.get("LD_LIBRARY_PATH")) if p)
+    libs = [os.path.join(os.path.dirname(root), "nvidia_pytriton.libs")]
+    libdir, libpython = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
+    if libdir and libpython and os.path.exists(os.path.join(libdir, libpython)):
+        libs.append(libdir)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (*libs, env.get("LD_LIBRARY_PATH")) if p)
     env["PATH"] = os.pathsep.join((os.path.dirname(sys.executable), env.get("PATH", "")))
     return env
 
@@ -74,6 +80,9 @@ def server_command(model_repository, http_port=8000, grpc_port=8001, metrics_por
         f"--metrics-port={metrics_port}",
         "--allow-cpu-metrics=true",
         "--exit-timeout-secs=20",
+        # Honour the configs' rate_limiter sections (ignored without it): the tokenizer runs only while the CPU
+        # encoder has nothing to do, so one tokenizer execute sees many requests to group by length.
+        "--rate-limit=execution_count",
         *extra_args,
     ]
 

@@ -28,18 +28,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-try:
-    import ssl  # noqa: F401 - uvicorn imports it at module level
-except ImportError:
-    # Local runs only: pytriton's stub embeds the system libpython, which cannot load the venv interpreter's _ssl.
-    # The proxy serves plain HTTP, so uvicorn only needs the names it reads at import time.
-    import sys
-    import types
-
-    ssl = types.ModuleType("ssl")
-    ssl.PROTOCOL_TLS_SERVER, ssl.CERT_NONE, ssl.SSLContext = 17, 0, type("SSLContext", (), {})
-    sys.modules["ssl"] = ssl
-
 import numpy as np
 import orjson
 import triton_python_backend_utils as pb_utils
