@@ -24,6 +24,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+def port_is_free(port):
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # our own client connections sit in TIME_WAIT
+        try:
+            probe.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
 def export(repository, *args):
     """Run build/export.py as a user would; fail the test with its output if it fails."""
     result = subprocess.run([sys.executable, os.path.join(PROJECT, "build", "export.py"),

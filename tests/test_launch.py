@@ -1,23 +1,12 @@
 """`python -m local_triton.launch` (what `make serve` runs): ready on the given ports, clean stop on SIGTERM."""
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
-from conftest import PROJECT, free_port
-
-
-def _port_free(port):
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # our own client connections sit in TIME_WAIT
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
+from conftest import PROJECT, free_port, port_is_free
 
 
 def test_launcher_serves_and_stops_cleanly_on_sigterm(minilm_repository, tmp_path):
@@ -46,4 +35,4 @@ def test_launcher_serves_and_stops_cleanly_on_sigterm(minilm_repository, tmp_pat
     output = (tmp_path / "launch.log").read_text()
     assert "stopping tritonserver" in output
     # Every port is released, the proxy's included (no stray server thread or child process).
-    assert all(_port_free(p) for p in (http_port, grpc_port, metrics_port, proxy_port)), output[-3000:]
+    assert all(port_is_free(p) for p in (http_port, grpc_port, metrics_port, proxy_port)), output[-3000:]

@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from conftest import MINILM, PROJECT, free_port, start_server
+from conftest import MINILM, PROJECT, free_port, port_is_free, start_server
 from tritonclient.utils import InferenceServerException
 
 from local_triton import launch
@@ -289,15 +289,6 @@ def proxy_only_repository(tmp_path_factory):
     repository = tmp_path_factory.mktemp("proxy_only")
     shutil.copytree(os.path.join(PROJECT, "model_repository", "proxy"), repository / "proxy")
     return repository
-
-
-def port_is_free(port):
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 def test_readiness_gate_auth_and_clean_stop(proxy_only_repository, tmp_path):
