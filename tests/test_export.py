@@ -95,3 +95,29 @@ def test_skip_if_exported_skips(xlmr_repository, tiny_xlmr_dir):
         assert result.returncode == 0, result.stderr
         assert "skipped" in result.stdout and "parity" not in result.stdout
     assert _snapshot(xlmr_repository) == before
+
+
+def test_fp16_export_stores_half_weights_keeps_fp32_io_and_passes_parity(tmp_path):
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    result = run_export("--model", "sentence-transformers/all-MiniLM-L6-v2", "--repository", str(tmp_path), "--fp16")
+    assert result.returncode == 0, result.stdout + result.stderr
+    min_cosine = float(re.search(r"min cosine ([0-9.]+)", result.stdout)[1])
+    assert min_cosine >= 0.999
+    manifest = json.loads((tmp_path / "embedding" / "1" / "export.json").read_text())
+    assert manifest["fp16"] is True and abs(manifest["parity"]["min_cosine"] - min_cosine) < 1e-6
+
+    path = str(tmp_path / "embedding" / "1" / "model.onnx")
+    model = onnx.load(path)
+    weights = [t for t in model.graph.initializer if len(t.dims) == 2]
+    assert weights and all(t.data_type == onnx.TensorProto.FLOAT16 for t in weights)
+    # The served contract is unchanged: INT64 ids in, FP32 embedding out (what config.pbtxt declares).
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    assert [(i.name, i.type) for i in session.get_inputs()] == [("input_ids", "tensor(int64)"),
+                                                                ("attention_mask", "tensor(int64)")]
+    ids = np.array([[101, 7592, 2088, 102]], dtype=np.int64)
+    (embedding,) = session.run(["embedding"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})
+    assert embedding.dtype == np.float32 and embedding.shape == (1, 384)
+    assert abs(float(np.linalg.norm(embedding)) - 1.0) < 1e-3
