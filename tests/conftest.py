@@ -73,12 +73,12 @@ class Server:
             return handle.read()
 
 
-def start_server(repository, log_dir, extra_env=None):
+def start_server(repository, log_dir, extra_env=None, extra_args=()):
     ports = [free_port() for _ in range(4)]
     log_path = os.path.join(log_dir, "tritonserver.log")
     log_file = open(log_path, "w")
     env = {"PROXY_PORT": str(ports[3]), **(extra_env or {})}
-    process = launch.start(repository, *ports[:3], log_file=log_file, extra_env=env)
+    process = launch.start(repository, *ports[:3], extra_args=extra_args, log_file=log_file, extra_env=env)
     server = Server(process, str(repository), *ports, log_path)
     try:
         launch.wait_ready(process, server.http_port, timeout_s=180)

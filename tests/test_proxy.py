@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 import socket
+import time
 
 import httpx
 import numpy as np
@@ -326,3 +327,25 @@ def test_busy_port_fails_the_model_load_with_a_clear_message(proxy_only_reposito
     assert "did not start" in str(failure.value)
     with open(tmp_path / "tritonserver.log", encoding="utf-8", errors="replace") as log:
         assert f"cannot listen on 0.0.0.0:{port}" in log.read()
+
+
+def test_unloading_the_proxy_model_releases_its_port_and_reloading_serves_again(proxy_only_repository, tmp_path):
+    """Triton's model control (explicit mode): unload stops the HTTP server thread and frees the port without
+    stopping Triton; a load starts it again on the same port."""
+    running = start_server(proxy_only_repository, str(tmp_path),
+                           extra_args=["--model-control-mode=explicit", "--load-model=proxy"])
+    repository_api = f"http://{running.http_url}/v2/repository/models/proxy"
+    try:
+        assert httpx.get(f"{running.proxy_url}/health", timeout=10).status_code == 503  # up, no ensemble
+        assert httpx.post(f"{repository_api}/unload", timeout=60).status_code == 200
+        for _ in range(100):  # unload returns before finalize() has finished
+            if "proxy: stopped, port released" in running.log():
+                break
+            time.sleep(0.1)
+        assert "proxy: stopped, port released" in running.log(), running.log()[-3000:]
+        assert port_is_free(running.proxy_port)
+        assert httpx.post(f"{repository_api}/load", timeout=60).status_code == 200
+        assert httpx.get(f"{running.proxy_url}/health", timeout=10).status_code == 503
+    finally:
+        launch.stop(running.process)
+    assert running.process.returncode == 0
