@@ -264,7 +264,7 @@ def markdown(run, plot_names):
             f"{m['embedding_size']}, max batch {m['max_batch_size']}), exported by `build/export.py` into "
             f"`{run['repository']}`" + (" (bench-owned export: configs and model code taken from "
                                         "`model_repository/`)" if run["bench_owned_export"] else ""),
-            "- tritonserver started by `local_triton.launch` with extra arguments: "
+            "- tritonserver started by `local_triton.launch` with flags: "
             f"`{' '.join(run.get('server_args') or []) or 'none'}`",
             f"- command: `{run['command']}`; wrk {run['settings']['wrk_seconds']} s per level (after a 1 s warm-up); "
             f"ceiling {run['settings']['ceiling_seconds']} s per batch size", "",

@@ -92,8 +92,8 @@ def make_scratch(source, owned, work_dir, manifest, device):
     scratch = os.path.join(work_dir, "repository")
     shutil.rmtree(scratch, ignore_errors=True)
     shutil.copytree(source, scratch, ignore=shutil.ignore_patterns("__pycache__"))
+    export = load_export_module()
     if owned:
-        export = load_export_module()
         for config in glob.glob(os.path.join(PROJECT, "model_repository", "*", "config.pbtxt")):
             name = os.path.basename(os.path.dirname(config))
             os.makedirs(os.path.join(scratch, name, "1"), exist_ok=True)
@@ -103,7 +103,7 @@ def make_scratch(source, owned, work_dir, manifest, device):
         export.set_config_values(scratch, {k: manifest[k] for k in ("embedding_size", "max_length",
                                                                      "max_batch_size", "model_id") if k in manifest})
     # The PyTorch baseline, reading the same Hugging Face folder the export came from.
-    model_path = load_export_module().resolve_model(manifest["model"])
+    model_path = export.resolve_model(manifest["model"])
     target = os.path.join(scratch, "pytorch_baseline")
     shutil.copytree(os.path.join(PROJECT, "bench", "models", "pytorch_baseline"), target,
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -130,6 +130,12 @@ def make_scratch(source, owned, work_dir, manifest, device):
     with open(os.path.join(probe, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(text)
     return scratch
+
+
+def server_flags(launch, repository, extra):
+    """The tritonserver flags of the run (the launcher's own and --server-arg), without paths and ports."""
+    varying = ("--model-repository", "--backend-directory", "--http-port", "--grpc-port", "--metrics-port")
+    return [a for a in launch.server_command(repository, extra_args=extra)[1:] if not a.startswith(varying)]
 
 
 def config_parameter(repository, model, key, default=None):
@@ -361,7 +367,7 @@ def main(argv=None):
         "bench_owned_export": owned, "corpus": corpus_info, "client_tokenize_us": tokenize_us,
         "ceiling": ceiling, "ceiling_sweep": ceiling_sweep, "encoder_threads": threads,
         "results": results, "probe": probe, "machine": machine_info(), "versions": versions(server_log),
-        "tuning": tuning_snapshot(scratch), "server_args": server_args, "concurrency": args.concurrency, "has_proxy": has_proxy,
+        "tuning": tuning_snapshot(scratch), "server_args": server_flags(launch, scratch, server_args), "concurrency": args.concurrency, "has_proxy": has_proxy,
         "settings": {"window_s": args.window_s, "min_window_requests": args.min_window_requests, "max_trials": args.max_trials, "wrk_seconds": args.wrk_seconds,
                      "ceiling_seconds": args.ceiling_seconds, "probe_concurrency": args.probe_concurrency},
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "elapsed_s": time.monotonic() - _START,

@@ -27,9 +27,7 @@ class TritonPythonModel:
         self.max_length = int(_parameter(config, "max_length"))
         self.multiple = max(1, int(_parameter(config, "pad_to_multiple_of")))
         self.min_efficiency = float(_parameter(config, "min_padding_efficiency"))
-        # What one more encoder run costs, in padded tokens (optional parameter; see _groups).
-        overhead = config["parameters"].get("batch_overhead_tokens", {}).get("string_value", "")
-        self.overhead = float(overhead) if overhead.strip() else 256.0
+        self.overhead = float(_parameter(config, "batch_overhead_tokens"))  # one more encoder run, in tokens
         self.max_text_bytes = int(_parameter(config, "max_text_bytes"))
         here = os.path.join(args["model_repository"], args["model_version"])
         self.tokenizer = Tokenizer.from_file(os.path.join(here, "tokenizer.json"))
