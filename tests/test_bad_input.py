@@ -12,8 +12,8 @@ from triton_clients import (PROTOCOLS, VARIED_TEXTS, client, cosine, error_of, i
                             url_for)
 from tritonclient.utils import InferenceServerException
 
-MAX_TEXT_BYTES = 2 * 1024 * 1024  # tokenizer parameter max_text_bytes
-MAX_BATCH_SIZE = 64  # MiniLM: 65536 // 256 capped to 64
+MAX_TEXT_BYTES = 1024 * 1024  # tokenizer parameter max_text_bytes
+MAX_BATCH_SIZE = 64  # rows per request: the ensemble's max_batch_size
 HTTP_BAD_REQUEST = 400
 
 # Rejected by the tokenizer, per request: (texts, key words the message must contain)

@@ -44,25 +44,28 @@ def test_minilm_matches_sentence_transformers(server, reference, protocol):
           f"max abs diff {np.abs(embeddings - expected).max():.2e}")
     assert similarity.min() >= 0.9999, f"text {worst} {VARIED_TEXTS[worst][:60]!r}: cosine {similarity[worst]}"
     # The long texts were cut to the model's max length, and said so; the others were not.
-    manifest = json.load(open(os.path.join(server.repository, "embedding", "1", "export.json")))
+    manifest = json.load(open(os.path.join(server.repository, "ensemble", "1", "export.json")))
     assert manifest["max_length"] == st_max_length == 256
     assert truncated.sum() == 2 and truncated[-2:].all()
     assert (num_tokens[truncated] == st_max_length).all() and (num_tokens[~truncated] < st_max_length).all()
 
 
 def test_server_model_metadata(server):
-    """The served configs carry the exported model's numbers (dims from export.json, not the template's 1024)."""
-    manifest = json.load(open(os.path.join(server.repository, "embedding", "1", "export.json")))
+    """The served configs carry the exported model's numbers (dims from export.json, rendered into the generated
+    configs); rows per request and per run are serving settings, the same for every model."""
+    manifest = json.load(open(os.path.join(server.repository, "ensemble", "1", "export.json")))
     connection = client("http", server.http_url)
     try:
-        for model in ("ensemble", "embedding", "tokenizer"):
-            config = connection.get_model_config(model)
-            assert config["max_batch_size"] == manifest["max_batch_size"] == 64, model
+        rows = {model: connection.get_model_config(model)["max_batch_size"]
+                for model in ("ensemble", "embedding", "tokenizer")}
+        assert rows == {"ensemble": 64, "embedding": 256, "tokenizer": 256}
         ensemble = connection.get_model_metadata("ensemble")
         shapes = {o["name"]: o["shape"] for o in ensemble["outputs"]}
-        assert shapes["embedding"] == [-1, manifest["embedding_size"]] == [-1, 384]
+        assert shapes == {"embedding": [-1, 384], "num_tokens": [-1, 1], "truncated": [-1, 1]}
+        assert manifest["embedding_size"] == 384 and manifest["outputs"] == ["dense"]
+        encoder = connection.get_model_config("embedding")
         tokenizer = connection.get_model_config("tokenizer")
-        assert tokenizer["parameters"]["max_length"]["string_value"] == str(manifest["max_length"])
+        assert encoder["parameters"]["max_batch_tokens"] == tokenizer["parameters"]["max_batch_tokens"]
     finally:
         connection.close()
 

@@ -1,17 +1,17 @@
-"""build/export.py as a user runs it: the offline error, re-exporting another model over a repository, and
---skip-if-exported."""
+"""build/export.py as a user runs it: the offline error, re-exporting another model over a repository, named
+exports beside each other, output choices, --skip-if-exported, fp16, and that nothing it writes is tracked."""
 import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
-from conftest import PROJECT, TINY_XLMR_MAX_BATCH_TOKENS, TINY_XLMR_MAX_LENGTH
+import pytest
+from conftest import MINILM, PROJECT, TINY_XLMR_MAX_LENGTH, export
 
 EXPORT = os.path.join(PROJECT, "build", "export.py")
-MARKED = re.compile(r"#\s*export:\s*(\w+)\s*$")
-LAST_VALUE = re.compile(r'("[^"]*"|-?\d+)(?!.*("[^"]*"|-?\d+))')
 
 
 def run_export(*args, env=None):
@@ -23,10 +23,15 @@ def _snapshot(folder):
     return {path: os.path.getmtime(path) for path in glob.glob(os.path.join(folder, "**"), recursive=True)}
 
 
+def _parameter(config_path, key):
+    text = open(config_path, encoding="utf-8").read()
+    return re.search(r'key:\s*"%s"\s*value:\s*\{\s*string_value:\s*"([^"]*)"' % key, text).group(1)
+
+
 def test_offline_unknown_hub_id_is_one_line_error_and_does_not_skip(tmp_path):
     """HF_HUB_OFFLINE=1 and a hub id nothing installed carries: one line on stderr, no traceback, naming the
     offline options. The repository holds an export of *another* model, so --skip-if-exported must not skip."""
-    manifest = tmp_path / "embedding" / "1" / "export.json"
+    manifest = tmp_path / "ensemble" / "1" / "export.json"
     manifest.parent.mkdir(parents=True)
     manifest.write_text(json.dumps({"model": "someone/other-model"}))
     before = _snapshot(tmp_path)
@@ -44,48 +49,63 @@ def test_offline_unknown_hub_id_is_one_line_error_and_does_not_skip(tmp_path):
     assert _snapshot(tmp_path) == before, "a failed export must not touch the repository"
 
 
-def _config_values(repository):
-    """{(model, key): value} for every line of every config.pbtxt marked `# export: <key>`."""
-    values = {}
-    for config in glob.glob(os.path.join(repository, "*", "config.pbtxt")):
-        model = os.path.basename(os.path.dirname(config))
-        for line in open(config, encoding="utf-8"):
-            marked = MARKED.search(line)
-            if marked:
-                value = LAST_VALUE.search(line[:marked.start()]).group(1)
-                values[(model, marked.group(1))] = value.strip('"')
-    return values
+def test_export_writes_only_ignored_files(minilm_repository):
+    """Exporting into a copy of the project's model_repository changes no file git tracks, and every file it adds
+    is one the project's .gitignore ignores: `make serve` leaves `git status` clean."""
+    tracked = subprocess.run(["git", "-C", PROJECT, "ls-files", "model_repository"], capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert "model_repository/tokenizer/config.pbtxt" in tracked
+    contents = {path: open(os.path.join(PROJECT, path), "rb").read() for path in tracked}
+    repository = minilm_repository  # an export of MiniLM into a copy of the project's model folders
+    for path, content in contents.items():
+        relative = os.path.relpath(path, "model_repository")
+        copy = os.path.join(repository, relative)
+        if os.path.exists(copy):
+            assert open(copy, "rb").read() == content, f"export changed a tracked file: {path}"
+    added = [os.path.relpath(p, repository) for p in glob.glob(os.path.join(repository, "**"), recursive=True)
+             if os.path.isfile(p) and "__pycache__" not in p]
+    new = [os.path.join("model_repository", p) for p in added if os.path.join("model_repository", p) not in contents]
+    assert new, "the export wrote its artifacts"
+    check = subprocess.run(["git", "-C", PROJECT, "check-ignore", "--no-index", "--verbose", "--non-matching",
+                            *new], capture_output=True, text=True)
+    not_ignored = [line.split("\t")[-1] for line in check.stdout.splitlines() if line.startswith("::")]
+    assert not not_ignored, f"export wrote files git would track: {not_ignored}"
 
 
 def test_reexport_over_another_model_is_consistent(xlmr_repository, minilm_repository):
-    """xlmr_repository is MiniLM's repository re-exported with the tiny XLM-R (dim 32, max length 128,
-    max_batch_size 32): every marked config value follows the new export.json, MiniLM's files are gone.
+    """xlmr_repository is MiniLM's repository re-exported with the tiny XLM-R (dim 32, max length 128): the
+    rendered configs and the tokenizer follow the new model, MiniLM's files are gone.
     (test_cls_path.py serves this repository and checks its answers.)"""
-    old = json.load(open(os.path.join(minilm_repository, "embedding", "1", "export.json")))
-    new = json.load(open(os.path.join(xlmr_repository, "embedding", "1", "export.json")))
-    assert (new["embedding_size"], new["max_length"], new["max_batch_size"]) == \
-        (32, TINY_XLMR_MAX_LENGTH, TINY_XLMR_MAX_BATCH_TOKENS // TINY_XLMR_MAX_LENGTH)
-    assert (old["embedding_size"], old["max_length"], old["max_batch_size"]) == (384, 256, 64)
-    values = _config_values(xlmr_repository)
-    for model in ("ensemble", "embedding", "tokenizer"):
-        assert values[(model, "max_batch_size")] == str(new["max_batch_size"]), model
-    for model in ("ensemble", "embedding"):
-        assert values[(model, "embedding_size")] == str(new["embedding_size"]), model
-    assert values[("tokenizer", "max_length")] == str(new["max_length"])
-    for (model, key), value in values.items():  # every marked line, including other models' (the proxy's)
-        assert value == str(new[key]), (model, key, value)
-    assert _config_values(minilm_repository) != values
-    # Tokenizer files: the XLM-R ones replaced MiniLM's (the planted vocab.txt is gone), model.py kept.
+    old = json.load(open(os.path.join(minilm_repository, "ensemble", "1", "export.json")))
+    new = json.load(open(os.path.join(xlmr_repository, "ensemble", "1", "export.json")))
+    assert (old["embedding_size"], old["max_length"], old["model_type"]) == (384, 256, "bert")
+    assert (new["embedding_size"], new["max_length"], new["model_type"]) == (32, TINY_XLMR_MAX_LENGTH, "xlm-roberta")
+    for name in ("embedding", "ensemble"):
+        config = open(os.path.join(xlmr_repository, name, "config.pbtxt"), encoding="utf-8").read()
+        assert "dims: [ 32 ]" in config and "dims: [ 384 ]" not in config, name
+        assert config.startswith("# Generated by build/export.py"), name
+    # Tokenizer files: the XLM-R one replaced MiniLM's (the planted vocab.txt is gone), the code stays.
     tokenizer_dir = os.path.join(xlmr_repository, "tokenizer", "1")
     files = set(os.listdir(tokenizer_dir)) - {"__pycache__"}
-    assert "vocab.txt" not in files and {"model.py", "tokenizer.json"} <= files
-    config = json.load(open(os.path.join(tokenizer_dir, "tokenizer_config.json"), encoding="utf-8"))
-    assert config["tokenizer_class"].startswith("XLMRoberta"), config
+    assert files == {"model.py", "grouping.py", "tokenizer.json"}, files
     tokenizer = json.load(open(os.path.join(tokenizer_dir, "tokenizer.json"), encoding="utf-8"))
     assert tokenizer["model"]["type"] == "Unigram" and len(tokenizer["model"]["vocab"]) == 250002
-    assert tokenizer["padding"]["pad_id"] == 1 and tokenizer["truncation"] is None
+    assert tokenizer["padding"]["pad_id"] == 1 and tokenizer["truncation"]["max_length"] == TINY_XLMR_MAX_LENGTH
     # The MiniLM model.onnx file was replaced by the external-data directory, nothing else is left behind.
-    assert sorted(os.listdir(os.path.join(xlmr_repository, "embedding", "1"))) == ["export.json", "model.onnx"]
+    assert sorted(os.listdir(os.path.join(xlmr_repository, "embedding", "1"))) == ["model.onnx"]
+    assert sorted(os.listdir(os.path.join(xlmr_repository, "embedding", "warmup"))) == [
+        "attention_mask_long", "attention_mask_short", "input_ids_long", "input_ids_short"]
+
+
+def test_token_budget_strategy_is_built_and_configured(minilm_repository):
+    """The encoder gets batchstrategy.so (token_budget.c) and the tokenizer's max_batch_tokens."""
+    encoder = os.path.join(minilm_repository, "embedding")
+    with open(os.path.join(encoder, "batchstrategy.so"), "rb") as handle:
+        assert handle.read(4) == b"\x7fELF"
+    budget = _parameter(os.path.join(PROJECT, "model_repository", "tokenizer", "config.pbtxt"), "max_batch_tokens")
+    assert _parameter(os.path.join(encoder, "config.pbtxt"), "max_batch_tokens") == budget
+    manifest = json.load(open(os.path.join(minilm_repository, "ensemble", "1", "export.json")))
+    assert manifest["token_budget_batching"] is True
 
 
 def test_skip_if_exported_skips(xlmr_repository, tiny_xlmr_dir):
@@ -97,17 +117,73 @@ def test_skip_if_exported_skips(xlmr_repository, tiny_xlmr_dir):
     assert _snapshot(xlmr_repository) == before
 
 
+@pytest.fixture(scope="module")
+def named_repository(minilm_repository, tiny_xlmr_dir, tmp_path_factory):
+    """MiniLM's repository plus the tiny XLM-R exported beside it as `tiny-xlmr`."""
+    repository = tmp_path_factory.mktemp("named") / "repository"
+    shutil.copytree(minilm_repository, repository)
+    export(repository, "--model", str(tiny_xlmr_dir), "--name", "tiny-xlmr", "--max-length", "64")
+    return repository
+
+
+def test_named_export_sits_beside_the_default_one(named_repository, minilm_repository):
+    models = sorted(p for p in os.listdir(named_repository) if not p.startswith("."))
+    assert models == ["embedding", "ensemble", "proxy", "tiny-xlmr", "tiny-xlmr_embedding", "tiny-xlmr_tokenizer",
+                      "tokenizer"]
+    # the default export is untouched
+    for path in ("ensemble/config.pbtxt", "embedding/1/model.onnx", "tokenizer/1/tokenizer.json"):
+        assert open(named_repository / path, "rb").read() == open(minilm_repository / path, "rb").read(), path
+    manifest = json.load(open(named_repository / "tiny-xlmr" / "1" / "export.json"))
+    assert (manifest["id"], manifest["name"], manifest["tokenizer_model"], manifest["encoder_model"]) == \
+        ("tiny-xlmr", "tiny-xlmr", "tiny-xlmr_tokenizer", "tiny-xlmr_embedding")
+    ensemble = open(named_repository / "tiny-xlmr" / "config.pbtxt", encoding="utf-8").read()
+    assert 'model_name: "tiny-xlmr_tokenizer"' in ensemble and 'model_name: "tiny-xlmr_embedding"' in ensemble
+    # the named tokenizer is the project's tokenizer model, with this export's tokenizer.json
+    assert open(named_repository / "tiny-xlmr_tokenizer" / "1" / "model.py").read() == \
+        open(os.path.join(PROJECT, "model_repository", "tokenizer", "1", "model.py")).read()
+    assert not re.search(r"^name:", open(named_repository / "tiny-xlmr_tokenizer" / "config.pbtxt").read(), re.M)
+
+
+def test_reexporting_a_name_replaces_that_model_only(named_repository, tiny_xlmr_dir):
+    others = {p: m for p, m in _snapshot(named_repository).items() if "tiny-xlmr" not in p}
+    export(named_repository, "--model", str(tiny_xlmr_dir), "--name", "tiny-xlmr", "--max-length", "32")
+    manifest = json.load(open(named_repository / "tiny-xlmr" / "1" / "export.json"))
+    assert manifest["max_length"] == 32
+    assert {p: m for p, m in _snapshot(named_repository).items() if "tiny-xlmr" not in p} == others
+
+
+@pytest.mark.parametrize("name, words", [
+    ("tokenizer", ["reserved"]), ("ensemble", ["reserved"]), ("x_embedding", ["reserved"]),
+    ("bad name", ["not a valid model name"]), ("-dash", ["not a valid model name"]),
+    ("proxy", ["reserved"]), ("taken", ["already holds a model 'taken'"]),
+])
+def test_bad_or_taken_names_are_refused(named_repository, tiny_xlmr_dir, name, words):
+    (named_repository / "taken").mkdir(exist_ok=True)  # someone else's model folder
+    before = _snapshot(named_repository)
+    result = run_export("--repository", str(named_repository), "--model", str(tiny_xlmr_dir), "--name", name)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    for word in words:
+        assert word in result.stderr, result.stderr
+    assert _snapshot(named_repository) == before
+
+
+def test_outputs_option_is_checked(tmp_path, tiny_xlmr_dir):
+    result = run_export("--repository", str(tmp_path), "--model", str(tiny_xlmr_dir), "--outputs", "dense,sparse")
+    assert result.returncode != 0 and "sparse_linear.pt" in result.stderr and "bge-m3" in result.stderr
+    result = run_export("--repository", str(tmp_path), "--model", str(tiny_xlmr_dir), "--outputs", "dense,lexical")
+    assert result.returncode != 0 and "dense,sparse,colbert" in result.stderr
+    assert not os.listdir(tmp_path)
+
+
 def test_fp16_export_stores_half_weights_keeps_fp32_io_and_passes_parity(tmp_path):
     import numpy as np
     import onnx
     import onnxruntime as ort
 
-    result = run_export("--model", "sentence-transformers/all-MiniLM-L6-v2", "--repository", str(tmp_path), "--fp16")
+    result = run_export("--model", MINILM, "--repository", str(tmp_path), "--fp16")
     assert result.returncode == 0, result.stdout + result.stderr
-    min_cosine = float(re.search(r"min cosine ([0-9.]+)", result.stdout)[1])
-    assert min_cosine >= 0.999
-    manifest = json.loads((tmp_path / "embedding" / "1" / "export.json").read_text())
-    assert manifest["fp16"] is True and abs(manifest["parity"]["min_cosine"] - min_cosine) < 1e-6
+    manifest = json.loads((tmp_path / "ensemble" / "1" / "export.json").read_text())
+    assert manifest["fp16"] is True and manifest["parity"]["dense"]["min_cosine"] >= 0.999
 
     path = str(tmp_path / "embedding" / "1" / "model.onnx")
     model = onnx.load(path)

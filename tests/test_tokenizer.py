@@ -1,11 +1,11 @@
 """The `tokenizer` model called directly: same token ids as Hugging Face on the same files, truncation and padding
-as documented in its config.pbtxt; and unit tests of its length grouping with a fake triton_python_backend_utils."""
+as documented in its config.pbtxt; unit tests of its length grouping (grouping.py, a pure function) and of its
+tolerant BYTES deserializer."""
 import importlib.util
-import json
 import os
 import queue
 import random
-import re
+import struct
 import sys
 import types
 
@@ -19,6 +19,7 @@ from triton_clients import (PROTOCOLS, TOKENIZER_OUTPUTS, VARIED_TEXTS, client, 
 def _served(name, request):
     """(server, HF tokenizer on the same files, max length, pad id, pad_to_multiple_of) for MiniLM or the XLM-R
     fixture tokenizer; pad_to_multiple_of as the served tokenizer's config says."""
+    from tokenizers import Tokenizer
     from transformers import AutoTokenizer
 
     if name == "minilm":
@@ -32,7 +33,9 @@ def _served(name, request):
         parameters = connection.get_model_config("tokenizer")["parameters"]
     finally:
         connection.close()
-    assert parameters["max_length"]["string_value"] == str(max_length)
+    assert parameters["max_length"]["string_value"] == ""  # the exported one, from tokenizer.json:
+    exported = Tokenizer.from_file(os.path.join(server.repository, "tokenizer", "1", "tokenizer.json"))
+    assert exported.truncation["max_length"] == max_length
     return server, hf, max_length, pad_id, int(parameters["pad_to_multiple_of"]["string_value"])
 
 
@@ -144,6 +147,110 @@ def test_xlmr_tokenizer_is_the_real_250k_vocabulary(xlmr_server, xlmr_hf_tokeniz
 
 
 # ---------------------------------------------------------------- unit tests of the length grouping
+sys.path.insert(0, os.path.join(PROJECT, "model_repository", "tokenizer", "1"))
+from grouping import plan_groups  # noqa: E402
+
+UNLIMITED = 10 ** 9
+
+
+def _cost(groups, lengths, overhead):
+    return sum(overhead + sum(len(lengths[i]) for i in group) * width for group, width in groups)
+
+
+def _best_cost(lengths, multiple, min_efficiency, overhead):
+    """Brute force over every contiguous split of the longest-first order (small inputs only)."""
+    order = sorted(range(len(lengths)), key=lambda i: max(lengths[i]), reverse=True)
+    best = float("inf")
+    for mask in range(2 ** max(0, len(order) - 1)):
+        groups, current = [], [order[0]]
+        for k, i in enumerate(order[1:]):
+            if mask >> k & 1:
+                groups.append(current)
+                current = []
+            current.append(i)
+        groups.append(current)
+        split = []
+        for group in groups:
+            width = -(-max(lengths[group[0]]) // multiple) * multiple
+            real = sum(sum(lengths[i]) for i in group)
+            if len({-(-max(lengths[i]) // multiple) for i in group}) > 1 and \
+                    real < min_efficiency * sum(len(lengths[i]) for i in group) * width:
+                break
+            split.append((group, width))
+        else:
+            best = min(best, _cost(split, lengths, overhead))
+    return best
+
+
+def _check_groups(lengths, groups, multiple, min_efficiency, max_tokens=UNLIMITED):
+    seen = [i for group, _ in groups for i in group]
+    assert sorted(seen) == list(range(len(lengths))), "every request appears exactly once"
+    widths = [width for _, width in groups]
+    assert widths == sorted(widths, reverse=True), "longest first, so equal widths are sent back to back"
+    for group, width in groups:
+        longest = max(max(lengths[i]) for i in group)
+        assert width % multiple == 0 and longest <= width < longest + multiple
+        rows = sum(len(lengths[i]) for i in group)
+        assert rows * width <= max_tokens or len(group) == 1, "no group over the token budget"
+        if len({-(-max(lengths[i]) // multiple) for i in group}) > 1:
+            real = sum(sum(lengths[i]) for i in group)
+            assert real / (rows * width) >= min_efficiency, (group, width)
+
+
+def _random_lengths(rng, requests):
+    lengths = []
+    for _ in range(requests):  # per request, the lengths of its rows
+        rows = rng.choice([1, 1, 1, 2, 5])
+        scale = rng.choice([8, 64, 512])
+        lengths.append([rng.randint(2, scale) for _ in range(rows)])
+    return lengths
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_groups_properties_random(seed):
+    """Every request exactly once; widths cover their rows, rounded to the multiple, longest first; a group of
+    several widths keeps real/padded >= min_padding_efficiency; no group over max_batch_tokens."""
+    rng = random.Random(seed)
+    multiple = rng.choice([1, 8, 16, 64])
+    min_efficiency = rng.choice([0.0, 0.5, 0.75, 0.9, 1.0])
+    max_tokens = rng.choice([UNLIMITED, 4096, 1024])
+    lengths = _random_lengths(rng, rng.randint(1, 64))
+    lengths = [rows for rows in lengths if len(rows) * -(-max(rows) // multiple) * multiple <= max_tokens]
+    groups = plan_groups(lengths, multiple, 256, min_efficiency, max_tokens)
+    _check_groups(lengths, groups, multiple, min_efficiency, max_tokens)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_groups_minimize_documented_cost(seed):
+    """config.pbtxt: groups minimize sum(batch_overhead_tokens + rows x padded width) under the efficiency floor
+    (checked against brute force over all contiguous splits of the longest-first order)."""
+    rng = random.Random(1000 + seed)
+    multiple, min_efficiency = rng.choice([1, 8, 16]), rng.choice([0.0, 0.5, 0.75])
+    overhead = rng.choice([0, 16, 256, 4096])
+    lengths = _random_lengths(rng, rng.randint(1, 9))
+    groups = plan_groups(lengths, multiple, overhead, min_efficiency, UNLIMITED)
+    _check_groups(lengths, groups, multiple, min_efficiency)
+    assert _cost(groups, lengths, overhead) == _best_cost(lengths, multiple, min_efficiency, overhead)
+
+
+def test_groups_examples():
+    assert plan_groups([], 16, 256, 0.75) == []
+    assert plan_groups([[5]], 16, 256, 0.75) == [([0], 16)]
+    # similar lengths share one group; a far shorter one gets its own
+    groups = plan_groups([[100], [98], [10], [97]], 16, 256, 0.75)
+    assert [sorted(g) for g, _ in groups] == [[0, 1, 3], [2]] and [w for _, w in groups] == [112, 16]
+    # with no efficiency floor and a costly encoder run, everything is one group padded to the longest
+    assert [(sorted(g), w) for g, w in plan_groups([[3], [40, 7]], 16, 256, 0.0)] == [([0, 1], 48)]
+    # with free encoder runs, no padding beyond the rounding is worth paying
+    lengths = [[3], [40], [39], [17]]
+    groups = plan_groups(lengths, 8, 0, 0.0)
+    assert {w for _, w in groups} == {8, 24, 40} and _cost(groups, lengths, 0) == 8 + 24 + 40 + 40
+    # the token budget splits equal widths: 300 one-row requests of 16 tokens, 1024 tokens per group
+    groups = plan_groups([[16]] * 300, 8, 256, 0.5, max_tokens=1024)
+    assert [len(g) for g, _ in groups] == [64, 64, 64, 64, 44] and {w for _, w in groups} == {16}
+
+
+# ---------------------------------------------------------------- unit tests of the BYTES deserializer
 @pytest.fixture(scope="module")
 def tokenizer_module():
     """model_repository/tokenizer/1/model.py imported with a fake triton_python_backend_utils."""
@@ -164,122 +271,21 @@ def tokenizer_module():
     return module
 
 
-def _config_parameters():
-    """The tokenizer's parameters as Triton hands them to initialize() (model_config JSON), from config.pbtxt."""
-    text = open(os.path.join(PROJECT, "model_repository", "tokenizer", "config.pbtxt"), encoding="utf-8").read()
-    found = re.findall(r'parameters\s*\{\s*key:\s*"(\w+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"', text)
-    return {key: {"string_value": value} for key, value in found}
+def _serialized(*items):
+    return np.frombuffer(b"".join(struct.pack("<I", len(i)) + i for i in items), dtype=np.uint8)
 
 
-def _grouper(module, tmp_path_factory, multiple, min_efficiency, overhead=None):
-    """A TritonPythonModel initialized the way Triton does it (model_config JSON, a tokenizer.json beside it),
-    with the grouping parameters overridden."""
-    from tokenizers import Tokenizer, models
-
-    folder = tmp_path_factory.mktemp("tokenizer_unit")
-    (folder / "1").mkdir()
-    tokenizer = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1}, unk_token="[UNK]"))
-    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-    tokenizer.save(str(folder / "1" / "tokenizer.json"))
-    parameters = _config_parameters()
-    parameters["pad_to_multiple_of"] = {"string_value": str(multiple)}
-    parameters["min_padding_efficiency"] = {"string_value": str(min_efficiency)}
-    if overhead is not None:
-        parameters["batch_overhead_tokens"] = {"string_value": str(overhead)}
-    model = module.TritonPythonModel()
-    model.initialize({"model_config": json.dumps({"name": "tokenizer", "parameters": parameters}),
-                      "model_repository": str(folder), "model_version": "1"})
-    assert (model.multiple, model.min_efficiency) == (multiple, min_efficiency)
-    return model
+def test_deserializer_matches_tritons_layout(tokenizer_module):
+    texts = [b"hello", b"", "日本語".encode(), b"\x00nul"]
+    decoded = tokenizer_module.deserialize_bytes_tensor(_serialized(*texts))
+    assert decoded.dtype == np.object_ and decoded.tolist() == texts
+    assert not any(isinstance(t, tokenizer_module.MalformedText) for t in decoded)
 
 
-def _cost(groups, lengths, overhead):
-    return sum(overhead + sum(len(lengths[i]) for i in group) * width for group, width in groups)
-
-
-def _best_cost(lengths, multiple, min_efficiency, overhead):
-    """Brute force over every contiguous split of the longest-first order (small inputs only)."""
-    order = sorted(lengths, key=lambda i: max(lengths[i]), reverse=True)
-    best = float("inf")
-    for mask in range(2 ** max(0, len(order) - 1)):
-        groups, current = [], [order[0]]
-        for k, i in enumerate(order[1:]):
-            if mask >> k & 1:
-                groups.append(current)
-                current = []
-            current.append(i)
-        groups.append(current)
-        split = []
-        for group in groups:
-            width = -(-max(lengths[group[0]]) // multiple) * multiple
-            real = sum(sum(lengths[i]) for i in group)
-            if len(group) > 1 and real < min_efficiency * sum(len(lengths[i]) for i in group) * width:
-                break
-            split.append((group, width))
-        else:
-            best = min(best, _cost(split, lengths, overhead))
-    return best
-
-
-def _check_groups(lengths, groups, multiple, min_efficiency):
-    seen = [i for group, _ in groups for i in group]
-    assert sorted(seen) == sorted(lengths), "every request appears exactly once"
-    widths = [width for _, width in groups]
-    assert widths == sorted(widths, reverse=True), "longest first, so equal widths are sent back to back"
-    for group, width in groups:
-        longest = max(max(lengths[i]) for i in group)
-        assert width % multiple == 0 and longest <= width < longest + multiple
-        if len(group) > 1:
-            real = sum(sum(lengths[i]) for i in group)
-            padded = sum(len(lengths[i]) for i in group) * width
-            assert real / padded >= min_efficiency, (group, width)
-
-
-def _random_lengths(rng, requests):
-    lengths = {}
-    for i in range(requests):  # request index → lengths of its rows
-        rows = rng.choice([1, 1, 1, 2, 5])
-        scale = rng.choice([8, 64, 512])
-        lengths[i * 3 + rng.randint(0, 2)] = [rng.randint(2, scale) for _ in range(rows)]
-    return lengths
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_groups_properties_random(tokenizer_module, tmp_path_factory, seed):
-    """Every request exactly once; widths cover their rows, rounded to the multiple, longest first; a group of
-    several requests keeps real/padded >= min_padding_efficiency."""
-    rng = random.Random(seed)
-    multiple = rng.choice([1, 8, 16, 64])
-    min_efficiency = rng.choice([0.0, 0.5, 0.75, 0.9, 1.0])
-    lengths = _random_lengths(rng, rng.randint(1, 64))
-    groups = _grouper(tokenizer_module, tmp_path_factory, multiple, min_efficiency)._groups(lengths)
-    _check_groups(lengths, groups, multiple, min_efficiency)
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_groups_minimize_documented_cost(tokenizer_module, tmp_path_factory, seed):
-    """config.pbtxt: groups minimize sum(batch_overhead_tokens + rows x padded width) under the efficiency floor
-    (checked against brute force over all contiguous splits of the longest-first order)."""
-    rng = random.Random(1000 + seed)
-    multiple, min_efficiency = rng.choice([1, 8, 16]), rng.choice([0.0, 0.5, 0.75])
-    overhead = rng.choice([0, 16, 256, 4096])
-    lengths = _random_lengths(rng, rng.randint(1, 9))
-    groups = _grouper(tokenizer_module, tmp_path_factory, multiple, min_efficiency, overhead)._groups(lengths)
-    _check_groups(lengths, groups, multiple, min_efficiency)
-    assert _cost(groups, lengths, overhead) == _best_cost(lengths, multiple, min_efficiency, overhead)
-
-
-def test_groups_examples(tokenizer_module, tmp_path_factory):
-    grouper = _grouper(tokenizer_module, tmp_path_factory, 16, 0.75, overhead=256)
-    assert grouper._groups({}) == []
-    assert grouper._groups({0: [5]}) == [([0], 16)]
-    # similar lengths share one group; a far shorter one gets its own
-    groups = grouper._groups({0: [100], 1: [98], 2: [10], 3: [97]})
-    assert [sorted(g) for g, _ in groups] == [[0, 1, 3], [2]] and [w for _, w in groups] == [112, 16]
-    # with no efficiency floor and a costly encoder run, everything is one group padded to the longest
-    grouper = _grouper(tokenizer_module, tmp_path_factory, 16, 0.0, overhead=256)
-    assert [(sorted(g), w) for g, w in grouper._groups({0: [3], 1: [40, 7]})] == [([0, 1], 48)]
-    # with free encoder runs, no padding beyond the rounding is worth paying
-    lengths = {0: [3], 1: [40], 2: [39], 3: [17]}
-    groups = _grouper(tokenizer_module, tmp_path_factory, 8, 0.0, overhead=0)._groups(lengths)
-    assert {w for _, w in groups} == {8, 24, 40} and _cost(groups, lengths, 0) == 8 + 24 + 40 + 40
+def test_deserializer_marks_a_length_prefix_past_the_end(tokenizer_module):
+    """The stub-killing input: `\\xe8\\x03\\x00\\x00abc` (1000 bytes declared, 3 sent), alone or last."""
+    for payload in (b"\xe8\x03\x00\x00abc", bytes(_serialized(b"fine")) + b"\xe8\x03\x00\x00abc"):
+        decoded = tokenizer_module.deserialize_bytes_tensor(np.frombuffer(payload, dtype=np.uint8))
+        last = decoded[-1]
+        assert isinstance(last, tokenizer_module.MalformedText) and last.declared == 1000 and last == b"abc"
+        assert len(decoded) == (1 if payload.startswith(b"\xe8") else 2)

@@ -1,20 +1,50 @@
 """Tokenizer step of the ensemble: `text` (one string per row) -> input_ids, attention_mask, num_tokens,
 truncated.
 
-All requests of one execute are encoded in one `encode_batch` call, then grouped by length: each group is
-padded to its longest row rounded up to `pad_to_multiple_of`, and a group is closed before its real/padded
-token ratio drops below `min_padding_efficiency`. Responses are sent group by group, so the requests of a
-group reach the encoder's FIFO dynamic batcher back to back with equal shapes and merge into one run.
-A bad request gets its own error; the rest of the batch is unaffected.
+All requests of one execute are encoded together, then cut into length groups (grouping.py); each request is
+padded to its group's width and the responses go out group by group, so the encoder's dynamic batcher receives
+each group as a run of equal shapes. A bad request gets its own INVALID_ARG error (HTTP 400 / gRPC
+INVALID_ARGUMENT); the rest of the batch is unaffected. Settings: config.pbtxt parameters, read once here.
 """
 import json
 import os
+import struct
+import sys
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from tokenizers import Tokenizer
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from grouping import plan_groups, round_up  # noqa: E402
+
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+class MalformedText(bytes):
+    """A BYTES element whose length prefix runs past the end of the tensor; `declared` is what it claimed."""
+
+    declared = 0
+
+
+def deserialize_bytes_tensor(encoded):
+    """Replaces triton_python_backend_utils.deserialize_bytes_tensor in this process. Why: the stub deserializes
+    BYTES inputs before execute() runs, outside any error handling, and Triton 2.48 does not check the last
+    element's length prefix; the original raised on `\\xe8\\x03\\x00\\x00abc` (1000 bytes declared, 3 sent)
+    and the stub died. Here such an element becomes a MalformedText, answered as a per-request error."""
+    data = encoded.tobytes()
+    texts, offset, end = [], 0, len(data)
+    while offset + 4 <= end:
+        (size,) = struct.unpack_from("<I", data, offset)
+        offset += 4
+        if offset + size > end:
+            malformed = MalformedText(data[offset:end])
+            malformed.declared = size
+            texts.append(malformed)
+            break
+        texts.append(data[offset:offset + size])
+        offset += size
+    return np.array(texts, dtype=np.object_)
 
 
 def _parameter(config, key):
@@ -23,29 +53,48 @@ def _parameter(config, key):
 
 class TritonPythonModel:
     def initialize(self, args):
+        pb_utils.deserialize_bytes_tensor = deserialize_bytes_tensor  # before the first request is loaded
         config = json.loads(args["model_config"])
-        self.max_length = int(_parameter(config, "max_length"))
-        self.multiple = max(1, int(_parameter(config, "pad_to_multiple_of")))
-        self.min_efficiency = float(_parameter(config, "min_padding_efficiency"))
-        self.overhead = float(_parameter(config, "batch_overhead_tokens"))  # one more encoder run, in tokens
-        self.max_text_bytes = int(_parameter(config, "max_text_bytes"))
         here = os.path.join(args["model_repository"], args["model_version"])
         self.tokenizer = Tokenizer.from_file(os.path.join(here, "tokenizer.json"))
-        if self.tokenizer.padding is None:
-            raise pb_utils.TritonModelException("tokenizer.json has no pad token: re-run build/export.py")
+        if self.tokenizer.padding is None or self.tokenizer.truncation is None:
+            raise pb_utils.TritonModelException("tokenizer.json lacks padding or truncation: re-run build/export.py")
+        exported = self.tokenizer.truncation["max_length"]
+        self.max_length = int(_parameter(config, "max_length") or exported)
+        if not 0 < self.max_length <= exported:
+            raise pb_utils.TritonModelException(f"max_length {self.max_length} must be in 1..{exported} (export)")
         self.pad_id = self.tokenizer.padding["pad_id"]
-        self.tokenizer.no_padding()  # padding is done per length group below
+        self.tokenizer.no_padding()  # padding is done per length group
         self.tokenizer.enable_truncation(self.max_length)
+        self.special_tokens = len(self.tokenizer.encode("").ids)  # what a text with no content becomes
+        self.multiple = max(1, int(_parameter(config, "pad_to_multiple_of")))
+        self.overhead = float(_parameter(config, "batch_overhead_tokens"))
+        self.min_efficiency = float(_parameter(config, "min_padding_efficiency"))
+        self.max_batch_tokens = int(_parameter(config, "max_batch_tokens"))
+        self.max_text_bytes = int(_parameter(config, "max_text_bytes"))
+        self.max_request_bytes = int(_parameter(config, "max_request_bytes"))
+        if self.max_batch_tokens < round_up(self.max_length, self.multiple):
+            raise pb_utils.TritonModelException(f"max_batch_tokens {self.max_batch_tokens} must hold one text of "
+                                                f"max_length {self.max_length} padded to {self.multiple}")
 
-    def _decode(self, request):
+    def decode(self, request):
+        """The request's texts, or ValueError naming the first bad row. Messages never echo the text."""
+        raw = pb_utils.get_input_tensor_by_name(request, "text").as_numpy().reshape(-1)
+        total = sum(len(item) for item in raw)
+        if total > self.max_request_bytes:
+            raise ValueError(f"the request holds {total} bytes of text, over the limit of {self.max_request_bytes} "
+                             f"(tokenizer parameter max_request_bytes)")
         texts = []
-        for row, raw in enumerate(pb_utils.get_input_tensor_by_name(request, "text").as_numpy().reshape(-1)):
-            raw = raw if isinstance(raw, bytes) else str(raw).encode()
-            if len(raw) > self.max_text_bytes:
-                raise ValueError(f"text[{row}] is {len(raw)} bytes, over the limit of {self.max_text_bytes} "
+        for row, item in enumerate(raw):
+            if isinstance(item, MalformedText):
+                raise ValueError(f"text[{row}] is malformed: its length prefix says {item.declared} bytes but "
+                                 f"{len(item)} follow")
+            item = item if isinstance(item, bytes) else str(item).encode()
+            if len(item) > self.max_text_bytes:
+                raise ValueError(f"text[{row}] is {len(item)} bytes, over the limit of {self.max_text_bytes} "
                                  f"(tokenizer parameter max_text_bytes)")
             try:
-                text = raw.decode("utf-8")
+                text = item.decode("utf-8")
             except UnicodeDecodeError as error:
                 raise ValueError(f"text[{row}] is not valid UTF-8 (byte {error.start})") from None
             if not text.strip():
@@ -53,65 +102,63 @@ class TritonPythonModel:
             texts.append(text)
         return texts
 
-    def _groups(self, lengths):
-        """Requests sorted longest first and cut into contiguous groups that minimize the encoder's work:
-        sum over groups of (batch_overhead_tokens + rows x padded width). Fewer, larger groups save the per-run
-        cost; more groups save padding. A group of several requests must also keep real/padded >=
-        min_padding_efficiency. Exact dynamic programme over the sorted order, O(requests^2)."""
-        order = sorted(lengths, key=lambda i: max(lengths[i]), reverse=True)
-        widths = [-(-max(lengths[i]) // self.multiple) * self.multiple for i in order]
-        rows, real = [0], [0]  # prefix sums over the sorted order
-        for i in order:
-            rows.append(rows[-1] + len(lengths[i]))
-            real.append(real[-1] + sum(lengths[i]))
-        n = len(order)
-        best, cut = [0.0] + [float("inf")] * n, [0] * (n + 1)
-        for end in range(1, n + 1):
-            for start in range(end):
-                width, count = widths[start], rows[end] - rows[start]
-                if end - start > 1 and real[end] - real[start] < self.min_efficiency * count * width:
-                    continue
-                cost = best[start] + self.overhead + count * width
-                if cost < best[end]:
-                    best[end], cut[end] = cost, start
-        groups, end = [], n
-        while end > 0:
-            start = cut[end]
-            groups.append((order[start:end], widths[start]))
-            end = start
-        return groups[::-1]
+    def check(self, encodings):
+        """Per-request checks that need the tokens: content, and the padded size against the token budget."""
+        for row, encoding in enumerate(encodings):
+            if len(encoding.ids) <= self.special_tokens:
+                raise ValueError(f"text[{row}] has no content tokens (only whitespace, control or zero-width "
+                                 f"characters)")
+        padded = len(encodings) * round_up(max(len(e.ids) for e in encodings), self.multiple)
+        if padded > self.max_batch_tokens:
+            raise ValueError(f"the request pads to {padded} tokens, over the limit of {self.max_batch_tokens} "
+                             f"(tokenizer parameter max_batch_tokens): send fewer texts per request")
+
+    @staticmethod
+    def reject(request, message):
+        error = pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
+        request.get_response_sender().send(pb_utils.InferenceResponse(error=error), flags=FINAL)
 
     def execute(self, requests):
-        texts, encodings, lengths = {}, {}, {}
+        texts, spans = [], []  # all good texts, and (request index, first text, text count) per good request
         for i, request in enumerate(requests):
             try:
-                texts[i] = self._decode(request)
+                decoded = self.decode(request)
             except ValueError as error:
-                # INVALID_ARG: a client error (HTTP 400 / gRPC INVALID_ARGUMENT), like Triton's own input checks.
-                request.get_response_sender().send(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(str(error), pb_utils.TritonError.INVALID_ARG)), flags=FINAL)
-        flat = [text for i in texts for text in texts[i]]
-        batch = self.tokenizer.encode_batch(flat) if flat else []
-        start = 0
-        for i in texts:
-            encodings[i] = batch[start:start + len(texts[i])]
-            lengths[i] = [len(e.ids) for e in encodings[i]]
-            start += len(texts[i])
-        for group, width in self._groups(lengths):
-            for i in group:
-                rows = len(lengths[i])
-                input_ids = np.full((rows, width), self.pad_id, dtype=np.int64)
-                attention_mask = np.zeros((rows, width), dtype=np.int64)
-                for row, encoding in enumerate(encodings[i]):
-                    input_ids[row, :lengths[i][row]] = encoding.ids
-                    attention_mask[row, :lengths[i][row]] = 1
-                outputs = [
-                    pb_utils.Tensor("input_ids", input_ids),
-                    pb_utils.Tensor("attention_mask", attention_mask),
-                    pb_utils.Tensor("num_tokens", np.array(lengths[i], dtype=np.int32).reshape(rows, 1)),
-                    pb_utils.Tensor("truncated", np.array([bool(e.overflowing) for e in encodings[i]])
-                                    .reshape(rows, 1)),
-                ]
-                requests[i].get_response_sender().send(pb_utils.InferenceResponse(output_tensors=outputs),
-                                                       flags=FINAL)
+                self.reject(request, str(error))
+                continue
+            spans.append((i, len(texts), len(decoded)))
+            texts.extend(decoded)
+        if not texts:
+            return None
+        # encode() avoids encode_batch's thread-pool hand-off for the common single-text execute.
+        encodings = self.tokenizer.encode_batch(texts) if len(texts) > 1 else [self.tokenizer.encode(texts[0])]
+        accepted = []
+        for i, start, count in spans:
+            try:
+                self.check(encodings[start:start + count])
+            except ValueError as error:
+                self.reject(requests[i], str(error))
+                continue
+            accepted.append((i, encodings[start:start + count]))
+        lengths = [[len(e.ids) for e in request_encodings] for _, request_encodings in accepted]
+        for group, width in plan_groups(lengths, self.multiple, self.overhead, self.min_efficiency,
+                                        self.max_batch_tokens):
+            for k in group:
+                i, request_encodings = accepted[k]
+                self.send(requests[i], request_encodings, lengths[k], width)
         return None
+
+    def send(self, request, encodings, lengths, width):
+        rows = len(encodings)
+        input_ids = np.full((rows, width), self.pad_id, dtype=np.int64)
+        attention_mask = np.zeros((rows, width), dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            input_ids[row, :lengths[row]] = encoding.ids
+            attention_mask[row, :lengths[row]] = 1
+        outputs = [
+            pb_utils.Tensor("input_ids", input_ids),
+            pb_utils.Tensor("attention_mask", attention_mask),
+            pb_utils.Tensor("num_tokens", np.array(lengths, dtype=np.int32).reshape(rows, 1)),
+            pb_utils.Tensor("truncated", np.array([bool(e.overflowing) for e in encodings]).reshape(rows, 1)),
+        ]
+        request.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=outputs), flags=FINAL)

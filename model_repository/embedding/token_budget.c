@@ -1,0 +1,141 @@
+/* Triton custom batching strategy for the encoder: a batch holds at most `max_batch_tokens` padded tokens.
+ *
+ * Triton's dynamic batcher caps batches by rows (max_batch_size). Rows are a poor bound for an encoder: 256 short
+ * queries are cheap, 256 texts of 8192 tokens are not. Triton 24.07 lets a model supply this library
+ * (batchstrategy.so in the model folder, core backend_model.cc) and asks it, request by request, whether the next
+ * queued request still fits the batch being formed. build/export.py compiles this file into
+ * <encoder>/batchstrategy.so and writes max_batch_tokens into the encoder's config.pbtxt.
+ *
+ * A request's size is rows x padded width of its input_ids. The first request of a batch is always taken (a lone
+ * request over the budget would otherwise never run; the tokenizer refuses such requests anyway).
+ *
+ * The few Triton C API declarations this needs are written out here (tritonbackend.h / tritonserver.h, API 1.19):
+ * the library is built with nothing but a C compiler, and its symbols resolve against the running tritonserver.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct TRITONSERVER_Error TRITONSERVER_Error;
+typedef struct TRITONSERVER_Message TRITONSERVER_Message;
+typedef struct TRITONBACKEND_Batcher TRITONBACKEND_Batcher;
+typedef struct TRITONBACKEND_Input TRITONBACKEND_Input;
+typedef struct TRITONBACKEND_Model TRITONBACKEND_Model;
+typedef struct TRITONBACKEND_Request TRITONBACKEND_Request;
+typedef int TRITONSERVER_DataType; /* a C enum */
+
+extern TRITONSERVER_Error* TRITONBACKEND_ModelConfig(
+    TRITONBACKEND_Model* model, const uint32_t config_version, TRITONSERVER_Message** model_config);
+extern TRITONSERVER_Error* TRITONSERVER_MessageSerializeToJson(
+    TRITONSERVER_Message* message, const char** base, size_t* byte_size);
+extern TRITONSERVER_Error* TRITONSERVER_MessageDelete(TRITONSERVER_Message* message);
+extern TRITONSERVER_Error* TRITONBACKEND_RequestInput(
+    TRITONBACKEND_Request* request, const char* name, TRITONBACKEND_Input** input);
+extern TRITONSERVER_Error* TRITONBACKEND_InputProperties(
+    TRITONBACKEND_Input* input, const char** name, TRITONSERVER_DataType* datatype, const int64_t** shape,
+    uint32_t* dims_count, uint64_t* byte_size, uint32_t* buffer_count);
+extern void TRITONSERVER_ErrorDelete(TRITONSERVER_Error* error);
+
+#define DEFAULT_BUDGET 16384
+
+typedef struct {
+  uint64_t budget; /* max_batch_tokens of the model's config */
+} Batcher;
+
+typedef struct {
+  uint64_t budget, used;
+  bool empty;
+} Batch;
+
+/* The value of parameters { key: "max_batch_tokens" value: { string_value: "N" } } in the config's JSON form. */
+static uint64_t
+read_budget(TRITONBACKEND_Model* model)
+{
+  uint64_t budget = DEFAULT_BUDGET;
+  TRITONSERVER_Message* config = NULL;
+  const char* json = NULL;
+  size_t size = 0;
+  TRITONSERVER_Error* error = TRITONBACKEND_ModelConfig(model, 1, &config);
+  if (error == NULL) {
+    error = TRITONSERVER_MessageSerializeToJson(config, &json, &size);
+  }
+  if (error == NULL) {
+    const char* key = strstr(json, "\"max_batch_tokens\"");
+    const char* value = key ? strstr(key, "\"string_value\":\"") : NULL;
+    if (value != NULL) {
+      uint64_t parsed = strtoull(value + strlen("\"string_value\":\""), NULL, 10);
+      if (parsed > 0) {
+        budget = parsed;
+      }
+    }
+  } else {
+    TRITONSERVER_ErrorDelete(error);
+  }
+  if (config != NULL) {
+    TRITONSERVER_MessageDelete(config);
+  }
+  return budget;
+}
+
+TRITONSERVER_Error*
+TRITONBACKEND_ModelBatcherInitialize(TRITONBACKEND_Batcher** batcher, TRITONBACKEND_Model* model)
+{
+  Batcher* state = calloc(1, sizeof(Batcher));
+  state->budget = read_budget(model);
+  *batcher = (TRITONBACKEND_Batcher*)state;
+  return NULL;
+}
+
+TRITONSERVER_Error*
+TRITONBACKEND_ModelBatcherFinalize(TRITONBACKEND_Batcher* batcher)
+{
+  free(batcher);
+  return NULL;
+}
+
+TRITONSERVER_Error*
+TRITONBACKEND_ModelBatchInitialize(const TRITONBACKEND_Batcher* batcher, void** userp)
+{
+  Batch* batch = calloc(1, sizeof(Batch));
+  batch->budget = ((const Batcher*)batcher)->budget;
+  batch->empty = true;
+  *userp = batch;
+  return NULL;
+}
+
+TRITONSERVER_Error*
+TRITONBACKEND_ModelBatchIncludeRequest(TRITONBACKEND_Request* request, void* userp, bool* should_include)
+{
+  Batch* batch = userp;
+  TRITONBACKEND_Input* input = NULL;
+  const int64_t* shape = NULL;
+  uint32_t dims = 0;
+  uint64_t tokens = 1;
+  TRITONSERVER_Error* error = TRITONBACKEND_RequestInput(request, "input_ids", &input);
+  if (error == NULL) {
+    error = TRITONBACKEND_InputProperties(input, NULL, NULL, &shape, &dims, NULL, NULL);
+  }
+  if (error != NULL) { /* cannot size it: let Triton's own checks answer it, alone */
+    TRITONSERVER_ErrorDelete(error);
+    *should_include = batch->empty;
+    batch->empty = false;
+    return NULL;
+  }
+  for (uint32_t i = 0; i < dims; i++) {
+    tokens *= (uint64_t)shape[i];
+  }
+  *should_include = batch->empty || batch->used + tokens <= batch->budget;
+  if (*should_include) {
+    batch->used += tokens;
+    batch->empty = false;
+  }
+  return NULL;
+}
+
+TRITONSERVER_Error*
+TRITONBACKEND_ModelBatchFinalize(void* userp)
+{
+  free(userp);
+  return NULL;
+}

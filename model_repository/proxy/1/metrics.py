@@ -1,0 +1,82 @@
+"""The proxy's Prometheus metrics (prometheus_client), labelled by route, status and served model. Triton's own
+per-model nv_* metrics are on Triton's metrics port."""
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+INPUT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+ROUTES = ("/health", "/health/live", "/metrics", "/v1/embedding", "/v1/embeddings", "/v1/encode", "/embed_sparse",
+          "/v1/rerank", "/v1/models", "/openapi.json", "/docs")
+disable_created_metrics()  # no *_created series: one line per sample is what dashboards read
+CLIENT_CLOSED = 499  # nginx's code for a client that left before its answer: not a server error
+
+
+def route_label(path):
+    """A bounded label set: known routes, model routes by shape, everything else "other"."""
+    if path in ROUTES:
+        return path
+    if path.startswith("/v1/models/"):
+        return "/v1/models/{id}/" + path.rsplit("/", 1)[1] if path.endswith(("/load", "/unload")) \
+            else "/v1/models/{id}"
+    return "/docs" if path.startswith("/docs/") else "other"
+
+
+class Metrics:
+    def __init__(self):
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("proxy_requests", "HTTP requests answered, by route, status code and model.",
+                                ["route", "status", "model"], registry=self.registry)
+        self.latency = Histogram("proxy_request_duration_seconds", "Time from request received to response sent.",
+                                 ["route"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.inputs = Histogram("proxy_request_inputs", "Texts per successful embedding request.", ["model"],
+                                buckets=INPUT_BUCKETS, registry=self.registry)
+        self.tokens = Counter("proxy_tokens", "Tokens embedded (after truncation, special tokens included).",
+                              ["model"], registry=self.registry)
+        self.truncated = Counter("proxy_truncated_inputs", "Texts cut to the model's max length.", ["model"],
+                                 registry=self.registry)
+        self.in_flight = Gauge("proxy_requests_in_flight", "HTTP requests being answered now.",
+                               registry=self.registry)
+        self.recoveries = Counter("proxy_stub_recoveries", "Dead Python-backend stubs found, by model and action.",
+                                  ["model", "action"], registry=self.registry)
+
+    def observe_request(self, path, status, seconds, model):
+        route = route_label(path)
+        self.requests.labels(route, str(status), model or "").inc()
+        self.latency.labels(route).observe(seconds)
+
+    def observe_embedding(self, model, inputs, tokens, truncated):
+        self.inputs.labels(model).observe(inputs)
+        self.tokens.labels(model).inc(tokens)
+        self.truncated.labels(model).inc(truncated)
+
+    def render(self):
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class MetricsMiddleware:
+    """Outermost ASGI layer: counts every answer (errors, 404s and clients that left included) with its latency.
+    Routes put the resolved model id in scope["state"]["model"]."""
+
+    def __init__(self, app, metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, status = time.perf_counter(), [CLIENT_CLOSED]
+        scope.setdefault("state", {})
+
+        async def send_and_note(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        self.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            self.metrics.in_flight.dec()
+            self.metrics.observe_request(scope["path"], status[0], time.perf_counter() - started,
+                                         scope["state"].get("model"))

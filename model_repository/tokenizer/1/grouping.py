@@ -1,0 +1,59 @@
+"""Length grouping for the tokenizer: which requests of one execute share a padded width.
+
+Triton's dynamic batcher merges only requests of equal shape, in arrival order. The tokenizer therefore sorts the
+requests of one execute by length, cuts them into groups, pads every request of a group to the group's width and
+sends the groups one after the other: each group reaches the encoder's queue as a run of equal shapes and runs as
+one batch. Pure functions, no Triton imports: tests call them directly.
+"""
+
+
+def round_up(n, multiple):
+    return -(-n // multiple) * multiple
+
+
+def plan_groups(request_lengths, multiple=8, overhead_tokens=256, min_efficiency=0.5, max_tokens=16384):
+    """request_lengths: per request, the token count of each of its rows (after truncation).
+
+    Returns [(request indices, padded width)] in sending order (widest first). The cut minimizes the encoder's
+    work, sum over groups of (overhead_tokens + rows x width): one more encoder run costs `overhead_tokens`, a
+    wider group costs its padding. A group never holds more than `max_tokens` padded tokens, and a group of several
+    widths keeps real/padded tokens >= `min_efficiency`. Requests of equal width are never split unless a group
+    would exceed max_tokens, so the search runs over runs of equal width (blocks), not over requests."""
+    if not request_lengths:
+        return []
+    widths = [round_up(max(rows), multiple) for rows in request_lengths]
+    order = sorted(range(len(request_lengths)), key=lambda i: -widths[i])
+    blocks = []  # [width, request indices, rows, real tokens]; equal widths, each within max_tokens
+    for i in order:
+        rows, real = len(request_lengths[i]), sum(request_lengths[i])
+        last = blocks[-1] if blocks else None
+        if last and last[0] == widths[i] and (last[2] + rows) * widths[i] <= max_tokens:
+            last[1].append(i)
+            last[2] += rows
+            last[3] += real
+        else:
+            blocks.append([widths[i], [i], rows, real])
+    if len(blocks) == 1:
+        return [(blocks[0][1], blocks[0][0])]
+    # best[e]: least cost of blocks[:e]; cut[e]: where the last group of that solution starts.
+    count = len(blocks)
+    best, cut = [0.0] + [float("inf")] * count, [0] * (count + 1)
+    for end in range(1, count + 1):
+        rows = real = 0
+        for start in range(end - 1, -1, -1):
+            width = blocks[start][0]
+            rows += blocks[start][2]
+            real += blocks[start][3]
+            if rows * width > max_tokens and start < end - 1:
+                break  # wider starts only add rows and width (a lone block is always allowed)
+            if end - start > 1 and real < min_efficiency * rows * width:
+                continue
+            cost = best[start] + overhead_tokens + rows * width
+            if cost < best[end]:
+                best[end], cut[end] = cost, start
+    groups, end = [], count
+    while end > 0:
+        start = cut[end]
+        groups.append(([i for block in blocks[start:end] for i in block[1]], blocks[start][0]))
+        end = start
+    return groups[::-1]
