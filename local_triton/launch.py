@@ -161,6 +161,10 @@ class Server:
     def pid(self):
         return self.process.pid
 
+    @property
+    def returncode(self):
+        return self.process.returncode
+
     def poll(self):
         if time.monotonic() - self.noted > 2.0:  # stubs start at load and reload: a look now and then suffices
             self.note_regions()

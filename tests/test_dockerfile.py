@@ -42,15 +42,31 @@ def third_party_imports():
     return found
 
 
-def dockerfile_pins(text):
-    """{normalized pip name: version} from every `pip install` in the Dockerfile (continuation lines joined)."""
+def requirement_pins(text):
+    """{normalized name: version} of a requirements file's lines."""
+    pins = {}
+    for line in text.splitlines():
+        word = line.split("#")[0].strip()
+        if word and not word.startswith("-"):
+            name, _, version = word.partition("==")
+            pins[_normalize(re.split(r"[\[<>=!~]", name)[0])] = version.strip()
+    return pins
+
+
+def dockerfile_pins(text, root=PROJECT):
+    """{normalized pip name: version} from every `pip install` in the Dockerfile (continuation lines joined),
+    following `-r <file>` to the project's requirements file it names (COPY puts it in the image)."""
     joined = re.sub(r"\\\n", " ", text)
     pins = {}
     for line in joined.splitlines():
         line = line.split("#")[0] if line.lstrip().startswith("#") else line
         for command in re.findall(r"pip3?\s+install\s+([^&;|]*)", line):
-            for word in command.split():
-                if word.startswith("-"):
+            words = command.split()
+            for i, word in enumerate(words):
+                if word == "-r" and i + 1 < len(words):
+                    with open(os.path.join(root, os.path.basename(words[i + 1])), encoding="utf-8") as handle:
+                        pins.update(requirement_pins(handle.read()))
+                if word.startswith("-") or (i and words[i - 1] == "-r"):
                     continue
                 name, _, version = word.strip("'\"").partition("==")
                 name = re.split(r"[\[<>=!~]", name)[0]
@@ -82,9 +98,11 @@ def test_model_imports_are_installed_by_dockerfile():
     assert not unpinned, f"not pinned (==) in Dockerfile.triton: {unpinned}"
 
 
-def test_tokenizers_pin_matches_the_tested_one():
-    """Token ids are tested against the tokenizers in requirements.txt: the container must run the same one."""
-    requirements = open(os.path.join(PROJECT, "requirements.txt"), encoding="utf-8").read()
-    tested = re.search(r"^tokenizers==([\w.]+)", requirements, re.MULTILINE).group(1)
-    pins = dockerfile_pins(open(DOCKERFILE, encoding="utf-8").read())
-    assert pins.get("tokenizers") == tested
+def test_container_and_tests_share_the_serving_pins():
+    """Token ids and the proxy are tested with requirements-serving.txt (the local venv includes it, the Python 3.10
+    serving venv is built from it): the container installs exactly that file."""
+    serving = requirement_pins(open(os.path.join(PROJECT, "requirements-serving.txt"), encoding="utf-8").read())
+    assert serving["tokenizers"] and serving["prometheus-client"]
+    assert "-r requirements-serving.txt" in open(os.path.join(PROJECT, "requirements.txt"), encoding="utf-8").read()
+    runtime = re.split(r"\nFROM [^\n]* AS export", open(DOCKERFILE, encoding="utf-8").read(), flags=re.I)[0]
+    assert dockerfile_pins(runtime) == serving

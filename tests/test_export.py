@@ -160,7 +160,7 @@ def test_reexporting_a_name_replaces_that_model_only(named_repository, tiny_xlmr
 def test_bad_or_taken_names_are_refused(named_repository, tiny_xlmr_dir, name, words):
     (named_repository / "taken").mkdir(exist_ok=True)  # someone else's model folder
     before = _snapshot(named_repository)
-    result = run_export("--repository", str(named_repository), "--model", str(tiny_xlmr_dir), "--name", name)
+    result = run_export("--repository", str(named_repository), "--model", str(tiny_xlmr_dir), f"--name={name}")
     assert result.returncode != 0 and "Traceback" not in result.stderr
     for word in words:
         assert word in result.stderr, result.stderr

@@ -366,6 +366,8 @@ class HttpGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if scope["method"] in ("GET", "HEAD", "OPTIONS"):  # probes, metrics, model lists: answered while draining
+            return await self.run(scope, receive, send, None)
         if self.service.draining:
             return await self.refuse(send, ApiError(503, "the server is shutting down", "shutting_down",
                                                     headers={"Retry-After": "1"}))

@@ -8,8 +8,9 @@ Text = str  # one text to embed; the routes refuse blank ones (400 empty_input)
 
 
 class Request(BaseModel):
-    # Unknown fields are ignored, as OpenAI clients send extras (e.g. the SDK's `extra_body`).
-    model_config = ConfigDict(extra="ignore")
+    # Unknown fields are ignored, as OpenAI clients send extras (e.g. the SDK's `extra_body`). Strict: "no" is not
+    # a boolean and 5 is not a model name.
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 # ---------------------------------------------------------------- requests

@@ -1,0 +1,322 @@
+"""The proxy's HTTP app (model_repository/proxy/1/app.py) with FastAPI's TestClient and an injected fake service:
+routes, validation and error codes, auth, limits, routing by model, admin gating, metrics. No Triton here;
+tests/test_proxy.py covers the same app through the real server."""
+import base64
+import os
+import sys
+import types
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from conftest import PROJECT
+from fastapi.testclient import TestClient
+
+sys.path.insert(0, os.path.join(PROJECT, "model_repository", "proxy", "1"))
+import app as proxy_app  # noqa: E402
+import scoring  # noqa: E402
+from metrics import Metrics, MetricsMiddleware  # noqa: E402
+
+DIM = 8
+
+
+@dataclass(frozen=True)
+class Card:
+    id: str
+    name: str
+    outputs: tuple
+    embedding_size: int = DIM
+    colbert_size: int = DIM
+    max_length: int = 16
+    source: str = "fake/source"
+    created: int = 0
+
+
+def fake_vectors(text, dim=DIM):
+    rng = np.random.default_rng(abs(hash(text)) % 2**32)
+    vector = rng.normal(size=dim).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+class FakeService:
+    """The app.Service contract: deterministic vectors per text, token count = words + 2, truncated over 14."""
+
+    def __init__(self):
+        self.models = {"fake-dense": Card("fake-dense", "ensemble", ("dense",)),
+                       "fake-m3": Card("fake-m3", "fake-m3", ("dense", "sparse", "colbert"))}
+        self.default, self.draining, self.calls, self.admin = "fake-dense", False, [], []
+
+    def cards(self):
+        return list(self.models.values())
+
+    def resolve(self, model):
+        card = self.models.get(model or self.default) or next(
+            (c for c in self.models.values() if c.name == model), None)
+        if card is None:
+            raise proxy_app.ApiError(404, f"model '{model}' is not served here", "model_not_found", "model")
+        return card
+
+    def health(self):
+        return (False, "shutting down") if self.draining else (True, "ok")
+
+    def live(self):
+        return True, "ok"
+
+    async def embed(self, card, texts, outputs, param):
+        self.calls.append((card.id, list(texts), outputs))
+        for i, text in enumerate(texts):
+            if text == "BAD":  # what the tokenizer's per-text errors become
+                raise proxy_app.ApiError(400, f"{param}[{i}] is not valid UTF-8 (byte 0)", "invalid_input", param)
+        words = [len(t.split()) + 2 for t in texts]
+        tokens = np.minimum(words, card.max_length)
+        sparse = [(np.array(sorted({abs(hash(w)) % 1000 for w in t.split()}), dtype=np.int64),
+                   np.full(len({abs(hash(w)) % 1000 for w in t.split()}), 0.5, dtype=np.float32)) for t in texts]
+        colbert = [np.stack([fake_vectors(w) for w in t.split()] + [fake_vectors("</s>")]) for t in texts]
+        return SimpleNamespace(dense=np.stack([fake_vectors(t) for t in texts]), sparse=sparse, colbert=colbert,
+                               tokens=tokens, truncated=np.array(words) > card.max_length, inference_ms=1.0)
+
+    async def load(self, model_id):
+        self.admin.append(("load", model_id))
+        return 0.5
+
+    async def unload(self, model_id):
+        self.admin.append(("unload", model_id))
+        return 0.25
+
+    async def delete(self, model_id):
+        raise proxy_app.ApiError(409, f"model '{model_id}' is loaded: unload it first", "model_loaded")
+
+
+def settings(**overrides):
+    values = dict(api_key="", admin_api_key="", max_inputs_per_request=16, max_input_chars=200, max_body_bytes=4096,
+                  body_timeout_s=5.0, swagger_path=None)
+    values.update(overrides)
+    return SimpleNamespace(**values)
+
+
+def make_client(**overrides):
+    service, metrics, config = FakeService(), Metrics(), settings(**overrides)
+    app = proxy_app.create_app(config, service, metrics)
+    client = TestClient(MetricsMiddleware(proxy_app.HttpGuard(app, config, service), metrics))
+    client.service, client.metrics = service, metrics
+    return client
+
+
+@pytest.fixture
+def client():
+    return make_client()
+
+
+def error_of(response, status, *words):
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"] and error["type"]
+    for word in words:
+        assert word in error["message"], error["message"]
+    return error
+
+
+# ---------------------------------------------------------------- the embedding routes
+@pytest.mark.parametrize("encoding", ["float", "base64"])
+def test_openai_embeddings(client, encoding):
+    response = client.post("/v1/embeddings", json={"input": ["a b", "c"], "encoding_format": encoding})
+    assert response.status_code == 200
+    body = response.json()
+    vectors = [np.frombuffer(base64.b64decode(d["embedding"]), "<f4") if encoding == "base64" else d["embedding"]
+               for d in body["data"]]
+    np.testing.assert_allclose(vectors, [fake_vectors("a b"), fake_vectors("c")], rtol=1e-6)
+    assert body["model"] == "fake-dense" and body["usage"] == {"prompt_tokens": 7, "total_tokens": 7}
+    assert [d["index"] for d in body["data"]] == [0, 1] and response.headers["x-truncated-inputs"] == "0"
+
+
+def test_routing_by_model(client):
+    assert client.post("/v1/embeddings", json={"input": "x", "model": "fake-m3"}).json()["model"] == "fake-m3"
+    assert client.service.calls[-1][0] == "fake-m3"
+    error = error_of(client.post("/v1/embeddings", json={"input": "x", "model": "nope"}), 404, "nope")
+    assert (error["code"], error["param"], error["type"]) == ("model_not_found", "model", "invalid_request_error")
+    assert client.post("/v1/embedding?model=fake-m3", json=[{"query": "x"}]).status_code == 200
+    assert client.service.calls[-1][0] == "fake-m3"
+    assert [m["id"] for m in client.get("/v1/models").json()["data"]] == ["fake-dense", "fake-m3"]
+    assert client.get("/v1/models/fake-m3").json()["outputs"] == ["dense", "sparse", "colbert"]
+    error_of(client.get("/v1/models/nope"), 404)
+
+
+def test_seed_api(client):
+    response = client.post("/v1/embedding", json=[{"query": "a"}, {"query": "b c"}])
+    assert response.status_code == 200 and [list(item) for item in response.json()] == [["embedding"]] * 2
+
+
+def test_truncate_false_is_422(client):
+    long = " ".join(["w"] * 20)
+    error = error_of(client.post("/v1/embeddings", json={"input": ["ok", long], "truncate": False}), 422,
+                     "input[1]", "16 tokens")
+    assert error["code"] == "context_length_exceeded"
+    truncated = client.post("/v1/embeddings", json={"input": ["ok", long]})
+    assert truncated.json()["data"][1]["truncated"] is True and truncated.headers["x-truncated-inputs"] == "1"
+
+
+def test_encode_returns_any_combination(client):
+    body = {"input": ["a b", "b"], "model": "fake-m3", "return_sparse": True, "return_colbert": True}
+    data = client.post("/v1/encode", json=body).json()["data"]
+    assert set(data[0]) == {"index", "dense", "sparse", "colbert", "truncated"}
+    assert set(data[0]["sparse"]) == {"indices", "values"} and len(data[0]["colbert"]) == 3
+    only_sparse = client.post("/v1/encode", json={**body, "return_dense": False, "return_colbert": False})
+    assert set(only_sparse.json()["data"][1]) == {"index", "sparse", "truncated"}
+    assert client.service.calls[-1][2] == ("sparse",)  # only what was asked is requested from Triton
+    error = error_of(client.post("/v1/encode", json={"input": "x", "return_sparse": True}), 400, "sparse")
+    assert error["code"] == "output_not_served"
+
+
+def test_embed_sparse_is_teis_shape(client):
+    result = client.post("/embed_sparse", json={"inputs": ["a b"], "model": "fake-m3"}).json()
+    assert isinstance(result, list) and set(result[0][0]) == {"index", "value"} and len(result[0]) == 2
+    error_of(client.post("/embed_sparse", json={"inputs": "x"}), 400, "sparse")  # the default model is dense only
+
+
+def test_rerank_orders_by_the_combined_score(client):
+    documents = ["red apple", "green tree", "apple pie"]
+    body = {"query": "apple", "documents": documents, "model": "fake-m3", "top_n": 2, "return_documents": True}
+    results = client.post("/v1/rerank", json=body).json()["results"]
+    query = {"dense": fake_vectors("apple"), "sparse": (np.array([abs(hash("apple")) % 1000]), np.array([0.5])),
+             "colbert": np.stack([fake_vectors("apple"), fake_vectors("</s>")])}
+    passages = [{"dense": fake_vectors(d), "sparse": (np.array(sorted({abs(hash(w)) % 1000 for w in d.split()})),
+                                                       np.full(len(set(d.split())), 0.5)),
+                 "colbert": np.stack([fake_vectors(w) for w in d.split()] + [fake_vectors("</s>")])}
+                for d in documents]
+    expected = scoring.rerank_scores(query, passages, {"dense": 1.0, "sparse": 1.0, "colbert": 1.0})
+    order = sorted(range(3), key=lambda i: -expected[i][0])[:2]
+    assert [r["index"] for r in results] == order
+    for result in results:
+        assert result["relevance_score"] == pytest.approx(expected[result["index"]][0], abs=1e-6)
+        assert result["document"] == {"text": documents[result["index"]]}
+        assert set(result["scores"]) == {"dense", "sparse", "colbert"}
+    dense_only = client.post("/v1/rerank", json={"query": "apple", "documents": documents}).json()["results"]
+    assert all(set(r["scores"]) == {"dense"} and "document" not in r for r in dense_only)
+
+
+def test_scoring_matches_its_formulas():
+    """scoring.py against the formulas written out (FlagEmbedding parity itself: tests/test_m3.py)."""
+    q = np.array([[1.0, 0.0], [0.0, 1.0]])
+    p = np.array([[0.6, 0.8]])
+    assert scoring.colbert_score(q, p, padded_length=1) == pytest.approx((0.6 + 0.8) / 2)
+    assert scoring.colbert_score(-q, p, padded_length=2) == 0.0  # a shorter passage of its batch: floored at 0
+    assert scoring.colbert_score(-q, p, padded_length=1) == pytest.approx(-(0.6 + 0.8) / 2)
+    sparse = scoring.sparse_score((np.array([1, 5, 9]), np.array([0.5, 1.0, 2.0])), (np.array([9, 2, 5]),
+                                                                                    np.array([1.0, 3.0, 0.25])))
+    assert sparse == pytest.approx(1.0 * 0.25 + 2.0 * 1.0)
+
+
+# ---------------------------------------------------------------- validation, limits, error codes
+@pytest.mark.parametrize("body, status, code, words", [
+    (b"{not json", 400, "invalid_json", ["not valid JSON"]),
+    (b'{"input": ["\xff\xfe"]}', 400, "invalid_json", ["not valid JSON"]),
+    (b"", 400, None, []),
+    (b'["hello"]', 400, "invalid_type", []),
+    (b'{"model": "m"}', 400, "missing_input", ["input"]),
+    (b'{"input": 5}', 400, "invalid_type", ["input"]),
+    (b'{"input": []}', 400, "invalid_input", ["non-empty list"]),
+    (b'{"input": ""}', 400, "empty_input", ["input[0] is empty"]),
+    (b'{"input": ["fine", "   "]}', 400, "empty_input", ["input[1] is empty"]),
+    (b'{"input": ["fine", 3]}', 400, "invalid_type", ["input"]),
+    (b'{"input": [1, 2, 3]}', 400, "invalid_input", ["token arrays"]),
+    (b'{"input": "x", "encoding_format": "int8"}', 400, "invalid_value", ["encoding_format"]),
+    (b'{"input": "x", "dimensions": 128}', 400, "invalid_value", ["dimensions", str(DIM)]),
+    (b'{"input": "x", "dimensions": "x"}', 400, "invalid_type", ["dimensions"]),
+    (b'{"input": "x", "model": 5}', 400, "invalid_type", ["model"]),
+    (b'{"input": "x", "truncate": "no"}', 400, "invalid_type", ["truncate"]),
+    (b'{"input": "\\ud800"}', 400, "invalid_json", ["not valid JSON"]),
+    (b'{"input": ["BAD"]}', 400, "invalid_input", ["input[0]", "UTF-8"]),
+    (b"[" * 1500 + b"]" * 1500, 400, "invalid_json", ["not valid JSON"]),  # nesting: no RecursionError, no 500
+])
+def test_bad_requests_get_their_code(client, body, status, code, words):
+    error = error_of(client.post("/v1/embeddings", content=body, headers={"content-type": "application/json"}),
+                     status, *words)
+    if code:
+        assert error["code"] == code, error
+
+
+def test_limits(client):
+    error_of(client.post("/v1/embeddings", json={"input": ["a"] * 17}), 422, "17", "max_inputs_per_request")
+    error_of(client.post("/v1/embeddings", json={"input": ["ok", "b" * 201]}), 422, "input[1]", "max_input_chars")
+    error_of(client.post("/v1/embeddings", content=b'{"input": "' + b"a" * 5000 + b'"}',
+                         headers={"content-type": "application/json"}), 413, "4096", "max_body_bytes")
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_only_json_bodies_are_accepted(client, content_type):
+    """Cross-site "simple" POSTs (no preflight) can only send these content types: refused."""
+    headers = {"content-type": content_type} if content_type else {}
+    error = error_of(client.post("/v1/embeddings", content=b'{"input": "x"}', headers=headers), 415, "JSON")
+    assert error["code"] == "unsupported_media_type"
+
+
+def test_api_key_bearer_scheme_is_case_insensitive():
+    client = make_client(api_key="s3cret")
+    assert client.post("/v1/embeddings", json={"input": "x"}).status_code == 401
+    for scheme in ("Bearer", "bearer", "BEARER"):
+        response = client.post("/v1/embeddings", json={"input": "x"}, headers={"Authorization": f"{scheme} s3cret"})
+        assert response.status_code == 200, scheme
+    error = error_of(client.post("/v1/embeddings", json={"input": "x"}, headers={"Authorization": "Basic s3cret"}),
+                     401, "API key")
+    assert error["type"] == "authentication_error"
+    assert client.get("/health").status_code == 200  # probes need no key
+
+
+def test_admin_routes_are_off_without_an_admin_key_and_never_open_to_the_api_key():
+    client = make_client(api_key="user")
+    error = error_of(client.post("/v1/models/fake-m3/load", headers={"Authorization": "Bearer user"}), 403,
+                     "ADMIN_API_KEY")
+    assert error["code"] == "admin_disabled"
+    client = make_client(api_key="user", admin_api_key="admin")
+    for headers in ({}, {"Authorization": "Bearer user"}, {"Authorization": "Bearer wrong"}):
+        error_of(client.post("/v1/models/fake-m3/unload", headers=headers), 401, "admin key")
+        error_of(client.delete("/v1/models/fake-m3", headers=headers), 401)
+    admin = {"Authorization": "Bearer admin"}
+    assert client.post("/v1/models/fake-m3/load", headers=admin).json() == {"id": "fake-m3", "status": "loaded",
+                                                                          "seconds": 0.5}
+    assert client.post("/v1/models/fake-m3/unload", headers=admin).json()["status"] == "unloaded"
+    assert client.service.admin == [("load", "fake-m3"), ("unload", "fake-m3")]
+    error_of(client.delete("/v1/models/fake-m3", headers=admin), 409, "unload it first")
+
+
+def test_draining_answers_503_with_retry_after(client):
+    client.service.draining = True
+    response = client.post("/v1/embeddings", json={"input": "x"})
+    error_of(response, 503, "shutting down")
+    assert response.headers["retry-after"] == "1"
+    health = client.get("/health")
+    assert (health.status_code, health.text) == (503, "shutting down")
+
+
+def test_metrics_are_labelled_by_model(client):
+    client.post("/v1/embeddings", json={"input": ["one", "two"], "model": "fake-m3"})
+    client.post("/v1/embeddings", json={"input": []})
+    text = client.get("/metrics").text
+    assert 'proxy_requests_total{model="fake-m3",route="/v1/embeddings",status="200"} 1.0' in text
+    assert 'proxy_requests_total{model="",route="/v1/embeddings",status="400"} 1.0' in text
+    assert 'proxy_tokens_total{model="fake-m3"} 6.0' in text
+    assert 'proxy_request_inputs_count{model="fake-m3"} 1.0' in text
+    assert "_created" not in text
+
+
+def test_openapi_document_comes_from_the_models(client):
+    spec = client.get("/openapi.json").json()
+    assert {"/v1/embeddings", "/v1/embedding", "/v1/encode", "/embed_sparse", "/v1/rerank", "/v1/models",
+            "/v1/models/{model_id}", "/v1/models/{model_id}/load", "/health", "/metrics"} <= set(spec["paths"])
+    request = spec["paths"]["/v1/embeddings"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert request["$ref"].endswith("/EmbeddingsRequest")
+    schema = spec["components"]["schemas"]["EmbeddingsRequest"]
+    assert schema["required"] == ["input"] and schema["properties"]["encoding_format"]["enum"] == ["float", "base64"]
+
+
+def test_no_hand_written_schema_or_metrics_remain():
+    """Issue 7: prometheus_client and pydantic do these jobs; no dict schemas or exposition code by hand."""
+    folder = os.path.join(PROJECT, "model_repository", "proxy", "1")
+    code = "".join(open(os.path.join(folder, f)).read() for f in os.listdir(folder) if f.endswith(".py"))
+    assert '"type": "object"' not in code and "openapi_extra" not in code
+    assert "# TYPE" not in code and "_bucket{" not in code
+
+
+def test_module_imports_no_triton():
+    assert isinstance(proxy_app, types.ModuleType) and "triton_python_backend_utils" not in sys.modules
