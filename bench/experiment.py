@@ -18,7 +18,8 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
-from bench import loadgen, run as bench_run  # noqa: E402
+from bench import loadgen  # noqa: E402
+from bench import run as bench_run
 from local_triton import launch  # noqa: E402
 
 

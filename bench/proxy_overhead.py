@@ -6,11 +6,11 @@ gRPC and proxy (so drift on a noisy machine hits both alike) and the p50/p90 of 
     python bench/proxy_overhead.py --grpc 127.0.0.1:8001 --proxy http://127.0.0.1:8080 [--requests 200]
 """
 import argparse
+import http.client as httplib
 import statistics
 import time
-
-import http.client as httplib
 import urllib.parse
+
 import numpy as np
 import orjson
 import tritonclient.grpc as grpcclient

@@ -39,7 +39,8 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
-from bench import baselines, corpus as corpus_lib, loadgen, report  # noqa: E402
+from bench import baselines, loadgen, report  # noqa: E402
+from bench import corpus as corpus_lib
 
 RESULTS = os.path.join(PROJECT, "bench", "results")
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"

@@ -20,7 +20,6 @@ A named export also copies the tokenizer's config and code. Everything is built 
 against PyTorch (every output) before it replaces anything in the repository.
 """
 import argparse
-import glob
 import importlib.util
 import inspect
 import json
@@ -379,7 +378,7 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup):
 def tokenizer_parameter(key):
     """A parameter of the tracked tokenizer config (the home of settings the encoder shares)."""
     with open(os.path.join(SOURCE_REPOSITORY, "tokenizer", "config.pbtxt"), encoding="utf-8") as handle:
-        match = re.search(r'key:\s*"%s"\s*value:\s*\{\s*string_value:\s*"([^"]*)"' % re.escape(key), handle.read())
+        match = re.search(rf'key:\s*"{re.escape(key)}"\s*value:\s*\{{\s*string_value:\s*"([^"]*)"', handle.read())
     if not match:
         fail(f"tokenizer/config.pbtxt has no parameter {key!r}")
     return match.group(1)

@@ -17,7 +17,13 @@ Settings (environment variables; the README's "Security" and "Settings" sections
   MODEL_CONTROL           explicit (default: models load and unload at run time) or none
   LOAD_MODELS             models to load at start in explicit mode, comma-separated (default *: all)
   RATE_LIMIT              on (default; see model_repository/tokenizer/config.pbtxt) or off
+  MODEL_CONFIG_NAME       Triton's --model-config-name: models with configs/<name>.pbtxt load it (e.g. gpu)
   EXIT_TIMEOUT_S          seconds Triton waits for in-flight requests at shutdown (default 30)
+
+While it runs, the launcher also supervises: the proxy model's own watchdog recovers the other Python stubs, but
+nothing inside Triton watches the proxy's stub, so the launcher reloads the proxy when that stub dies; and if
+tritonserver exits on its own (the watchdog stops it when a dead stub cannot be reloaded in place), the launcher
+starts it again (--no-restart: exit instead).
 """
 import argparse
 import glob
@@ -121,12 +127,16 @@ def server_env(python=sys.executable):
     return env
 
 
+def admin_key_for(env=None):
+    # Without a configured key the restricted APIs still need one: a random key only the launcher knows.
+    return secret("ADMIN_API_KEY", env) or secrets.token_hex(16)
+
+
 def server_command(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, extra_args=(),
-                   python=sys.executable, env=None):
+                   python=sys.executable, env=None, admin_key=None):
     """The tritonserver command line; settings come from `env` (default: this process's environment)."""
     address = setting("TRITON_ADDRESS", "127.0.0.1", env)
-    # Without a configured key the restricted APIs still need one: a random key nobody knows closes them.
-    admin_key = secret("ADMIN_API_KEY", env) or secrets.token_hex(16)
+    admin_key = admin_key or admin_key_for(env)
     if in_container():
         command = [CONTAINER_SERVER]
     else:
@@ -147,15 +157,35 @@ def server_command(model_repository, http_port=8000, grpc_port=8001, metrics_por
         command += [f"--load-model={name.strip()}" for name in setting("LOAD_MODELS", "*", env).split(",")]
     if setting("RATE_LIMIT", "on", env) == "on":
         command.append("--rate-limit=execution_count")  # honour the configs' rate_limiter sections
+    if setting("MODEL_CONFIG_NAME", "", env):
+        command.append(f"--model-config-name={setting('MODEL_CONFIG_NAME', '', env)}")
     return [*command, *extra_args]
+
+
+def children(pid):
+    """{child pid: (state, argv)} of process `pid` (a zombie's argv is empty)."""
+    found = {}
+    for entry in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(entry, encoding="utf-8", errors="replace") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) != pid:
+                continue
+            with open(entry[:-4] + "cmdline", "rb") as handle:
+                found[int(entry.split("/")[2])] = (fields[0], handle.read().split(b"\0"))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
 
 
 class Server:
     """A running tritonserver and the shared-memory regions of its Python stubs (removed after it exits: a stub
     that died leaves its region behind)."""
 
-    def __init__(self, process):
+    def __init__(self, process, admin_key=None, http_port=None, address="127.0.0.1"):
         self.process, self.regions, self.noted = process, set(), 0.0
+        self.admin_key, self.http_port, self.address = admin_key, http_port, address
+        self.stubs = {}  # pid -> model directory, learnt while each stub lives
 
     @property
     def pid(self):
@@ -171,19 +201,36 @@ class Server:
         return self.process.poll()
 
     def note_regions(self):
-        """The stubs are the server's children; their second argument names their /dev/shm region."""
+        """The stubs are the server's children: their first argument is their model's file, the second names their
+        /dev/shm region. Returns {pid: state}."""
         self.noted = time.monotonic()
-        for stat in glob.glob("/proc/[0-9]*/stat"):
-            try:
-                with open(stat, encoding="utf-8", errors="replace") as handle:
-                    if int(handle.read().rsplit(")", 1)[1].split()[1]) != self.process.pid:
-                        continue
-                with open(stat[:-4] + "cmdline", "rb") as handle:
-                    args = handle.read().split(b"\0")
-            except (OSError, ValueError, IndexError):
-                continue
+        states = {}
+        for pid, (state, args) in children(self.process.pid).items():
+            states[pid] = state
             if len(args) > 2 and args[2].startswith(b"triton_") and b"_shm_region_" in args[2]:
                 self.regions.add(args[2].decode())
+                self.stubs[pid] = os.path.basename(os.path.dirname(os.path.dirname(args[1].decode(errors="replace"))))
+        return states
+
+    def reload_dead_proxy(self, log=print):
+        """If the proxy's stub died, unload and load it through the repository API (restricted: admin key)."""
+        states = self.note_regions()
+        dead = [pid for pid, state in states.items() if state == "Z" and self.stubs.get(pid) == "proxy"]
+        if not dead:
+            return False
+        for pid in dead:
+            self.stubs.pop(pid)
+        log(f"launch: the proxy's stub (pid {dead[0]}) died: reloading the proxy model", flush=True)
+        host = "127.0.0.1" if self.address in ("0.0.0.0", "::", "") else self.address
+        for action in ("unload", "load"):
+            request = urllib.request.Request(f"http://{host}:{self.http_port}/v2/repository/models/proxy/{action}",
+                                             method="POST", data=b"{}", headers={"admin-key": self.admin_key})
+            try:
+                urllib.request.urlopen(request, timeout=120).close()
+            except OSError as error:
+                log(f"launch: {action} of the proxy failed: {error}", flush=True)
+                return False
+        return True
 
     def cleanup(self):
         for region in self.regions:
@@ -196,10 +243,12 @@ def start(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, e
           extra_env=None, python=sys.executable):
     env = server_env(python)
     env.update(extra_env or {})
-    command = server_command(model_repository, http_port, grpc_port, metrics_port, extra_args, python, env)
+    admin_key = admin_key_for(env)
+    command = server_command(model_repository, http_port, grpc_port, metrics_port, extra_args, python, env,
+                             admin_key)
     process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT if log_file else None,
                                start_new_session=True)  # our signal handling decides when it stops
-    return Server(process)
+    return Server(process, admin_key, http_port, setting("TRITON_ADDRESS", "127.0.0.1", env))
 
 
 def wait_ready(server, http_port, timeout_s=300.0, address="127.0.0.1"):
@@ -242,39 +291,47 @@ def main(argv=None):
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("METRICS_PORT", 8002)))
     parser.add_argument("--model-python", default=sys.executable,
                         help="the Python whose venv runs the Python models (default: this one)")
+    parser.add_argument("--no-restart", action="store_true",
+                        help="exit when tritonserver exits on its own, instead of starting it again")
     parser.add_argument("extra", nargs="*", help="further tritonserver arguments (after --)")
     args = parser.parse_args(argv)
-
-    server = start(args.model_repository, args.http_port, args.grpc_port, args.metrics_port, args.extra,
-                   python=args.model_python)
     stopping = []
+    server = None
 
     def on_signal(signum, _frame):
         # Only forward the signal: waiting here deadlocks when the signal interrupts the main thread's wait(),
         # which holds Popen's non-reentrant wait lock. The loop below waits and escalates.
-        if not stopping and server.process.poll() is None:
+        if not stopping and server is not None and server.process.poll() is None:
             print(f"\nlaunch: signal {signum}, stopping tritonserver", flush=True)
             server.process.send_signal(signal.SIGTERM)
         stopping.append(time.monotonic())
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    try:
-        wait_ready(server, args.http_port)
-        print(f"launch: tritonserver ready: HTTP {args.http_port}, gRPC {args.grpc_port}, "
-              f"metrics {args.metrics_port} on {setting('TRITON_ADDRESS', '127.0.0.1')}", flush=True)
-    except (RuntimeError, TimeoutError) as error:
-        if not stopping:
-            stop(server)
-            raise SystemExit(f"launch: {error}")
     grace = int(setting("EXIT_TIMEOUT_S", "30")) + 30
-    while server.poll() is None:
-        if stopping and time.monotonic() - stopping[0] > grace:  # SIGTERM ignored: kill it, as stop() does
-            os.killpg(server.pid, signal.SIGKILL)
-            server.process.wait()
-        time.sleep(0.2)
-    server.cleanup()
-    return 0 if stopping else server.process.returncode
+    while True:
+        server = start(args.model_repository, args.http_port, args.grpc_port, args.metrics_port, args.extra,
+                       python=args.model_python)
+        try:
+            wait_ready(server, args.http_port)
+            print(f"launch: tritonserver ready: HTTP {args.http_port}, gRPC {args.grpc_port}, "
+                  f"metrics {args.metrics_port} on {setting('TRITON_ADDRESS', '127.0.0.1')}", flush=True)
+        except (RuntimeError, TimeoutError) as error:
+            if not stopping:
+                stop(server)
+                raise SystemExit(f"launch: {error}") from None
+        supervise = setting("MODEL_CONTROL", "explicit") == "explicit"
+        while server.poll() is None:
+            if stopping and time.monotonic() - stopping[0] > grace:  # SIGTERM ignored: kill it, as stop() does
+                os.killpg(server.pid, signal.SIGKILL)
+                server.process.wait()
+            elif supervise and not stopping and time.monotonic() - server.noted > 2.0:
+                server.reload_dead_proxy()
+            time.sleep(0.2)
+        server.cleanup()
+        if stopping or args.no_restart:
+            return 0 if stopping else server.returncode
+        print(f"launch: tritonserver exited by itself (code {server.returncode}): starting it again", flush=True)
 
 
 if __name__ == "__main__":

@@ -108,7 +108,7 @@ def start_server(repository, log_dir, extra_env=None, extra_args=()):
         launch.wait_ready(process, server.http_port, timeout_s=240)
     except Exception:
         launch.stop(process)
-        raise RuntimeError("tritonserver did not start:\n" + server.log()[-4000:])
+        raise RuntimeError("tritonserver did not start:\n" + server.log()[-4000:]) from None
     return server
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from triton_clients import (PROTOCOLS, VARIED_TEXTS, client, cosine, error_of, infer, settled_stats,
-                            url_for)
 from tritonclient.utils import InferenceServerException
+
+from triton_clients import PROTOCOLS, VARIED_TEXTS, client, cosine, error_of, infer, settled_stats, url_for
 
 MAX_TEXT_BYTES = 1024 * 1024  # tokenizer parameter max_text_bytes
 MAX_BATCH_SIZE = 64  # rows per request: the ensemble's max_batch_size

@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+
 from conftest import TINY_XLMR_MAX_LENGTH
 from triton_clients import PROTOCOLS, VARIED_TEXTS, cosine, embed_one_by_one, infer, url_for
 

@@ -7,6 +7,7 @@ import re
 import sys
 
 import pytest
+
 from conftest import PROJECT
 
 DOCKERFILE = os.path.join(PROJECT, "Dockerfile.triton")

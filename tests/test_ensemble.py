@@ -9,8 +9,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from triton_clients import (PROTOCOLS, VARIED_TEXTS, client, cosine, embed_one_by_one, infer, outputs,
-                            settled_stats, text_input, url_for)
+
+from triton_clients import (
+    PROTOCOLS,
+    VARIED_TEXTS,
+    client,
+    cosine,
+    embed_one_by_one,
+    infer,
+    outputs,
+    settled_stats,
+    text_input,
+    url_for,
+)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+
 from conftest import MINILM, PROJECT, TINY_XLMR_MAX_LENGTH, export
 
 EXPORT = os.path.join(PROJECT, "build", "export.py")
@@ -25,7 +26,7 @@ def _snapshot(folder):
 
 def _parameter(config_path, key):
     text = open(config_path, encoding="utf-8").read()
-    return re.search(r'key:\s*"%s"\s*value:\s*\{\s*string_value:\s*"([^"]*)"' % key, text).group(1)
+    return re.search(rf'key:\s*"{key}"\s*value:\s*\{{\s*string_value:\s*"([^"]*)"', text).group(1)
 
 
 def test_offline_unknown_hub_id_is_one_line_error_and_does_not_skip(tmp_path):

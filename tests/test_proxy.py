@@ -12,9 +12,9 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from conftest import MINILM, PROJECT, free_port, port_is_free, start_server
 from tritonclient.utils import InferenceServerException
 
+from conftest import MINILM, PROJECT, free_port, port_is_free, start_server
 from local_triton import launch
 
 TOLERANCE = 1e-6

@@ -10,8 +10,9 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import PROJECT
 from fastapi.testclient import TestClient
+
+from conftest import PROJECT
 
 sys.path.insert(0, os.path.join(PROJECT, "model_repository", "proxy", "1"))
 import app as proxy_app  # noqa: E402
@@ -89,8 +90,8 @@ class FakeService:
 
 
 def settings(**overrides):
-    values = dict(api_key="", admin_api_key="", max_inputs_per_request=16, max_input_chars=200, max_body_bytes=4096,
-                  body_timeout_s=5.0, swagger_path=None)
+    values = {"api_key": "", "admin_api_key": "", "max_inputs_per_request": 16, "max_input_chars": 200,
+              "max_body_bytes": 4096, "body_timeout_s": 5.0, "swagger_path": None}
     values.update(overrides)
     return SimpleNamespace(**values)
 

@@ -11,9 +11,9 @@ import types
 
 import numpy as np
 import pytest
+
 from conftest import PROJECT, TINY_XLMR_MAX_LENGTH
-from triton_clients import (PROTOCOLS, TOKENIZER_OUTPUTS, VARIED_TEXTS, client, infer, outputs, text_input,
-                            url_for)
+from triton_clients import PROTOCOLS, TOKENIZER_OUTPUTS, VARIED_TEXTS, client, infer, outputs, text_input, url_for
 
 
 def _served(name, request):

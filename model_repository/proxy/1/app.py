@@ -12,7 +12,6 @@ import asyncio
 import base64
 import hmac
 import time
-from typing import List, Optional
 
 import numpy as np
 import orjson
@@ -21,11 +20,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
-from scoring import rerank_scores
 from starlette.exceptions import HTTPException
 from starlette.responses import PlainTextResponse, Response
 
 import schemas
+from scoring import rerank_scores
 
 JSON = "application/json"
 ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
@@ -215,10 +214,10 @@ def create_app(settings, service, metrics):
         return json_response({"object": "list", "data": data, "model": card.id, "usage": usage(result)},
                              headers(result))
 
-    @app.post("/v1/embedding", response_model=List[schemas.SeedResult], responses=errors)
-    async def seed_embedding(request: Request, body: List[schemas.SeedItem],
+    @app.post("/v1/embedding", response_model=list[schemas.SeedResult], responses=errors)
+    async def seed_embedding(request: Request, body: list[schemas.SeedItem],
                              truncate: bool = Query(True, description="false: over-long = 422"),
-                             model: Optional[str] = Query(None, description="served model id (default model)")):
+                             model: str | None = Query(None, description="served model id (default model)")):
         """Seed API: `[{"query": "..."}]` -> `[{"embedding": [...]}]`."""
         authorize(request, settings.api_key)
         if not body:
@@ -259,7 +258,7 @@ def create_app(settings, service, metrics):
         return json_response({"object": "list", "data": data, "model": card.id, "usage": usage(result)},
                              headers(result))
 
-    @app.post("/embed_sparse", response_model=List[List[schemas.SparseEntry]], responses=errors)
+    @app.post("/embed_sparse", response_model=list[list[schemas.SparseEntry]], responses=errors)
     async def embed_sparse(request: Request, body: schemas.EmbedSparseRequest):
         """TEI's sparse route: `[[{"index": token id, "value": weight}, ...], ...]` per input."""
         authorize(request, settings.api_key)
@@ -399,7 +398,8 @@ class HttpGuard:
                 message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 raise ApiError(408, f"request body not received within {self.settings.body_timeout_s:g} s "
-                                    f"(setting body_timeout_s)", "body_timeout", headers={"Connection": "close"})
+                                    f"(setting body_timeout_s)", "body_timeout", headers={"Connection": "close"}) \
+                    from None
             if message["type"] == "http.disconnect":
                 raise ConnectionError
             size += len(message.get("body", b""))

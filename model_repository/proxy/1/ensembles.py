@@ -14,9 +14,9 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass
-from typing import Optional, Tuple
 
 import numpy as np
+
 from app import ApiError
 
 TEXT_ERROR = re.compile(r"text\[(\d+)\] (.+)")  # the tokenizer's per-text messages
@@ -34,9 +34,9 @@ class Card:
     name: str  # the ensemble
     tokenizer: str
     encoder: str
-    outputs: Tuple[str, ...]
-    embedding_size: Optional[int]
-    colbert_size: Optional[int]
+    outputs: tuple[str, ...]
+    embedding_size: int | None
+    colbert_size: int | None
     max_length: int
     max_batch_size: int
     source: str
@@ -49,9 +49,9 @@ class Card:
 
 @dataclass
 class Embeddings:
-    dense: Optional[np.ndarray]
-    sparse: Optional[list]
-    colbert: Optional[list]
+    dense: np.ndarray | None
+    sparse: list | None
+    colbert: list | None
     tokens: np.ndarray
     truncated: np.ndarray
     inference_ms: float

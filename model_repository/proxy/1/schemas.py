@@ -1,6 +1,6 @@
 """Request and response models of the HTTP API. FastAPI validates requests and writes the OpenAPI document from
 these; the routes check only what depends on settings (limits) or on the model (outputs, dimensions)."""
-from typing import Dict, List, Literal, Optional, Union
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,12 +16,12 @@ class Request(BaseModel):
 # ---------------------------------------------------------------- requests
 class EmbeddingsRequest(Request):
     """OpenAI `POST /v1/embeddings`."""
-    input: Union[Text, List[Text], List[int], List[List[int]]] = Field(
+    input: Text | list[Text] | list[int] | list[list[int]] = Field(
         description="a text or a list of texts (token arrays are refused: send text)")
-    model: Optional[str] = Field(None, description="served model id; default: the server's default model")
+    model: str | None = Field(None, description="served model id; default: the server's default model")
     encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32")
-    dimensions: Optional[int] = Field(None, description="only the model's own size is accepted")
-    user: Optional[str] = None
+    dimensions: int | None = Field(None, description="only the model's own size is accepted")
+    user: str | None = None
     truncate: bool = Field(True, description="false: an input over the model's max tokens is an error (422)")
 
 
@@ -31,8 +31,8 @@ class SeedItem(Request):
 
 class EncodeRequest(Request):
     """`POST /v1/encode`: any combination of a bge-m3 export's outputs, as FlagEmbedding's encode() returns them."""
-    input: Union[Text, List[Text]]
-    model: Optional[str] = None
+    input: Text | list[Text]
+    model: str | None = None
     return_dense: bool = True
     return_sparse: bool = False
     return_colbert: bool = False
@@ -41,8 +41,8 @@ class EncodeRequest(Request):
 
 class EmbedSparseRequest(Request):
     """TEI's `POST /embed_sparse`."""
-    inputs: Union[Text, List[Text]]
-    model: Optional[str] = None
+    inputs: Text | list[Text]
+    model: str | None = None
     truncate: bool = True
 
 
@@ -53,11 +53,11 @@ class RerankDocument(Request):
 class RerankRequest(Request):
     """`POST /v1/rerank` in Cohere / Jina / TEI's shape, scored with bge-m3's combined (M3) score."""
     query: Text
-    documents: List[Union[Text, RerankDocument]] = Field(min_length=1)
-    model: Optional[str] = None
-    top_n: Optional[int] = Field(None, ge=1, description="return the best n (default: all)")
+    documents: list[Text | RerankDocument] = Field(min_length=1)
+    model: str | None = None
+    top_n: int | None = Field(None, ge=1, description="return the best n (default: all)")
     return_documents: bool = False
-    weights: Optional[List[float]] = Field(
+    weights: list[float] | None = Field(
         None, min_length=3, max_length=3,
         description="[dense, sparse, colbert] weights of FlagEmbedding's compute_score (default [1, 1, 1]); "
                     "outputs the model does not serve are left out")
@@ -73,37 +73,37 @@ class Usage(BaseModel):
 class EmbeddingItem(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: Union[List[float], str]
+    embedding: list[float] | str
     truncated: bool
 
 
 class EmbeddingsResponse(BaseModel):
     object: Literal["list"] = "list"
-    data: List[EmbeddingItem]
+    data: list[EmbeddingItem]
     model: str
     usage: Usage
 
 
 class SeedResult(BaseModel):
-    embedding: List[float]
+    embedding: list[float]
 
 
 class SparseVector(BaseModel):
-    indices: List[int]
-    values: List[float]
+    indices: list[int]
+    values: list[float]
 
 
 class EncodeItem(BaseModel):
     index: int
-    dense: Optional[List[float]] = None
-    sparse: Optional[SparseVector] = None
-    colbert: Optional[List[List[float]]] = None
+    dense: list[float] | None = None
+    sparse: SparseVector | None = None
+    colbert: list[list[float]] | None = None
     truncated: bool
 
 
 class EncodeResponse(BaseModel):
     object: Literal["list"] = "list"
-    data: List[EncodeItem]
+    data: list[EncodeItem]
     model: str
     usage: Usage
 
@@ -116,12 +116,12 @@ class SparseEntry(BaseModel):
 class RerankResult(BaseModel):
     index: int
     relevance_score: float
-    scores: Dict[str, float] = Field(description="the dense, sparse and colbert scores that were combined")
-    document: Optional[RerankDocument] = None
+    scores: dict[str, float] = Field(description="the dense, sparse and colbert scores that were combined")
+    document: RerankDocument | None = None
 
 
 class RerankResponse(BaseModel):
-    results: List[RerankResult]
+    results: list[RerankResult]
     model: str
     usage: Usage
 
@@ -131,15 +131,15 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "triton-embed"
-    embedding_size: Optional[int] = None
+    embedding_size: int | None = None
     max_input_tokens: int
-    outputs: List[str]
+    outputs: list[str]
     source: str = Field(description="the Hugging Face model it was exported from")
 
 
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
-    data: List[ModelCard]
+    data: list[ModelCard]
 
 
 class AdminResult(BaseModel):
@@ -151,8 +151,8 @@ class AdminResult(BaseModel):
 class ErrorBody(BaseModel):
     message: str
     type: str
-    param: Optional[str] = None
-    code: Optional[str] = None
+    param: str | None = None
+    code: str | None = None
 
 
 class ErrorResponse(BaseModel):
