@@ -1,20 +1,42 @@
-"""A deterministic text corpus with a realistic mix of lengths, built offline from real English prose.
+"""Deterministic text workloads with realistic lengths, built offline from real English prose.
 
 Source: the Python Language Reference topics that every CPython ships in `pydoc_data.topics` (the text `help()`
 shows: about 465k characters of prose and grammar). Prose paragraphs are kept (indented code and grammar blocks,
 headings and rules are dropped), then, with a seeded RNG:
-  - queries: single sentences (or their first clause) of 5-20 tokens;
-  - passages: consecutive paragraphs joined and cut at a word boundary to a random target of 100-250 tokens.
+  - queries: single sentences (or their first clause) within the workload's query token range;
+  - passages: consecutive paragraphs joined and cut at a word boundary to a random target in its passage range.
 Token counts include the special tokens ([CLS]/[SEP]) of the served tokenizer and never exceed its max length.
-The same Python version + seed + tokenizer gives the same corpus (its SHA-256 is recorded in the report).
+The same Python version + seed + tokenizer gives the same texts (their SHA-256 is recorded in the report).
 """
 import hashlib
 import json
 import random
 import re
+from dataclasses import dataclass
 
-QUERY_TOKENS = (5, 20)
-PASSAGE_TOKENS = (100, 250)
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    query_share: float  # share of queries; the rest are passages
+    query_tokens: tuple
+    passage_tokens: tuple
+    texts_per_request: int
+    texts: int  # corpus size (full run)
+    concurrency: tuple  # requests in flight, per level (full run)
+
+
+WORKLOADS = {
+    "queries": Workload("queries", "search queries, 5-30 tokens, one text per request", 1.0, (5, 30), (0, 0), 1,
+                        1000, (1, 4, 16, 64, 128)),
+    "passages": Workload("passages", "passages, 100-500 tokens (capped at the model's max length), one text per "
+                         "request", 0.0, (0, 0), (100, 500), 1, 600, (1, 4, 16, 32)),
+    "mixed": Workload("mixed", "half queries of 5-20 tokens, half passages of 100-250 tokens, shuffled, one text "
+                      "per request", 0.5, (5, 20), (100, 250), 1, 1000, (1, 4, 16, 32, 64)),
+    "client-batched": Workload("client-batched", "the mixed texts, 32 per request (a client batching its own "
+                               "texts)", 0.5, (5, 20), (100, 250), 32, 1024, (1, 2, 4, 8)),
+}
 
 
 def _paragraphs():
@@ -38,51 +60,62 @@ def _count(tokenizer, text):
     return len(tokenizer.encode(text).ids)
 
 
-def build(tokenizer, size, seed=0, query_share=0.5, max_length=512):
-    """`size` texts, `query_share` of them queries, the rest passages, shuffled. Returns [{"text", "tokens"}]."""
-    rng = random.Random(seed)
-    paragraphs = _paragraphs()
-    sentences = [s.strip() for p in paragraphs for s in re.split(r"(?<=[.?!])\s+", p)]
-    lo_q, hi_q = QUERY_TOKENS
-    hi_p = min(PASSAGE_TOKENS[1], max_length)
-    lo_p = min(PASSAGE_TOKENS[0], hi_p)
-    queries_wanted = round(size * query_share)
-    corpus, seen = [], set()
-    tries = 0
-    while len(corpus) < queries_wanted and tries < 100 * size:
+def _queries(rng, tokenizer, sentences, wanted, token_range, seen, budget):
+    lo, hi = token_range
+    found, tries = [], 0
+    while len(found) < wanted and tries < budget:
         tries += 1
         sentence = rng.choice(sentences)
         words = sentence.split()
-        if len(words) > 14:  # use the opening clause of long sentences, as a searcher would type it
-            sentence = " ".join(words[:rng.randint(4, 12)])
+        if len(words) > 4 and rng.random() < 0.5:  # the opening clause, as a searcher would type it
+            sentence = " ".join(words[:rng.randint(3, min(len(words), 24))])
         n = _count(tokenizer, sentence)
-        if lo_q <= n <= hi_q and sentence not in seen:
+        if lo <= n <= hi and sentence not in seen:
             seen.add(sentence)
-            corpus.append({"text": sentence, "tokens": n, "kind": "query"})
-    while len(corpus) < size and tries < 200 * size:
+            found.append({"text": sentence, "tokens": n, "kind": "query"})
+    return found
+
+
+def _passages(rng, tokenizer, paragraphs, wanted, token_range, max_length, seen, budget):
+    hi = min(token_range[1], max_length)
+    lo = min(token_range[0], hi)
+    found, tries = [], 0
+    while len(found) < wanted and tries < budget:
         tries += 1
-        target = rng.randint(lo_p, hi_p)
+        target = rng.randint(lo, hi)
         start = rng.randrange(len(paragraphs))
         words = []
-        for paragraph in paragraphs[start:start + 12]:
+        for paragraph in paragraphs[start:start + 30]:
             words.extend(paragraph.split())
             if len(words) > target:  # ~1.3 tokens per word: enough words to cut from
                 break
-        # binary search for the longest word prefix within the target
-        lo, hi = 1, len(words)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
+        lo_w, hi_w = 1, len(words)  # binary search for the longest word prefix within the target
+        while lo_w < hi_w:
+            mid = (lo_w + hi_w + 1) // 2
             if _count(tokenizer, " ".join(words[:mid])) <= target:
-                lo = mid
+                lo_w = mid
             else:
-                hi = mid - 1
-        text = " ".join(words[:lo])
+                hi_w = mid - 1
+        text = " ".join(words[:lo_w])
         n = _count(tokenizer, text)
-        if lo_p <= n <= hi_p and text not in seen:
+        if lo <= n <= hi and text not in seen:
             seen.add(text)
-            corpus.append({"text": text, "tokens": n, "kind": "passage"})
+            found.append({"text": text, "tokens": n, "kind": "passage"})
+    return found
+
+
+def build(tokenizer, workload, size, seed=0, max_length=512):
+    """`size` texts of `workload` (a Workload), shuffled. Returns [{"text", "tokens", "kind"}]."""
+    rng = random.Random(f"{workload.name}:{seed}")
+    paragraphs = _paragraphs()
+    sentences = [s.strip() for p in paragraphs for s in re.split(r"(?<=[.?!])\s+", p)]
+    seen = set()
+    wanted_queries = round(size * workload.query_share)
+    corpus = _queries(rng, tokenizer, sentences, wanted_queries, workload.query_tokens, seen, 200 * size)
+    corpus += _passages(rng, tokenizer, paragraphs, size - len(corpus), workload.passage_tokens, max_length, seen,
+                        200 * size)
     if len(corpus) < size:
-        raise RuntimeError(f"could only build {len(corpus)} of {size} corpus texts")
+        raise RuntimeError(f"could only build {len(corpus)} of {size} {workload.name} texts")
     rng.shuffle(corpus)
     return corpus
 
@@ -91,10 +124,12 @@ def digest(corpus):
     return hashlib.sha256(json.dumps([c["text"] for c in corpus]).encode()).hexdigest()
 
 
-def load_tokenizer(tokenizer_json, max_length):
+def load_tokenizer(tokenizer_json, max_length=None):
+    """The served tokenizer.json (export wrote the model's max length as its truncation), without padding."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(tokenizer_json)
     tokenizer.no_padding()
-    tokenizer.enable_truncation(max_length)
+    if max_length:
+        tokenizer.enable_truncation(max_length)
     return tokenizer

@@ -23,20 +23,8 @@ def perf_analyzer_binary():
     return found
 
 
-def perf_analyzer_env():
-    """perf_analyzer links libcudart.so.12 even on CPU: the nvidia-cuda-runtime-cu12 wheel carries it."""
-    env = dict(os.environ)
-    try:
-        import nvidia.cuda_runtime  # noqa: F401  (namespace package of nvidia-cuda-runtime-cu12)
-
-        lib = os.path.join(list(nvidia.cuda_runtime.__path__)[0], "lib")
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (lib, env.get("LD_LIBRARY_PATH")) if p)
-    except ImportError:
-        pass
-    return env
-
-
 def write_ensemble_data(path, corpus):
+    """One entry per text; perf_analyzer's -b N sends N consecutive entries as one request of N rows."""
     with open(path, "w", encoding="utf-8") as handle:
         json.dump({"data": [{"text": [c["text"]]} for c in corpus]}, handle)
 
@@ -65,13 +53,13 @@ def parse_perf_csv(text):
 
 
 def perf_analyzer(model, url, data_path, concurrency, csv_path, window_requests, max_trials, log_path,
-                  stability=25, timeout_s=420):
+                  stability=25, timeout_s=420, batch=1):
     """One concurrency level over gRPC; returns the parsed row, or None (log says why).
 
     count_windows: every window holds at least `window_requests` responses, so slow systems at high concurrency
     (latency of seconds) still get full windows; the caller sizes it from the last measured rate."""
     command = [perf_analyzer_binary(), "-m", model, "-u", url, "-i", "grpc", "--async",
-               "--input-data", data_path, "-b", "1", "--concurrency-range", str(concurrency),
+               "--input-data", data_path, "-b", str(batch), "--concurrency-range", str(concurrency),
                "--measurement-mode", "count_windows", "--measurement-request-count", str(window_requests),
                "--stability-percentage", str(stability), "--max-trials", str(max_trials),
                "--percentile", "99", "-f", csv_path]
@@ -82,7 +70,7 @@ def perf_analyzer(model, url, data_path, concurrency, csv_path, window_requests,
             log.write(f"\n$ {' '.join(command)}\n")
             log.flush()
             try:
-                result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=perf_analyzer_env(),
+                result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
                                         timeout=timeout_s)
                 code = result.returncode
             except subprocess.TimeoutExpired:

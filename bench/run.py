@@ -1,25 +1,24 @@
-"""Benchmark the served embedding model against its baselines; write docs/benchmarks.md and plots.
+"""Benchmark the served embedding model on four workloads against its own speed; write docs/benchmarks.md.
 
-    python -m bench.run                  # full run (~10-15 min on 2 CPU cores) -> docs/benchmarks.md, docs/*.png
-    python -m bench.run --short          # CI smoke run (< 3 min) -> bench/results/short/
-    python -m bench.run --device cuda    # same harness on a GPU machine (ceiling + PyTorch baseline on CUDA)
+    python -m bench.run                  # full run (~20 min on 2 CPU cores) -> docs/benchmarks.md, docs/*.png
+    python -m bench.run --short          # CI smoke run (< 4 min) -> bench/results/short/
+    python -m bench.run --workloads queries,passages --no-breakdown
     make bench BENCH_ARGS="--short"
 
-What it does, in one process:
-  1. finds an export (`--repository`, else model_repository/ if it holds one, else exports all-MiniLM-L6-v2 into
-     bench/results/repository), copies it to a scratch repository (the project's current configs and model code +
-     the exported artifacts) and adds the bench-only `pytorch_baseline` model (bench/models/) and `ensemble_probe`;
-  2. builds a seeded corpus of real text (bench/corpus.py: queries of 5-20 tokens + passages of 100-250 tokens);
-  3. measures the onnxruntime ceiling in-process on the same model.onnx (before the server starts);
-  4. starts the real tritonserver, and for each concurrency level drives, on the same texts:
-       ensemble             perf_analyzer, gRPC, 1 text per request (the system under test)
-       client_tokenization  perf_analyzer, gRPC, pre-tokenized [1, L] requests straight to `embedding`
-       pytorch_baseline     perf_analyzer, gRPC, HF transformers + PyTorch in a Python-backend model
-       proxy_http           wrk, OpenAI POST /v1/embeddings on the proxy model (if the repository has one)
-       kserve_http          wrk, Triton's own KServe HTTP endpoint for `ensemble` (same load generator as the proxy)
-     reading Triton's model statistics around every run (encoder mean executed batch, per-step times);
-  5. measures padding efficiency of the batches the encoder ran (ensemble_probe at concurrency 32);
-  6. writes the report (tables, targets met/missed, machine, versions, command) and the PNG plots.
+Steps, in one process:
+  1. repository: an export (--repository, else model_repository/ if it holds one, else all-MiniLM-L6-v2 exported
+     into bench/results/repository), copied to a scratch repository with the bench-only models
+     (bench/models/pytorch_baseline, ensemble_probe);
+  2. workloads (bench/corpus.py): queries (5-30 tokens), passages (100-500), mixed, client-batched (32 texts per
+     request), each a seeded corpus of real prose;
+  3. ceilings: onnxruntime in-process on the served model.onnx, each workload's texts sorted by length, at its best
+     batch size (1..64), before the server starts;
+  4. the real tritonserver, and per workload and concurrency level: the ensemble over gRPC (perf_analyzer), and
+     per workload the other systems (the HTTP proxy and Triton's KServe HTTP with wrk; client-side tokenization and
+     a Python-backend PyTorch model on the mixed workload), with Triton's statistics around every run;
+  5. padding efficiency of the encoder's batches (ensemble_probe, mixed workload);
+  6. where one short request's time goes (bench/breakdown.py: Triton's trace API, micro-benchmarks, py-spy);
+  7. the report: targets (ratios to each workload's ceiling), tables, plots (bench/report.py).
 """
 import argparse
 import glob
@@ -39,13 +38,21 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
-from bench import baselines, loadgen, report  # noqa: E402
-from bench import corpus as corpus_lib
+from bench import baselines, breakdown, loadgen, report  # noqa: E402
+from bench import corpus as corpus_lib  # noqa: E402
+from local_triton import launch  # noqa: E402
 
 RESULTS = os.path.join(PROJECT, "bench", "results")
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-SYSTEMS = ["ensemble", "client_tokenization", "pytorch_baseline", "proxy_http", "kserve_http"]
-PERF_SYSTEMS = {"ensemble": "ensemble", "client_tokenization": "embedding", "pytorch_baseline": "pytorch_baseline"}
+PERF_MODELS = {"ensemble": "ensemble", "client_tokenization": "embedding", "pytorch_baseline": "pytorch_baseline"}
+SYSTEMS = {  # workload -> systems measured on it (the ensemble everywhere)
+    "queries": ("ensemble", "proxy_http", "kserve_http"),
+    "passages": ("ensemble",),
+    "mixed": ("ensemble", "client_tokenization", "pytorch_baseline"),
+    "client-batched": ("ensemble", "proxy_http"),
+}
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+ADMIN_KEY = "bench"  # the trace API is restricted; the scratch server runs with this key
 
 _START = time.monotonic()
 
@@ -60,22 +67,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def load_export_module():
-    spec = importlib.util.spec_from_file_location("triton_embed_export", os.path.join(PROJECT, "build", "export.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-# ---------------------------------------------------------------- repository
+# ---------------------------------------------------------------- step 1: repository
 def find_export(args):
-    """The repository to benchmark, and whether it is the bench-owned one (then configs follow the project)."""
+    """The repository to benchmark, and whether it is the bench-owned one."""
     if args.repository:
-        if not os.path.exists(os.path.join(args.repository, "embedding", "1", "export.json")):
-            raise SystemExit(f"bench: {args.repository} holds no export (embedding/1/export.json)")
+        if not glob.glob(os.path.join(args.repository, "*", "1", "export.json")):
+            raise SystemExit(f"bench: {args.repository} holds no export (*/1/export.json)")
         return os.path.abspath(args.repository), False
     project = os.path.join(PROJECT, "model_repository")
-    if os.path.exists(os.path.join(project, "embedding", "1", "export.json")):
+    if os.path.exists(os.path.join(project, "ensemble", "1", "export.json")):
         return project, False
     owned = os.path.join(RESULTS, "repository")
     progress(f"no export in model_repository/: exporting {DEFAULT_MODEL} into {os.path.relpath(owned, PROJECT)}")
@@ -87,56 +87,60 @@ def find_export(args):
     return owned, True
 
 
-def make_scratch(source, owned, work_dir, manifest, device):
-    """Copy of the repository + bench-only models. A bench-owned export takes the project's current configs and
-    model code (so tuning in model_repository/ is what gets measured) with the export's values filled in."""
+def make_scratch(source, work_dir, manifest, device):
+    """Copy of the repository (the default export and the proxy) + bench-only models; the project's current model
+    code replaces the export's copy, so code changes are what gets measured."""
     scratch = os.path.join(work_dir, "repository")
     shutil.rmtree(scratch, ignore_errors=True)
-    shutil.copytree(source, scratch, ignore=shutil.ignore_patterns("__pycache__"))
-    export = load_export_module()
-    if owned:
-        for config in glob.glob(os.path.join(PROJECT, "model_repository", "*", "config.pbtxt")):
-            name = os.path.basename(os.path.dirname(config))
-            os.makedirs(os.path.join(scratch, name, "1"), exist_ok=True)
-            shutil.copy2(config, os.path.join(scratch, name, "config.pbtxt"))
-            for code in glob.glob(os.path.join(PROJECT, "model_repository", name, "1", "*.py")):
-                shutil.copy2(code, os.path.join(scratch, name, "1"))
-        export.set_config_values(scratch, {k: manifest[k] for k in ("embedding_size", "max_length",
-                                                                     "max_batch_size", "model_id") if k in manifest})
-    # The PyTorch baseline, reading the same Hugging Face folder the export came from.
-    model_path = export.resolve_model(manifest["model"])
+    for model in ("tokenizer", "embedding", "ensemble", "proxy"):
+        if os.path.exists(os.path.join(source, model)):
+            shutil.copytree(os.path.join(source, model), os.path.join(scratch, model),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+    for model in ("tokenizer", "proxy"):
+        for code in glob.glob(os.path.join(PROJECT, "model_repository", model, "1", "*.py")):
+            shutil.copy2(code, os.path.join(scratch, model, "1"))
+    add_pytorch_baseline(scratch, manifest, device)
+    add_probe(scratch)
+    return scratch
+
+
+def export_module():
+    """build/export.py, for its resolve_model (the bench is a tool beside the serving code, it may import it)."""
+    spec = importlib.util.spec_from_file_location("triton_embed_export", os.path.join(PROJECT, "build", "export.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def add_pytorch_baseline(scratch, manifest, device):
+    """The same Hugging Face folder in a Python-backend PyTorch model (bench/models/pytorch_baseline)."""
+    resolve_model = export_module().resolve_model
     target = os.path.join(scratch, "pytorch_baseline")
     shutil.copytree(os.path.join(PROJECT, "bench", "models", "pytorch_baseline"), target,
                     ignore=shutil.ignore_patterns("__pycache__"))
     with open(os.path.join(target, "config.pbtxt"), encoding="utf-8") as handle:
         text = handle.read()
-    values = {"MAX_BATCH_SIZE": manifest["max_batch_size"], "EMBEDDING_SIZE": manifest["embedding_size"],
-              "MODEL_PATH": model_path, "POOLING": manifest.get("pooling", "mean"),
-              "MAX_LENGTH": manifest["max_length"], "DEVICE": device,
-              "THREADS": encoder_threads(scratch)}
+    values = {"MAX_BATCH_SIZE": 64, "EMBEDDING_SIZE": manifest["embedding_size"],
+              "MODEL_PATH": resolve_model(manifest["model"]), "POOLING": manifest.get("pooling", "mean"),
+              "MAX_LENGTH": manifest["max_length"], "DEVICE": device, "THREADS": encoder_threads(scratch)}
     for key, value in values.items():
         text = text.replace(f"@{key}@", str(value))
     if device == "cuda":
         text = text.replace("kind: KIND_CPU", "kind: KIND_GPU")
     with open(os.path.join(target, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(text)
-    # ensemble_probe: the ensemble plus the padded attention_mask as an output (padding-efficiency probe only).
+
+
+def add_probe(scratch):
+    """ensemble_probe: the ensemble plus the padded attention_mask as an output (padding efficiency)."""
     probe = os.path.join(scratch, "ensemble_probe")
     os.makedirs(os.path.join(probe, "1"), exist_ok=True)
     with open(os.path.join(scratch, "ensemble", "config.pbtxt"), encoding="utf-8") as handle:
         text = handle.read()
-    text = re.sub(r'^name:\s*"ensemble"', 'name: "ensemble_probe"', text, flags=re.M)
     text = re.sub(r"^output \[", 'output [\n  { name: "attention_mask", data_type: TYPE_INT64, dims: [ -1 ] },', text,
                   count=1, flags=re.M)
     with open(os.path.join(probe, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(text)
-    return scratch
-
-
-def server_flags(launch, repository, extra):
-    """The tritonserver flags of the run (the launcher's own and --server-arg), without paths and ports."""
-    varying = ("--model-repository", "--backend-directory", "--http-port", "--grpc-port", "--metrics-port")
-    return [a for a in launch.server_command(repository, extra_args=extra)[1:] if not a.startswith(varying)]
 
 
 def config_parameter(repository, model, key, default=None):
@@ -144,7 +148,7 @@ def config_parameter(repository, model, key, default=None):
     if not os.path.exists(path):
         return default
     with open(path, encoding="utf-8") as handle:
-        match = re.search(r'key:\s*"%s"\s*value:\s*\{\s*string_value:\s*"([^"]*)"' % re.escape(key), handle.read())
+        match = re.search(rf'key:\s*"{re.escape(key)}"\s*value:\s*\{{\s*string_value:\s*"([^"]*)"', handle.read())
     return match.group(1) if match else default
 
 
@@ -155,16 +159,194 @@ def encoder_threads(repository):
 def tuning_snapshot(repository):
     """The tuning-relevant lines of every config in the measured repository, for the report."""
     keep = re.compile(r"max_queue_delay_microseconds|instance_group|thread_count|pad_to_multiple_of|"
-                      r"min_padding_efficiency|batch_overhead_tokens|max_batch_size|preferred_batch_size|"
+                      r"min_padding_efficiency|batch_overhead_tokens|max_batch_size|max_batch_tokens|"
                       r"bls_concurrency")
     snapshot = {}
-    for model in ("tokenizer", "embedding", "ensemble", "proxy", "pytorch_baseline"):
+    for model in ("tokenizer", "embedding", "ensemble", "proxy"):
         path = os.path.join(repository, model, "config.pbtxt")
         if os.path.exists(path):
             with open(path, encoding="utf-8") as handle:
                 snapshot[model] = [line.strip() for line in handle if keep.search(line) and
                                    not line.strip().startswith("#")]
     return snapshot
+
+
+# ---------------------------------------------------------------- step 2: workloads
+def build_workloads(args, scratch, manifest):
+    tokenizer = corpus_lib.load_tokenizer(os.path.join(scratch, "tokenizer", "1", "tokenizer.json"))
+    data_dir = os.path.join(args.work_dir, "data")
+    os.makedirs(data_dir, exist_ok=True)
+    workloads = {}
+    for name in args.workloads:
+        spec = corpus_lib.WORKLOADS[name]
+        size = args.corpus_size or (max(64, spec.texts_per_request * 8) if args.short else spec.texts)
+        texts = corpus_lib.build(tokenizer, spec, size, args.seed, int(manifest["max_length"]))
+        encodings = [e.ids for e in tokenizer.encode_batch([t["text"] for t in texts])]
+        counts = [len(e) for e in encodings]
+        perf_data = os.path.join(data_dir, f"{name}.json")
+        loadgen.write_ensemble_data(perf_data, texts)
+        workloads[name] = {
+            "spec": spec, "texts": texts, "encodings": encodings, "perf_data": perf_data,
+            "info": {"name": name, "description": spec.description, "size": len(texts), "seed": args.seed,
+                     "sha256": corpus_lib.digest(texts), "texts_per_request": spec.texts_per_request,
+                     "mean_tokens": statistics.mean(counts), "median_tokens": statistics.median(counts),
+                     "min_tokens": min(counts), "max_tokens": max(counts)},
+        }
+        progress(f"workload {name}: {len(texts)} texts, mean {statistics.mean(counts):.1f} tokens "
+                 f"({min(counts)}-{max(counts)}), {spec.texts_per_request} per request")
+    if "mixed" in workloads:
+        token_data = os.path.join(data_dir, "tokens.json")
+        loadgen.write_token_data(token_data, workloads["mixed"]["encodings"])
+        workloads["mixed"]["token_data"] = token_data
+    return workloads, tokenizer
+
+
+# ---------------------------------------------------------------- step 3: ceilings
+def measure_ceilings(args, scratch, manifest, workloads):
+    onnx_path = os.path.join(scratch, manifest["onnx"])
+    threads = encoder_threads(scratch)
+    with open(os.path.join(scratch, "tokenizer", "1", "tokenizer.json"), encoding="utf-8") as handle:
+        pad_id = json.load(handle)["padding"]["pad_id"]
+    thread_options = [threads] if threads == 0 or args.device == "cuda" else [threads, 0]
+    sizes = (1, 8, 32) if args.short else BATCH_SIZES
+    for name, workload in workloads.items():
+        progress(f"ceiling for {name}: onnxruntime in-process ({args.device}), batch sizes {list(sizes)}")
+        best, sweep = baselines.ceiling(onnx_path, workload["encodings"], pad_id, thread_options, args.device, sizes,
+                                        args.ceiling_seconds, progress)
+        workload["ceiling"], workload["ceiling_sweep"] = best, sweep
+    return threads
+
+
+# ---------------------------------------------------------------- step 4: the server and the load
+def start_server(args, scratch, ports):
+    env = {"PROXY_PORT": str(ports["proxy"]), "PROXY_HOST": "127.0.0.1", "ADMIN_API_KEY": ADMIN_KEY,
+           **dict(kv.split("=", 1) for kv in args.server_env)}
+    log_path = os.path.join(args.work_dir, "tritonserver.log")
+    trace_dir = os.path.join(args.work_dir, "trace")
+    shutil.rmtree(trace_dir, ignore_errors=True)
+    os.makedirs(trace_dir)
+    # Tracing is off until bench/breakdown.py switches it on through the trace API (the file is set at start).
+    tracing = ["--trace-config", "mode=triton", "--trace-config", f"triton,file={trace_dir}/trace.json",
+               "--trace-config", "level=OFF"]
+    progress(f"starting tritonserver (HTTP {ports['http']}, gRPC {ports['grpc']}, proxy {ports['proxy']}; "
+             f"{' '.join(args.server_env) or 'default settings'})")
+    with open(log_path, "w", encoding="utf-8") as log_file:
+        server = launch.start(scratch, ports["http"], ports["grpc"], ports["metrics"],
+                              extra_args=[*tracing, *args.server_arg], log_file=log_file, extra_env=env)
+    try:
+        launch.wait_ready(server, ports["http"], timeout_s=300)
+    except Exception:
+        launch.stop(server)
+        with open(log_path, encoding="utf-8", errors="replace") as handle:
+            raise SystemExit("bench: tritonserver did not start:\n" + handle.read()[-4000:]) from None
+    wait_for_proxy(ports["proxy"])
+    progress("tritonserver ready")
+    return server, env
+
+
+def wait_for_proxy(port, timeout_s=60):
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+
+
+def wrk_scripts(args, workload, manifest, name):
+    spec, texts = workload["spec"], [t["text"] for t in workload["texts"]]
+    step = spec.texts_per_request
+    batches = [texts[i:i + step] for i in range(0, len(texts) - step + 1, step)]
+    data_dir = os.path.join(args.work_dir, "data")
+    return {
+        "proxy_http": ("proxy", loadgen.write_wrk_script(
+            os.path.join(data_dir, f"{name}-proxy.lua"),
+            [{"input": batch, "model": manifest["id"]} for batch in batches], "/v1/embeddings")),
+        "kserve_http": ("http", loadgen.write_wrk_script(
+            os.path.join(data_dir, f"{name}-kserve.lua"),
+            [{"inputs": [{"name": "text", "shape": [len(batch), 1], "datatype": "BYTES", "data": batch}]}
+             for batch in batches], "/v2/models/ensemble/infer")),
+    }
+
+
+def run_level(args, ports, workload, system, concurrency, expected, scripts, log_path):
+    """One system at one concurrency level: a row (texts/s, latency percentiles) or None."""
+    grpc, per_request = f"127.0.0.1:{ports['grpc']}", workload["spec"].texts_per_request
+    if system in PERF_MODELS:
+        data = workload.get("token_data") if system == "client_tokenization" else workload["perf_data"]
+        # a window = about --window-s seconds of responses, and never fewer than 2 per request in flight
+        window = max(args.min_window_requests, 2 * concurrency, int((expected or 0) / per_request * args.window_s))
+        csv_path = os.path.join(args.work_dir, "data", f"{workload['info']['name']}-{system}-{concurrency}.csv")
+        row = loadgen.perf_analyzer(PERF_MODELS[system], grpc, data, concurrency, csv_path, window, args.max_trials,
+                                    log_path, stability=args.stability, batch=per_request)
+        if row:
+            row["texts_per_s"] = row["requests_per_s"]  # perf_analyzer counts rows (-b) as inferences
+        return row
+    port, script = scripts[system]
+    latency_s = concurrency * per_request / expected if expected else 1.0  # wrk counts answers before its end
+    duration = int(max(args.wrk_seconds, min(60, 5 * latency_s)))
+    row = loadgen.wrk(f"http://127.0.0.1:{ports[port]}", script, concurrency, duration, log_path)
+    if row:
+        row["texts_per_s"] = row["requests_per_s"] * per_request
+    return row
+
+
+def run_workloads(args, ports, workloads, manifest):
+    http, metrics = f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['metrics']}"
+    log_path = os.path.join(args.work_dir, "loadgen.log")
+    open(log_path, "w").close()
+    watched = ["embedding", "tokenizer", "pytorch_baseline"]
+    have_wrk = shutil.which("wrk") is not None
+    if not have_wrk:
+        progress("wrk is not installed (Debian package wrk; `make setup` installs it): HTTP systems left out")
+    for name, workload in workloads.items():
+        systems = [s for s in SYSTEMS[name] if s not in args.skip and (have_wrk or s in PERF_MODELS)]
+        scripts = wrk_scripts(args, workload, manifest, name)
+        levels = list(args.concurrency or workload["spec"].concurrency)
+        if args.short:
+            levels = [levels[0], levels[min(2, len(levels) - 1)]]
+        workload["results"], rate = {s: {} for s in systems}, {}
+        # Levels outer, systems inner: background noise drifts over minutes, so systems compared at one level
+        # are measured close together in time.
+        for concurrency in levels:
+            for system in systems:
+                before = {m: loadgen.model_stats(http, m) for m in watched}
+                started = time.monotonic()
+                row = run_level(args, ports, workload, system, concurrency, rate.get(system), scripts, log_path)
+                quiet = max(0.5, min(8.0, row["p99_ms"] / 1000.0)) if row else 2.0
+                loadgen.drain(http, metrics, quiet_s=quiet)
+                after = {m: loadgen.model_stats(http, m) for m in watched}
+                if row is None:
+                    progress(f"{name} {system} c={concurrency}: no measurement (see {log_path})")
+                    continue
+                row["stats"] = {m: loadgen.stats_delta(before[m], after[m]) for m in watched}
+                rate[system] = row["texts_per_s"]
+                workload["results"][system][concurrency] = row
+                batch = row["stats"]["pytorch_baseline" if system == "pytorch_baseline" else "embedding"]["mean_batch"]
+                progress(f"{name:14s} {system:19s} c={concurrency:<3d} {row['texts_per_s']:7.1f} texts/s  "
+                         f"p50 {row['p50_ms']:7.1f} ms  p99 {row['p99_ms']:7.1f} ms  encoder batch {batch:5.2f}  "
+                         f"[{time.monotonic() - started:.0f}s]")
+
+
+# ---------------------------------------------------------------- step 5: padding of the encoder's batches
+def measure_padding(args, ports, workloads):
+    if "mixed" not in workloads:
+        return None
+    http = f"127.0.0.1:{ports['http']}"
+    before = loadgen.model_stats(http, "embedding")
+    texts = [t["text"] for t in workloads["mixed"]["texts"]][:100 if args.short else 1000]
+    concurrency = 8 if args.short else 32
+    progress(f"padding probe: {len(texts)} mixed texts through ensemble_probe at concurrency {concurrency}")
+    probe = baselines.padding_probe(f"127.0.0.1:{ports['grpc']}", "ensemble_probe", texts, concurrency)
+    probe["embedding"] = loadgen.stats_delta(before, loadgen.model_stats(http, "embedding"))
+    probe["concurrency"] = concurrency
+    progress(f"padding efficiency {probe['padding_efficiency']:.3f}, encoder mean batch "
+             f"{probe['embedding']['mean_batch']:.2f}")
+    return probe
 
 
 # ---------------------------------------------------------------- machine and versions
@@ -179,8 +361,7 @@ def machine_info():
     memory = ""
     try:
         with open("/proc/meminfo", encoding="utf-8") as handle:
-            kb = int(handle.readline().split()[1])
-        memory = f"{kb / 1024 ** 2:.1f} GiB"
+            memory = f"{int(handle.readline().split()[1]) / 1024 ** 2:.1f} GiB"
     except (OSError, ValueError, IndexError):
         pass
     gpu = ""
@@ -203,8 +384,8 @@ def versions(server_log):
     from importlib import metadata
 
     found = {"python": platform.python_version()}
-    for package in ("nvidia-pytriton", "tritonclient", "onnxruntime", "onnxruntime-gpu", "torch", "transformers",
-                    "tokenizers", "numpy", "fastapi", "uvicorn"):
+    for package in ("nvidia-pytriton", "tritonclient", "onnxruntime", "torch", "transformers", "tokenizers", "numpy",
+                    "fastapi", "uvicorn"):
         try:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -222,53 +403,52 @@ def versions(server_log):
 # ---------------------------------------------------------------- the run
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--short", action="store_true", help="CI smoke mode: small corpus, 2 concurrency levels, "
-                        "short windows; checks that the pipeline produces numbers (< 3 min)")
+    parser.add_argument("--short", action="store_true", help="CI smoke mode: small corpora, 2 levels, short "
+                        "windows; checks that every stage produces numbers")
     parser.add_argument("--repository", help="an exported repository (default: model_repository/ if exported, "
                         "else a bench-owned export of all-MiniLM-L6-v2 in bench/results/repository)")
     parser.add_argument("--output", help="where the report and plots go (default docs/ for a full run, "
                         "bench/results/short/ with --short)")
-    parser.add_argument("--work-dir", help="scratch repository, perf_analyzer data and logs "
-                        "(default bench/results/<full|short>)")
+    parser.add_argument("--work-dir", help="scratch repository, load data and logs (default bench/results/<mode>)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                        help="where the ceiling and the PyTorch baseline run (the served encoder follows its "
-                             "own instance_group: KIND_AUTO = GPU when there is one)")
-    parser.add_argument("--concurrency", help="comma-separated levels (default 1,2,4,8,16,32,64; short: 1,8)")
-    parser.add_argument("--corpus-size", type=int, help="texts (default 2000; short 200)")
-    parser.add_argument("--query-share", type=float, default=0.5, help="share of short queries (default 0.5)")
+                        help="where the ceiling and the PyTorch baseline run")
+    parser.add_argument("--workloads", default=",".join(corpus_lib.WORKLOADS),
+                        help=f"comma-separated, of {', '.join(corpus_lib.WORKLOADS)}")
+    parser.add_argument("--concurrency", help="comma-separated levels for every workload (default: per workload)")
+    parser.add_argument("--corpus-size", type=int, help="texts per workload (default: per workload; short 64-256)")
     parser.add_argument("--seed", type=int, default=0, help="corpus seed (default 0)")
-    parser.add_argument("--window-s", type=float, help="perf_analyzer window length aimed at, in seconds of "
-                        "responses at the last measured rate (count_windows; default 3; short 1)")
+    parser.add_argument("--window-s", type=float, help="perf_analyzer window, in seconds of responses at the last "
+                        "measured rate (count_windows; default 3; short 1)")
     parser.add_argument("--min-window-requests", type=int, help="fewest responses per window (default 30; short 8)")
     parser.add_argument("--max-trials", type=int, help="perf_analyzer windows before it gives up on stability "
                         "(default 6; short 3, with no stability check)")
-    parser.add_argument("--wrk-seconds", type=int, help="wrk duration per level (default 9; short 2)")
+    parser.add_argument("--wrk-seconds", type=int, help="wrk duration per level (default 8; short 2)")
     parser.add_argument("--ceiling-seconds", type=float, help="time per batch size in the ceiling sweep "
-                        "(default 6; short 1.5)")
-    parser.add_argument("--probe-concurrency", type=int, help="padding probe concurrency (default 32; short 8)")
-    parser.add_argument("--skip", default="", help=f"comma-separated systems to leave out: {','.join(SYSTEMS)}")
-    parser.add_argument("--server-arg", action="append", default=[], help="extra tritonserver argument "
-                        "(repeatable), e.g. --server-arg=--log-verbose=1")
+                        "(default 4; short 1)")
+    parser.add_argument("--skip", default="", help="comma-separated systems to leave out: ensemble, proxy_http, "
+                        "kserve_http, client_tokenization, pytorch_baseline")
+    parser.add_argument("--no-breakdown", action="store_true", help="leave out step 6 (where the time goes)")
+    parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a launcher setting for the server (repeatable), e.g. RATE_LIMIT=off")
+    parser.add_argument("--server-arg", action="append", default=[], help="extra tritonserver argument")
     parser.add_argument("--title", default="", help="extra line under the report's title")
     args = parser.parse_args(argv)
-    short = args.short
-    args.mode = "short" if short else "full"
-    args.concurrency = [int(c) for c in (args.concurrency or ("1,8" if short else "1,2,4,8,16,32,64")).split(",")]
-    args.probe_concurrency = args.probe_concurrency or (8 if short else 32)
-    args.corpus_size = args.corpus_size or (200 if short else 2000)
-    args.window_s = args.window_s or (1.0 if short else 3.0)
-    args.min_window_requests = args.min_window_requests or (8 if short else 30)
-    args.max_trials = args.max_trials or (3 if short else 6)
-    args.stability = 1000 if short else 25  # short: no stability check, the first 3 windows count
-    args.wrk_seconds = args.wrk_seconds or (2 if short else 9)
-    args.ceiling_seconds = args.ceiling_seconds or (1.5 if short else 6.0)
-    args.output = os.path.abspath(args.output or (os.path.join(RESULTS, "short") if short
+    args.mode = "short" if args.short else "full"
+    args.workloads = [w for w in args.workloads.split(",") if w]
+    unknown = set(args.workloads) - set(corpus_lib.WORKLOADS)
+    if unknown:
+        parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
+    args.concurrency = [int(c) for c in args.concurrency.split(",")] if args.concurrency else None
+    args.window_s = args.window_s or (1.0 if args.short else 3.0)
+    args.min_window_requests = args.min_window_requests or (8 if args.short else 30)
+    args.max_trials = args.max_trials or (3 if args.short else 6)
+    args.stability = 1000 if args.short else 25  # short: no stability check, the first 3 windows count
+    args.wrk_seconds = args.wrk_seconds or (2 if args.short else 8)
+    args.ceiling_seconds = args.ceiling_seconds or (1.0 if args.short else 4.0)
+    args.output = os.path.abspath(args.output or (os.path.join(RESULTS, "short") if args.short
                                                   else os.path.join(PROJECT, "docs")))
     args.work_dir = os.path.abspath(args.work_dir or os.path.join(RESULTS, args.mode))
     args.skip = {s for s in args.skip.split(",") if s}
-    unknown = args.skip - set(SYSTEMS)
-    if unknown:
-        parser.error(f"unknown systems in --skip: {', '.join(sorted(unknown))}")
     return args
 
 
@@ -278,181 +458,48 @@ def main(argv=None):
     os.makedirs(args.output, exist_ok=True)
     os.makedirs(args.work_dir, exist_ok=True)
     source, owned = find_export(args)
-    with open(os.path.join(source, "embedding", "1", "export.json"), encoding="utf-8") as handle:
+    with open(os.path.join(source, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
         manifest = json.load(handle)
-    scratch = make_scratch(source, owned, args.work_dir, manifest, args.device)
-    progress(f"{args.mode} run of {manifest['model']} (max length {manifest['max_length']}, max batch "
-             f"{manifest['max_batch_size']}); scratch repository {scratch}")
-
-    # -- corpus
-    tokenizer = corpus_lib.load_tokenizer(os.path.join(scratch, "tokenizer", "1", "tokenizer.json"),
-                                          int(manifest["max_length"]))
-    texts = corpus_lib.build(tokenizer, args.corpus_size, args.seed, args.query_share, int(manifest["max_length"]))
-    with open(os.path.join(args.work_dir, "corpus.jsonl"), "w", encoding="utf-8") as handle:
-        for item in texts:
-            handle.write(json.dumps(item, ensure_ascii=False) + "\n")
-    encodings = [e.ids for e in tokenizer.encode_batch([t["text"] for t in texts])]
-    token_counts = [len(e) for e in encodings]
-    corpus_info = {
-        "size": len(texts), "seed": args.seed, "sha256": corpus_lib.digest(texts),
-        "queries": sum(t["kind"] == "query" for t in texts), "passages": sum(t["kind"] == "passage" for t in texts),
-        "mean_tokens": statistics.mean(token_counts), "median_tokens": statistics.median(token_counts),
-        "min_tokens": min(token_counts), "max_tokens": max(token_counts),
-        "python": platform.python_version(),
-    }
-    progress(f"corpus: {corpus_info['size']} texts ({corpus_info['queries']} queries, {corpus_info['passages']} "
-             f"passages), mean {corpus_info['mean_tokens']:.1f} tokens, sha256 {corpus_info['sha256'][:12]}")
-    data_dir = os.path.join(args.work_dir, "data")
-    os.makedirs(data_dir, exist_ok=True)
-    ensemble_data = os.path.join(data_dir, "ensemble.json")
-    loadgen.write_ensemble_data(ensemble_data, texts)
-    token_data = os.path.join(data_dir, "tokens.json")
-    loadgen.write_token_data(token_data, encodings)
-    tokenize_us = baselines.client_tokenization_cost(tokenizer, [t["text"] for t in texts[:200]],
-                                                     0.5 if args.short else 2.0)
-
-    # -- ceiling (no server running)
-    onnx_path = os.path.join(scratch, manifest.get("onnx", "embedding/1/model.onnx"))
-    threads = encoder_threads(scratch)
-    pad_id = _pad_id(scratch)
-    sizes = [s for s in ((1, 8, 32) if args.short else (1, 4, 8, 16, 32, 64)) if s <= int(manifest["max_batch_size"])]
-    # The hardware's best: the encoder's own thread setting and all cores (0 = ORT's default), if they differ.
-    thread_options = [threads] if threads == 0 or args.device == "cuda" else [threads, 0]
-    progress(f"ceiling: onnxruntime in-process ({args.device}, intra_op threads "
-             f"{', '.join(str(t or 'all') for t in thread_options)}), batch sizes {sizes}")
-    ceiling, ceiling_sweep = baselines.ceiling(onnx_path, encodings, pad_id, thread_options, args.device, sizes,
-                                               args.ceiling_seconds, progress)
-
-    # -- server
+    scratch = make_scratch(source, args.work_dir, manifest, args.device)
+    progress(f"{args.mode} run of {manifest['model']} (max length {manifest['max_length']}); scratch {scratch}")
+    workloads, tokenizer = build_workloads(args, scratch, manifest)
+    threads = measure_ceilings(args, scratch, manifest, workloads)
     ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port(), "proxy": free_port()}
-    log_path = os.path.join(args.work_dir, "tritonserver.log")
-    from local_triton import launch
-
-    has_proxy = os.path.exists(os.path.join(scratch, "proxy", "config.pbtxt"))
-    progress(f"starting tritonserver (HTTP {ports['http']}, gRPC {ports['grpc']}"
-             f"{', proxy ' + str(ports['proxy']) if has_proxy else ''})")
-    env = {"PROXY_PORT": str(ports["proxy"]), "PROXY_HOST": "127.0.0.1"}
-    server_args = list(args.server_arg or [])
-    with open(log_path, "w", encoding="utf-8") as log_file:
-        server = launch.start(scratch, ports["http"], ports["grpc"], ports["metrics"], extra_args=server_args,
-                              log_file=log_file, extra_env=env)
-    results = {}
+    server, server_env = start_server(args, scratch, ports)
+    probe, times = None, None
     try:
-        try:
-            launch.wait_ready(server, ports["http"], timeout_s=300)
-        except Exception:
-            with open(log_path, encoding="utf-8", errors="replace") as handle:
-                raise SystemExit("bench: tritonserver did not start:\n" + handle.read()[-4000:])
-        progress("tritonserver ready")
-        results = sweep(args, ports, has_proxy, texts, ensemble_data, token_data, manifest)
-        probe = None
-        if "ensemble" not in args.skip:
-            http = f"127.0.0.1:{ports['http']}"
-            before = loadgen.model_stats(http, "embedding")
-            probe_texts = [t["text"] for t in texts[:min(len(texts), 100 if args.short else 1000)]]
-            progress(f"padding probe: {len(probe_texts)} texts through ensemble_probe at concurrency "
-                     f"{args.probe_concurrency}")
-            probe = baselines.padding_probe(f"127.0.0.1:{ports['grpc']}", "ensemble_probe", probe_texts,
-                                            args.probe_concurrency)
-            probe["embedding"] = loadgen.stats_delta(before, loadgen.model_stats(http, "embedding"))
-            progress(f"padding efficiency {probe['padding_efficiency']:.3f}, encoder mean batch "
-                     f"{probe['embedding']['mean_batch']:.2f}")
+        run_workloads(args, ports, workloads, manifest)
+        probe = measure_padding(args, ports, workloads)
+        if not args.no_breakdown and "queries" in workloads:
+            times = breakdown.measure(args, ports, scratch, server.pid, workloads["queries"], ADMIN_KEY, progress)
     finally:
         launch.stop(server)
-    with open(log_path, encoding="utf-8", errors="replace") as handle:
+    with open(os.path.join(args.work_dir, "tritonserver.log"), encoding="utf-8", errors="replace") as handle:
         server_log = handle.read()
-
     run = {
         "mode": args.mode, "command": command_line, "device": args.device, "manifest": manifest,
         "repository": os.path.relpath(source, PROJECT) if source.startswith(PROJECT) else source,
-        "bench_owned_export": owned, "corpus": corpus_info, "client_tokenize_us": tokenize_us,
-        "ceiling": ceiling, "ceiling_sweep": ceiling_sweep, "encoder_threads": threads,
-        "results": results, "probe": probe, "machine": machine_info(), "versions": versions(server_log),
-        "tuning": tuning_snapshot(scratch), "server_args": server_flags(launch, scratch, server_args), "concurrency": args.concurrency, "has_proxy": has_proxy,
-        "settings": {"window_s": args.window_s, "min_window_requests": args.min_window_requests, "max_trials": args.max_trials, "wrk_seconds": args.wrk_seconds,
-                     "ceiling_seconds": args.ceiling_seconds, "probe_concurrency": args.probe_concurrency},
+        "bench_owned_export": owned, "encoder_threads": threads, "probe": probe, "breakdown": times,
+        "client_tokenize_us": baselines.client_tokenization_cost(
+            tokenizer, [t["text"] for t in workloads[next(iter(workloads))]["texts"][:200]], 0.5),
+        "workloads": {name: {k: w.get(k) for k in ("info", "ceiling", "ceiling_sweep", "results")}
+                      for name, w in workloads.items()},
+        "machine": machine_info(), "versions": versions(server_log), "tuning": tuning_snapshot(scratch),
+        "server_args": [a for a in launch.server_command(scratch, env=server_env, admin_key="KEY")[1:]
+                        if not a.startswith(("--model-repository", "--backend-directory", "--http-port",
+                                             "--grpc-port", "--metrics-port"))],
+        "settings": {"window_s": args.window_s, "min_window_requests": args.min_window_requests,
+                     "max_trials": args.max_trials, "wrk_seconds": args.wrk_seconds,
+                     "ceiling_seconds": args.ceiling_seconds},
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "elapsed_s": time.monotonic() - _START,
         "title": args.title,
     }
     with open(os.path.join(args.work_dir, "results.json"), "w", encoding="utf-8") as handle:
         json.dump(run, handle, indent=1)
     paths = report.write(run, args.output)
+    print(report.targets_text(run), flush=True)
     progress(f"wrote {', '.join(os.path.relpath(p, PROJECT) if p.startswith(PROJECT) else p for p in paths)}")
     return 0
-
-
-
-
-def _pad_id(repository):
-    with open(os.path.join(repository, "tokenizer", "1", "tokenizer.json"), encoding="utf-8") as handle:
-        padding = json.load(handle).get("padding") or {}
-    return int(padding.get("pad_id", 0))
-
-
-def sweep(args, ports, has_proxy, texts, ensemble_data, token_data, manifest):
-    grpc = f"127.0.0.1:{ports['grpc']}"
-    http = f"127.0.0.1:{ports['http']}"
-    systems = [s for s in SYSTEMS if s not in args.skip and (s != "proxy_http" or has_proxy)]
-    if "proxy_http" not in args.skip and not has_proxy:
-        progress("no proxy model in the repository: proxy_http left out")
-    if not shutil.which("wrk") and {"proxy_http", "kserve_http"} & set(systems):
-        progress("wrk is not installed (Debian package wrk; `make setup` installs it): HTTP systems left out")
-        systems = [s for s in systems if s not in ("proxy_http", "kserve_http")]
-    scripts = {}
-    if "proxy_http" in systems:
-        scripts["proxy_http"] = (f"http://127.0.0.1:{ports['proxy']}", loadgen.write_wrk_script(
-            os.path.join(args.work_dir, "data", "proxy.lua"),
-            [{"input": [t["text"]], "model": manifest["model"]} for t in texts], "/v1/embeddings"))
-    if "kserve_http" in systems:
-        scripts["kserve_http"] = (f"http://{http}", loadgen.write_wrk_script(
-            os.path.join(args.work_dir, "data", "kserve.lua"),
-            [{"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [t["text"]]}]}
-             for t in texts], "/v2/models/ensemble/infer"))
-    log_path = os.path.join(args.work_dir, "loadgen.log")
-    open(log_path, "w").close()
-    metrics = f"127.0.0.1:{ports['metrics']}"
-    watched = ["embedding", "tokenizer", "pytorch_baseline"]
-    results = {s: {} for s in systems}
-    total, done = len(systems) * len(args.concurrency), 0
-    rate = {}  # last measured texts/s of each system: sizes the next level's windows
-    # Concurrency outer, systems inner: background noise drifts over minutes, so systems compared at one level
-    # are measured close together in time.
-    for concurrency in args.concurrency:
-        for system in systems:
-            done += 1
-            before = {m: loadgen.model_stats(http, m) for m in watched}
-            started = time.monotonic()
-            expected = rate.get(system)
-            if system in PERF_SYSTEMS:
-                data = token_data if system == "client_tokenization" else ensemble_data
-                # a window = about --window-s seconds of responses, and never fewer than 2 per request in flight
-                window = max(args.min_window_requests, 2 * concurrency,
-                             int((expected or 0) * args.window_s))
-                row = loadgen.perf_analyzer(PERF_SYSTEMS[system], grpc, data, concurrency,
-                                            os.path.join(args.work_dir, "data", f"{system}_{concurrency}.csv"),
-                                            window, args.max_trials, log_path, stability=args.stability)
-            else:
-                url, script = scripts[system]
-                # wrk only counts responses that arrive before its end: run several latencies long
-                latency_s = concurrency / expected if expected else 1.0
-                duration = int(max(args.wrk_seconds, min(60, 5 * latency_s)))
-                row = loadgen.wrk(url, script, concurrency, duration, log_path)
-            quiet = max(0.5, min(8.0, row["p99_ms"] / 1000.0)) if row else 2.0
-            loadgen.drain(http, metrics, quiet_s=quiet)
-            after = {m: loadgen.model_stats(http, m) for m in watched}
-            if row is None:
-                progress(f"({done}/{total}) {system} c={concurrency}: no measurement (see {log_path})")
-                continue
-            row["stats"] = {m: loadgen.stats_delta(before[m], after[m]) for m in watched}
-            row["texts_per_s"] = row["requests_per_s"]  # one text per request
-            rate[system] = row["texts_per_s"]
-            results[system][concurrency] = row
-            batch = row["stats"]["embedding"]["mean_batch"] if system != "pytorch_baseline" else \
-                row["stats"]["pytorch_baseline"]["mean_batch"]
-            progress(f"({done}/{total}) {system:19s} c={concurrency:<3d} {row['texts_per_s']:7.1f} texts/s  "
-                     f"p50 {row['p50_ms']:7.1f} ms  p99 {row['p99_ms']:7.1f} ms  mean batch {batch:5.2f}  "
-                     f"[{time.monotonic() - started:.0f}s]")
-    return results
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ Without --name they are the design card's `tokenizer`, `embedding` and `ensemble
   <encoder>/config.pbtxt          rendered from model_repository/embedding/config.pbtxt.template
   <encoder>/warmup/*              model_warmup samples (a short and a long text)
   <encoder>/batchstrategy.so      token_budget.c compiled: encoder batches bounded by max_batch_tokens
+  <encoder>/configs/gpu.pbtxt     the encoder on a GPU with the CUDA execution provider; configs/gpu-trt.pbtxt with
+                                  TensorRT (Triton --model-config-name, launcher MODEL_CONFIG_NAME; docs/deploying.md)
   <tokenizer>/1/tokenizer.json    with the model's max length as its truncation
   <ensemble>/config.pbtxt         rendered from model_repository/ensemble/config.pbtxt.template
   <ensemble>/1/export.json        what was exported (the proxy discovers models by this file)
@@ -349,7 +351,7 @@ def triton_dims(dims, hidden_size, colbert_dim):
     return ", ".join(str({"D": hidden_size, "C": colbert_dim}.get(d, d)) for d in dims)
 
 
-def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup):
+def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max_length):
     """Render the encoder's and the ensemble's config.pbtxt; copy the tokenizer's config and code for a named one."""
     ensemble, tokenizer, encoder = names
     declarations = [(name, kind, triton_dims(dims, hidden_size, colbert_dim))
@@ -357,10 +359,16 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup):
     lines = [f'  {{ name: "{n}", data_type: {t}, dims: [ {d} ] }}' for n, t, d in declarations]
     encoder_dir = os.path.join(staging, encoder)
     os.makedirs(encoder_dir, exist_ok=True)
+    budget = tokenizer_parameter("max_batch_tokens")
+    cpu_config = render(os.path.join(SOURCE_REPOSITORY, "embedding", "config.pbtxt.template"),
+                        outputs=",\n".join(lines), short_tokens=warmup[0], long_tokens=warmup[1],
+                        max_batch_tokens=budget)
     with open(os.path.join(encoder_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
-        handle.write(render(os.path.join(SOURCE_REPOSITORY, "embedding", "config.pbtxt.template"),
-                            outputs=",\n".join(lines), short_tokens=warmup[0], long_tokens=warmup[1],
-                            max_batch_tokens=tokenizer_parameter("max_batch_tokens")))
+        handle.write(cpu_config)
+    os.makedirs(os.path.join(encoder_dir, "configs"), exist_ok=True)
+    for variant, text in gpu_variants(cpu_config, max_length, int(budget)).items():
+        with open(os.path.join(encoder_dir, "configs", f"{variant}.pbtxt"), "w", encoding="utf-8") as handle:
+            handle.write(text)
     public = lines + ['  { name: "num_tokens", data_type: TYPE_INT32, dims: [ 1 ] }',
                       '  { name: "truncated", data_type: TYPE_BOOL, dims: [ 1 ] }']
     maps = [f'      output_map {{ key: "{n}", value: "{n}" }}' for n, _, _ in declarations]
@@ -373,6 +381,36 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup):
     source = os.path.join(SOURCE_REPOSITORY, "tokenizer")
     shutil.copytree(source, os.path.join(staging, tokenizer), dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__", "tokenizer.json"))
+
+
+GPU_INSTANCES = "instance_group [ { kind: KIND_GPU, count: 1 } ]"
+
+
+def gpu_variants(cpu_config, max_length, max_batch_tokens):
+    """The encoder's configs for GPUs, from its CPU config (a custom configuration replaces config.pbtxt whole).
+    CUDA EP (gpu.pbtxt): the instance pinned to the GPU, no rate limiter (RATE_LIMIT=off on GPUs), one CPU thread
+    for the nodes left on the CPU, the CUDA arena grown by what a batch asks (1 = kSameAsRequested: batch shapes
+    vary). TensorRT (gpu-trt.pbtxt): FP16 engines cached in /cache, one optimization profile covering every batch
+    the token budget allows (onnxruntime 1.18.1 uses the first profile only), so rows x length = max_batch_tokens.
+    Options and the r24.07 source lines that read them: docs/deploying.md. Unmeasured (no GPU was lent)."""
+    header = ("# GPU variant of config.pbtxt (Triton --model-config-name={name}; launcher MODEL_CONFIG_NAME={name}). "
+              "Unmeasured.\n")
+    text = re.sub(r"^instance_group \[.*\]$", GPU_INSTANCES, cpu_config, count=1, flags=re.M)
+    text = re.sub(r'^(parameters \{ key: "intra_op_thread_count" value: \{ string_value: )"0"( \} \}).*$',
+                  r'\1"1"\2', text, count=1, flags=re.M)
+    text += 'parameters { key: "arena_extend_strategy" value: { string_value: "1" } }\n'
+    rows = max(1, min(256, max_batch_tokens // max_length))
+    shapes = {kind: ",".join(f"{name}:{r}x{length}" for name in ("input_ids", "attention_mask"))
+              for kind, r, length in (("min", 1, 1), ("opt", rows, max(1, max_length // 2)), ("max", rows, max_length))}
+    trt = re.sub(r"^max_batch_size: \d+", f"max_batch_size: {rows}", text, count=1, flags=re.M)
+    trt += "optimization { execution_accelerators { gpu_execution_accelerator: [ {\n  name: \"tensorrt\"\n" + "".join(
+        f'  parameters {{ key: "{key}" value: "{value}" }}\n' for key, value in (
+            ("precision_mode", "FP16"), ("max_workspace_size_bytes", "4294967296"),
+            ("trt_layer_norm_fp32_fallback", "1"), ("trt_engine_cache_enable", "1"), ("trt_engine_cache_path", "/cache"),
+            ("trt_timing_cache_enable", "1"), ("trt_timing_cache_path", "/cache"),
+            ("trt_profile_min_shapes", shapes["min"]), ("trt_profile_opt_shapes", shapes["opt"]),
+            ("trt_profile_max_shapes", shapes["max"]))) + "} ] } }\n"
+    return {"gpu": header.format(name="gpu") + text, "gpu-trt": header.format(name="gpu-trt") + trt}
 
 
 def tokenizer_parameter(key):
@@ -452,6 +490,7 @@ def install(staging, repository, names):
     remove(os.path.join(repository, encoder, "1", "model.onnx"))
     remove(os.path.join(repository, encoder, "warmup"))
     remove(os.path.join(repository, encoder, "batchstrategy.so"))
+    remove(os.path.join(repository, encoder, "configs"))
     version = os.path.join(repository, tokenizer, "1")
     for entry in os.listdir(version) if os.path.isdir(version) else []:
         if not entry.endswith(".py") and entry != "__pycache__":
@@ -525,7 +564,7 @@ def main(argv=None):
                                   os.path.join(staging, names[2], "1"), args.fp16, args.external_data, static_dims)
         figures = parity_check(encoder, tokenizer, onnx_path, outputs, max_length, 0.999 if args.fp16 else 0.9999)
         write_tokenizer(tokenizer, max_length, os.path.join(staging, names[1], "1"))
-        write_configs(staging, names, outputs, config.hidden_size, colbert_dim, warmup)
+        write_configs(staging, names, outputs, config.hidden_size, colbert_dim, warmup, max_length)
         write_warmup(staging, names[2], tokenizer, warmup)
         token_budget = build_batch_strategy(os.path.join(staging, names[2]))
         manifest = {

@@ -1,0 +1,90 @@
+"""The exported repository as storage serves it (issue 12): a read-only copy, under a path with any name (KServe
+copies it to /mnt/models), loads and serves through the real tritonserver, and nothing writes into it. Also the
+GPU variants export writes for Triton's --model-config-name parse as model configurations."""
+import glob
+import os
+import shutil
+import stat
+
+import numpy as np
+import pytest
+from conftest import start_server, wait_for_proxy
+from triton_clients import infer
+
+from local_triton import launch
+
+
+def listing(folder):
+    return {p: (os.path.getsize(p), os.path.getmtime(p)) for p in glob.glob(os.path.join(folder, "**"), recursive=True)}
+
+
+@pytest.fixture(scope="module")
+def read_only_server(minilm_repository, tmp_path_factory):
+    mount = tmp_path_factory.mktemp("storage") / "mnt-models.read_only"  # a name of the user's choosing
+    shutil.copytree(minilm_repository, mount, ignore=shutil.ignore_patterns("__pycache__"))
+    for path in glob.glob(os.path.join(mount, "**"), recursive=True) + [str(mount)]:
+        mode = os.stat(path).st_mode
+        os.chmod(path, mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    before = listing(mount)
+    running = start_server(mount, tmp_path_factory.mktemp("read_only_server"))
+    wait_for_proxy(running)
+    yield running, mount, before
+    launch.stop(running.process)
+    for path in glob.glob(os.path.join(mount, "**"), recursive=True) + [str(mount)]:
+        os.chmod(path, os.stat(path).st_mode | stat.S_IWUSR)
+
+
+def test_read_only_repository_serves_and_stays_untouched(read_only_server, minilm_repository):
+    import httpx
+
+    running, mount, before = read_only_server
+    assert not os.access(mount, os.W_OK) or os.geteuid() == 0  # root ignores the bits: the listing below decides
+    texts = ["served from read-only storage", "a second text"]
+    expected = infer("grpc", running.grpc_url, texts)["embedding"]
+    assert expected.shape == (2, 384) and np.allclose(np.linalg.norm(expected, axis=1), 1.0, atol=1e-5)
+    response = httpx.post(running.proxy_url + "/v1/embeddings", json={"input": texts}, timeout=60)
+    assert response.status_code == 200
+    np.testing.assert_allclose(np.array([d["embedding"] for d in response.json()["data"]]), expected, atol=1e-6)
+    # The one write anything attempts: CPython caching the bytecode of each stub's model.py, which the stub imports
+    # before any of our code runs (its embedded interpreter ignores PYTHONDONTWRITEBYTECODE). On a read-only mount
+    # or as a non-root user CPython skips it silently; as root here it lands. Everything else stays as it was.
+    changed = {p for p in set(listing(mount)) ^ set(before)} | {p for p in before if listing(mount).get(p) != before[p]}
+    unexpected = {p for p in changed if not p.endswith(("/1/__pycache__", "/1"))
+                  and not (os.path.basename(p).startswith("model.cpython-") and p.endswith(".pyc"))}
+    assert not unexpected, f"something wrote into the served repository: {sorted(unexpected)}"
+
+
+def test_a_repository_path_triton_cannot_serve_is_refused_clearly(minilm_repository, tmp_path):
+    """Triton's Python backend starts stubs through `bash -c` with the path unquoted: the launcher refuses such a
+    path up front instead of letting every Python model fail with a bash syntax error."""
+    odd = tmp_path / "models (copy)"
+    shutil.copytree(minilm_repository, odd)
+    with pytest.raises(SystemExit) as refused:
+        launch.server_command(odd)
+    assert "spaces or shell characters" in str(refused.value) and "models (copy)" in str(refused.value)
+
+
+def test_gpu_variants_parse_as_model_configs(minilm_repository):
+    """configs/gpu.pbtxt and configs/gpu-trt.pbtxt (for --model-config-name) are valid ModelConfig text, pin the
+    instance to the GPU, drop the rate limiter, and keep the exported outputs."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    def parse(path):
+        with open(path, encoding="utf-8") as handle:
+            return text_format.Parse(handle.read(), model_config_pb2.ModelConfig())
+
+    cpu = parse(os.path.join(minilm_repository, "embedding", "config.pbtxt"))
+    for variant in ("gpu", "gpu-trt"):
+        config = parse(os.path.join(minilm_repository, "embedding", "configs", f"{variant}.pbtxt"))
+        assert [g.kind for g in config.instance_group] == [model_config_pb2.ModelInstanceGroup.KIND_GPU]
+        assert not config.instance_group[0].HasField("rate_limiter")
+        assert [o.name for o in config.output] == [o.name for o in cpu.output]
+        assert config.parameters["max_batch_tokens"].string_value == cpu.parameters["max_batch_tokens"].string_value
+    trt = parse(os.path.join(minilm_repository, "embedding", "configs", "gpu-trt.pbtxt"))
+    accelerator = trt.optimization.execution_accelerators.gpu_execution_accelerator[0]
+    assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP16"
+    rows, length = (int(n) for n in accelerator.parameters["trt_profile_max_shapes"].split(",")[0]
+                    .split(":")[1].split("x"))
+    assert rows == trt.max_batch_size and length == 256  # MiniLM's max length; rows x length = the token budget
+    assert rows * length <= int(trt.parameters["max_batch_tokens"].string_value)
