@@ -252,9 +252,22 @@ def summarize_py_spy(processes, top=6):
     return summary
 
 
-def measure(args, ports, scratch, server_pid, queries, admin_key, progress):
-    """Step 6 of bench/run.py: the breakdown of one short request, and py-spy under load. Returns a dict for the
-    report, or None when tracing is unavailable."""
+def micro_benchmarks(args, scratch, queries):
+    """The stubs' work on the same queries, in this process, before the server starts (the machine to itself)."""
+    count = 60 if args.short else TRACED_REQUESTS
+    texts = [t["text"] for t in queries["texts"]][:count]
+    with open(os.path.join(scratch, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    with open(os.path.join(scratch, "tokenizer", "1", "tokenizer.json"), encoding="utf-8") as handle:
+        pad_id = json.load(handle)["padding"]["pad_id"]
+    micro = tokenizer_micro(scratch, texts)
+    micro["onnxruntime"] = onnxruntime_micro(scratch, manifest, queries["encodings"][:count], pad_id)
+    return micro
+
+
+def measure(args, ports, server_pid, queries, micro, admin_key, progress):
+    """Step 6 of bench/run.py: the breakdown of one short request (with `micro` from micro_benchmarks), and py-spy
+    under load. Returns a dict for the report, or None when tracing is unavailable."""
     http, grpc = f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}"
     texts = [t["text"] for t in queries["texts"]]
     count = 60 if args.short else TRACED_REQUESTS
@@ -275,12 +288,6 @@ def measure(args, ports, scratch, server_pid, queries, admin_key, progress):
         progress("breakdown: no complete trace was written; left out")
         return None
     traced = {key: statistics.median(r[key] for r in rows) for key, *_ in SEGMENTS}
-    with open(os.path.join(scratch, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
-        manifest = json.load(handle)
-    with open(os.path.join(scratch, "tokenizer", "1", "tokenizer.json"), encoding="utf-8") as handle:
-        pad_id = json.load(handle)["padding"]["pad_id"]
-    micro = tokenizer_micro(scratch, texts[:count])
-    micro["onnxruntime"] = onnxruntime_micro(scratch, manifest, queries["encodings"][:count], pad_id)
     result = {"requests": len(rows), "client_p50_ms": statistics.median(latencies), "traced": traced,
               "micro": micro, "segments": [(key, label, paid) for key, label, _, _, paid in SEGMENTS]}
     progress(f"breakdown: client p50 {result['client_p50_ms']:.2f} ms over {len(rows)} traced requests")

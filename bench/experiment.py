@@ -1,14 +1,16 @@
-"""Tuning experiments: serve a copy of the bench's scratch repository with config edits, drive one model with
-perf_analyzer at some concurrencies, and print Triton's per-step statistics (what bench/TUNING.md quotes).
+"""Tuning experiments: serve a copy of a bench run's scratch repository with config edits, drive the ensemble with
+perf_analyzer on one workload at some concurrencies, and print Triton's per-step statistics (what TUNING.md quotes).
 
-    python -m bench.run --short                       # once: builds bench/results/short/repository
-    python -m bench.experiment --concurrency 32 \\
-        --edit 'tokenizer:"pad_to_multiple_of" value: \\{ string_value: "8"=>"pad_to_multiple_of" value: { string_value: "16"'
-    python -m bench.experiment --model embedding --concurrency 1,8    # pre-tokenized requests, no tokenizer
+    python -m bench.run --short                         # once: builds bench/results/short/{repository,data}
+    python -m bench.experiment --workload queries --concurrency 16,64 \\
+        --edit 'tokenizer:"pad_to_multiple_of" value: \\{ string_value: "8"=>"pad_to_multiple_of" value: { string_value: "1"'
+    python -m bench.experiment --server-env RATE_LIMIT=off
 
-Each --edit is MODEL:REGEX=>REPLACEMENT applied to MODEL/config.pbtxt of the copy (re.sub, multiline).
+Each --edit is MODEL:REGEX=>REPLACEMENT applied to MODEL/config.pbtxt of the copy (re.sub, multiline); the project's
+current model code replaces the copy's.
 """
 import argparse
+import glob
 import os
 import re
 import shutil
@@ -19,27 +21,12 @@ if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
 from bench import loadgen  # noqa: E402
-from bench import run as bench_run
+from bench import run as bench_run  # noqa: E402
 from local_triton import launch  # noqa: E402
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--source", default=os.path.join(bench_run.RESULTS, "short"),
-                        help="a bench work dir holding repository/ and data/ (default bench/results/short)")
-    parser.add_argument("--work-dir", default=os.path.join(bench_run.RESULTS, "experiment"))
-    parser.add_argument("--model", default="ensemble", help="ensemble | embedding | pytorch_baseline")
-    parser.add_argument("--concurrency", default="32")
-    parser.add_argument("--edit", action="append", default=[], help="MODEL:REGEX=>REPLACEMENT (repeatable)")
-    parser.add_argument("--server-arg", action="append", default=[])
-    args = parser.parse_args(argv)
-
-    repository = os.path.join(args.work_dir, "repository")
-    shutil.rmtree(repository, ignore_errors=True)
-    shutil.copytree(os.path.join(args.source, "repository"), repository)
-    for code in ("tokenizer/1/model.py",):  # the project's current model code
-        shutil.copy2(os.path.join(PROJECT, "model_repository", code), os.path.join(repository, code))
-    for edit in args.edit:
+def edit_configs(repository, edits):
+    for edit in edits:
         model, rest = edit.split(":", 1)
         pattern, replacement = rest.split("=>", 1)
         path = os.path.join(repository, model, "config.pbtxt")
@@ -50,30 +37,48 @@ def main(argv=None):
             raise SystemExit(f"experiment: --edit {edit!r} matched nothing")
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(changed)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--source", default=os.path.join(bench_run.RESULTS, "short"),
+                        help="a bench work dir holding repository/ and data/ (default bench/results/short)")
+    parser.add_argument("--work-dir", default=os.path.join(bench_run.RESULTS, "experiment"))
+    parser.add_argument("--workload", default="queries")
+    parser.add_argument("--concurrency", default="16,64")
+    parser.add_argument("--edit", action="append", default=[], help="MODEL:REGEX=>REPLACEMENT (repeatable)")
+    parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE")
+    args = parser.parse_args(argv)
+
+    repository = os.path.join(args.work_dir, "repository")
+    shutil.rmtree(repository, ignore_errors=True)
+    shutil.copytree(os.path.join(args.source, "repository"), repository)
+    for model in ("tokenizer", "proxy"):
+        for code in glob.glob(os.path.join(PROJECT, "model_repository", model, "1", "*.py")):
+            shutil.copy2(code, os.path.join(repository, model, "1"))
+    edit_configs(repository, args.edit)
     ports = [bench_run.free_port() for _ in range(4)]
-    env = {"PROXY_PORT": str(ports[3])}
-    server_args = list(args.server_arg or [])
-    data = os.path.join(args.source, "data", "tokens.json" if args.model == "embedding" else "ensemble.json")
+    env = {"PROXY_PORT": str(ports[3]), **dict(kv.split("=", 1) for kv in args.server_env)}
+    data = os.path.join(args.source, "data", f"{args.workload}.json")
+    batch = bench_run.corpus_lib.WORKLOADS[args.workload].texts_per_request
     http, grpc, metrics = (f"127.0.0.1:{p}" for p in ports[:3])
     with open(os.path.join(args.work_dir, "tritonserver.log"), "w") as log:
-        server = launch.start(repository, *ports[:3], extra_args=server_args, log_file=log, extra_env=env)
+        server = launch.start(repository, *ports[:3], log_file=log, extra_env=env)
     try:
         launch.wait_ready(server, ports[0])
-        watched = ("tokenizer", "embedding", "pytorch_baseline")
         for concurrency in [int(c) for c in args.concurrency.split(",")]:
-            before = {m: loadgen.model_stats(http, m) for m in watched}
-            row = loadgen.perf_analyzer(args.model, grpc, data, concurrency,
-                                        os.path.join(args.work_dir, "perf.csv"), max(40, 3 * concurrency), 4,
-                                        os.path.join(args.work_dir, "perf.log"))
+            before = {m: loadgen.model_stats(http, m) for m in ("tokenizer", "embedding")}
+            row = loadgen.perf_analyzer("ensemble", grpc, data, concurrency, os.path.join(args.work_dir, "perf.csv"),
+                                        max(40, 3 * concurrency), 4, os.path.join(args.work_dir, "perf.log"),
+                                        batch=batch)
             loadgen.drain(http, metrics)
-            d = {m: loadgen.stats_delta(before[m], loadgen.model_stats(http, m)) for m in watched}
+            d = {m: loadgen.stats_delta(before[m], loadgen.model_stats(http, m)) for m in ("tokenizer", "embedding")}
             speed = f"{row['requests_per_s']:.1f} texts/s p50 {row['p50_ms']:.0f} ms p99 {row['p99_ms']:.0f} ms" \
                 if row else "no measurement"
-            print(f"c={concurrency} {speed} | tokenizer batch {d['tokenizer']['mean_batch']:.2f} "
-                  f"queue {d['tokenizer']['queue_ms_per_request']:.1f} ms | encoder batch "
-                  f"{d['embedding']['mean_batch']:.2f} queue {d['embedding']['queue_ms_per_request']:.0f} ms "
-                  f"infer {d['embedding']['compute_infer_ms_per_request']:.1f} ms", flush=True)
-            print("   encoder batch sizes", dict(sorted(d["embedding"]["batch_stats"].items())), flush=True)
+            print(f"c={concurrency} {speed} | tokenizer batch {d['tokenizer']['mean_batch']:.2f} infer "
+                  f"{d['tokenizer']['compute_infer_ms_per_request']:.2f} ms | encoder batch "
+                  f"{d['embedding']['mean_batch']:.2f} queue {d['embedding']['queue_ms_per_request']:.0f} ms infer "
+                  f"{d['embedding']['compute_infer_ms_per_request']:.1f} ms", flush=True)
     finally:
         launch.stop(server)
     return 0

@@ -464,14 +464,18 @@ def main(argv=None):
     progress(f"{args.mode} run of {manifest['model']} (max length {manifest['max_length']}); scratch {scratch}")
     workloads, tokenizer = build_workloads(args, scratch, manifest)
     threads = measure_ceilings(args, scratch, manifest, workloads)
+    micro = None
+    if not args.no_breakdown and "queries" in workloads:
+        progress("breakdown: micro-benchmarks of the stubs' work on the queries (before the server starts)")
+        micro = breakdown.micro_benchmarks(args, scratch, workloads["queries"])
     ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port(), "proxy": free_port()}
     server, server_env = start_server(args, scratch, ports)
     probe, times = None, None
     try:
         run_workloads(args, ports, workloads, manifest)
         probe = measure_padding(args, ports, workloads)
-        if not args.no_breakdown and "queries" in workloads:
-            times = breakdown.measure(args, ports, scratch, server.pid, workloads["queries"], ADMIN_KEY, progress)
+        if micro:
+            times = breakdown.measure(args, ports, server.pid, workloads["queries"], micro, ADMIN_KEY, progress)
     finally:
         launch.stop(server)
     with open(os.path.join(args.work_dir, "tritonserver.log"), encoding="utf-8", errors="replace") as handle:

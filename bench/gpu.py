@@ -1,0 +1,270 @@
+"""GPU benchmark: a bge-m3-sized encoder on a GPU, served by the real tritonserver 2.48 -> docs/benchmarks-gpu.md.
+
+    python -m bench.gpu                                # on a GPU machine: the full matrix
+    python -m bench.gpu --device cpu --tiny --short    # the same pipeline on CPU with a tiny model (tests/test_bench)
+
+Written for the lent GPU machines: Python 3.12, torch with CUDA, tokenizers and numpy, but no onnxruntime-gpu, no
+transformers, no network. So the encoder is bench/models/torch_encoder (a 24-layer, 1024-wide XLM-R-shaped
+transformer with random weights, PyTorch fp16, in a Python-backend model) instead of the container's onnxruntime
+backend, the tokenizer is the project's own model with the 250k XLM-R tokenizer (tests/fixtures), and the load is
+plain KServe HTTP from this process's threads. tritonserver comes from the nvidia-pytriton wheel
+(`pip install --no-deps` of the carried wheel is enough: local_triton/launch.py needs only its binaries).
+
+Matrix: workloads queries and passages (bench/corpus.py); rate limiter on and off; 1, 2 and 4 tokenizer instances;
+max_batch_tokens 16384 and 65536. GPU utilisation is sampled with nvidia-smi during every run.
+"""
+import argparse
+import http.client
+import itertools
+import json
+import lzma
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if PROJECT not in sys.path:
+    sys.path.insert(0, PROJECT)
+
+from bench import corpus as corpus_lib  # noqa: E402
+from local_triton import launch  # noqa: E402
+
+BGE_M3_SHAPE = {"vocab": 250002, "hidden": 1024, "layers": 24, "heads": 16, "ffn": 4096, "positions": 8194}
+TINY_SHAPE = {"vocab": 250002, "hidden": 32, "layers": 2, "heads": 2, "ffn": 64, "positions": 514}
+MAX_LENGTH = 8192
+
+
+def progress(message):
+    print(f"[gpu bench] {message}", flush=True)
+
+
+def build_repository(work_dir, shape, device, tokenizer_instances, max_batch_tokens):
+    """tokenizer (the project's model + the XLM-R tokenizer), embedding (torch_encoder), ensemble (the project's
+    template). Returns the repository path."""
+    from tokenizers import Tokenizer
+
+    from bench.run import export_module
+
+    repository = os.path.join(work_dir, "repository")
+    shutil.rmtree(repository, ignore_errors=True)
+    tokenizer_dir = os.path.join(repository, "tokenizer")
+    shutil.copytree(os.path.join(PROJECT, "model_repository", "tokenizer"), tokenizer_dir,
+                    ignore=shutil.ignore_patterns("__pycache__", "tokenizer.json"))
+    with lzma.open(os.path.join(PROJECT, "tests", "fixtures", "xlmr-tokenizer", "tokenizer.json.xz")) as packed:
+        tokenizer = Tokenizer.from_str(packed.read().decode())
+    tokenizer.enable_truncation(MAX_LENGTH)
+    tokenizer.enable_padding(pad_id=1, pad_token="<pad>")
+    tokenizer.save(os.path.join(tokenizer_dir, "1", "tokenizer.json"))
+    config_path = os.path.join(tokenizer_dir, "config.pbtxt")
+    with open(config_path, encoding="utf-8") as handle:
+        text = handle.read()
+    text = text.replace("kind: KIND_CPU, count: 1,", f"kind: KIND_CPU, count: {tokenizer_instances},")
+    text = text.replace('key: "max_batch_tokens" value: { string_value: "16384" }',
+                        f'key: "max_batch_tokens" value: {{ string_value: "{max_batch_tokens}" }}')
+    with open(config_path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+    encoder_dir = os.path.join(repository, "embedding")
+    shutil.copytree(os.path.join(PROJECT, "bench", "models", "torch_encoder"), encoder_dir,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    kind = "KIND_GPU" if device == "cuda" else "KIND_CPU"
+    parameters = {**shape, "device": device, "max_batch_tokens": max_batch_tokens}
+    with open(os.path.join(encoder_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
+        handle.write(
+            'backend: "python"\nmax_batch_size: 256\n'
+            'input [ { name: "input_ids", data_type: TYPE_INT64, dims: [ -1 ] },\n'
+            '        { name: "attention_mask", data_type: TYPE_INT64, dims: [ -1 ] } ]\n'
+            f'output [ {{ name: "embedding", data_type: TYPE_FP32, dims: [ {shape["hidden"]} ] }} ]\n'
+            "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
+            f'instance_group [ {{ kind: {kind}, count: 1, rate_limiter {{ resources [ {{ name: "cores", count: 1 }} ] '
+            "priority: 1 } } ]\n"
+            + "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in parameters.items()))
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler:  # the token budget, as export builds it
+        subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", os.path.join(encoder_dir, "batchstrategy.so"),
+                        os.path.join(PROJECT, "model_repository", "embedding", "token_budget.c")], check=True)
+    export = export_module()
+    ensemble_dir = os.path.join(repository, "ensemble")
+    os.makedirs(os.path.join(ensemble_dir, "1"))
+    with open(os.path.join(ensemble_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
+        handle.write(export.render(
+            os.path.join(PROJECT, "model_repository", "ensemble", "config.pbtxt.template"), tokenizer="tokenizer",
+            encoder="embedding",
+            outputs=",\n".join([f'  {{ name: "embedding", data_type: TYPE_FP32, dims: [ {shape["hidden"]} ] }}',
+                                '  { name: "num_tokens", data_type: TYPE_INT32, dims: [ 1 ] }',
+                                '  { name: "truncated", data_type: TYPE_BOOL, dims: [ 1 ] }']),
+            output_maps='      output_map { key: "embedding", value: "embedding" }'))
+    return repository, tokenizer
+
+
+class GpuSampler:
+    """nvidia-smi's utilization.gpu every 0.5 s while running."""
+
+    def __init__(self):
+        self.samples, self.stopping = [], threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stopping.is_set() and shutil.which("nvidia-smi"):
+            result = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
+                                     "--format=csv,noheader,nounits"], capture_output=True, text=True)
+            try:
+                util, memory = result.stdout.strip().splitlines()[0].split(",")
+                self.samples.append((float(util), float(memory)))
+            except (ValueError, IndexError):
+                pass
+            self.stopping.wait(0.5)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopping.set()
+        self.thread.join(5)
+
+    def summary(self):
+        if not self.samples:
+            return None, None
+        return statistics.mean(s[0] for s in self.samples), max(s[1] for s in self.samples)
+
+
+def load(port, texts, concurrency, seconds):
+    """Closed loop of `concurrency` threads, one text per KServe HTTP request: (texts/s, p50 ms, p99 ms, errors)."""
+    latencies, errors, lock = [], [0], threading.Lock()
+    deadline = time.monotonic() + seconds
+    counter = itertools.count()
+
+    def worker():
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        while time.monotonic() < deadline:
+            text = texts[next(counter) % len(texts)]
+            body = json.dumps({"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [text]}],
+                               "outputs": [{"name": "embedding"}]})
+            started = time.perf_counter()
+            try:
+                connection.request("POST", "/v2/models/ensemble/infer", body, {"Content-Type": "application/json"})
+                response = connection.getresponse()
+                response.read()
+                ok = response.status == 200
+            except (OSError, http.client.HTTPException):
+                ok = False
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+            with lock:
+                if ok:
+                    latencies.append((time.perf_counter() - started) * 1000)
+                else:
+                    errors[0] += 1
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - started
+    if not latencies:
+        return 0.0, None, None, errors[0]
+    latencies.sort()
+    return (len(latencies) / elapsed, latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99) - 1],
+            errors[0])
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--tiny", action="store_true", help="a tiny encoder instead of bge-m3's shape (smoke test)")
+    parser.add_argument("--short", action="store_true", help="one configuration, short runs (smoke test)")
+    parser.add_argument("--seconds", type=float, help="seconds per measurement (default 20; short 3)")
+    parser.add_argument("--work-dir", default=os.path.join(PROJECT, "bench", "results", "gpu"))
+    parser.add_argument("--output", help="report path (default docs/benchmarks-gpu.md; short: in --work-dir)")
+    args = parser.parse_args(argv)
+    args.seconds = args.seconds or (3.0 if args.short else 20.0)
+    args.output = args.output or (os.path.join(args.work_dir, "benchmarks-gpu.md") if args.short
+                                  else os.path.join(PROJECT, "docs", "benchmarks-gpu.md"))
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    os.makedirs(args.work_dir, exist_ok=True)
+    shape = TINY_SHAPE if args.tiny else BGE_M3_SHAPE
+    if args.short:
+        matrix = [("on", 1, 16384)]
+        levels = {"queries": [4], "passages": [2]}
+    else:
+        matrix = [(rl, n, 16384) for rl in ("on", "off") for n in (1, 2, 4)] + [("off", 2, 65536)]
+        levels = {"queries": [16, 64, 256], "passages": [8, 32, 64]}
+    rows, machine = [], ""
+    if shutil.which("nvidia-smi"):
+        machine = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                                 capture_output=True, text=True).stdout.strip()
+    for rate_limit, instances, budget in matrix:
+        repository, tokenizer = build_repository(args.work_dir, shape, args.device, instances, budget)
+        tokenizer.no_padding()
+        workloads = {name: [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS[name],
+                                                                 64 if args.short else 600)]
+                     for name in levels}
+        ports = [launch_port() for _ in range(3)]
+        log_path = os.path.join(args.work_dir, "tritonserver.log")
+        with open(log_path, "w", encoding="utf-8") as log_file:
+            server = launch.start(repository, *ports, log_file=log_file,
+                                  extra_env={"RATE_LIMIT": rate_limit, "LOAD_MODELS": "tokenizer,embedding,ensemble"})
+        try:
+            launch.wait_ready(server, ports[0], timeout_s=900)
+            for name, concurrencies in levels.items():
+                load(ports[0], workloads[name], 4, 1.0)  # warm-up
+                for concurrency in concurrencies:
+                    with GpuSampler() as sampler:
+                        rate, p50, p99, errors = load(ports[0], workloads[name], concurrency, args.seconds)
+                    util, memory = sampler.summary()
+                    row = {"workload": name, "rate_limit": rate_limit, "tokenizers": instances,
+                           "max_batch_tokens": budget, "concurrency": concurrency, "texts_per_s": rate,
+                           "p50_ms": p50, "p99_ms": p99, "errors": errors, "gpu_util": util, "gpu_memory_mb": memory}
+                    rows.append(row)
+                    progress(json.dumps(row))
+        finally:
+            launch.stop(server)
+    with open(os.path.join(args.work_dir, "results.json"), "w", encoding="utf-8") as handle:
+        json.dump({"rows": rows, "machine": machine, "shape": shape, "device": args.device}, handle, indent=1)
+    write_report(args, rows, machine, shape)
+    return 0
+
+
+def launch_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_report(args, rows, machine, shape):
+    def num(value, digits=1):
+        return "—" if value is None else f"{value:,.{digits}f}"
+
+    lines = [f"# GPU benchmark: a bge-m3-sized encoder ({args.device})", "",
+             f"Generated by `python -m bench.gpu{' --tiny' if args.tiny else ''}{' --short' if args.short else ''}` "
+             f"on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; GPU: {machine or 'none'}. Encoder: "
+             f"{shape['layers']} layers, hidden {shape['hidden']}, vocabulary {shape['vocab']:,}, random weights, "
+             "PyTorch fp16 in a Python-backend model (the lent machines have no onnxruntime-gpu): the container's "
+             "onnxruntime backend would run the exported ONNX instead. Tokenizer: the project's model with the 250k "
+             "XLM-R tokenizer. Load: KServe HTTP, one text per request, from this process's threads.", "",
+             "| workload | rate limiter | tokenizers | max_batch_tokens | in flight | texts/s | p50 ms | p99 ms | "
+             "GPU util % | GPU MiB | errors |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['workload']} | {r['rate_limit']} | {r['tokenizers']} | {r['max_batch_tokens']} | "
+                     f"{r['concurrency']} | {num(r['texts_per_s'])} | {num(r['p50_ms'])} | {num(r['p99_ms'])} | "
+                     f"{num(r['gpu_util'], 0)} | {num(r['gpu_memory_mb'], 0)} | {r['errors']} |")
+    os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    progress(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
