@@ -3,7 +3,7 @@ perf_analyzer on one workload at some concurrencies, and print Triton's per-step
 
     python -m bench.run --short                         # once: builds bench/results/short/{repository,data}
     python -m bench.experiment --workload queries --concurrency 16,64 \\
-        --edit 'tokenizer:"pad_to_multiple_of" value: \\{ string_value: "8"=>"pad_to_multiple_of" value: { string_value: "1"'
+        --edit 'embedding:max_queue_delay_microseconds: 0=>max_queue_delay_microseconds: 2000'
     python -m bench.experiment --server-env RATE_LIMIT=off
 
 Each --edit is MODEL:REGEX=>REPLACEMENT applied to MODEL/config.pbtxt of the copy (re.sub, multiline); the project's
