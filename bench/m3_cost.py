@@ -211,7 +211,7 @@ def markdown(run):
     layers = run["layers"]
     lines = ["# What bge-m3's sparse and ColBERT outputs cost the encoder", "",
              f"`python -m bench.m3_cost {' '.join(run['argv'])}` on {run['machine']}; onnxruntime {run['ort']} "
-             f"in-process on CPU, {run['threads'] or 'all'} intra-op threads. A random XLM-R of bge-m3's shape "
+             f"in-process on CPU, intra-op threads: {run['threads'] or 'all cores'}. A random XLM-R of bge-m3's shape "
              f"(hidden 1024, 16 heads, FFN 4096, vocabulary 250,002) with {' and '.join(map(str, layers))} layers "
              f"and random bge-m3 heads, exported by build/export.py with `--outputs dense` and with all three "
              f"outputs; passages of exactly the given tokens (<s> and </s> included), one batch padded to them.", "",

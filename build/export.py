@@ -406,7 +406,8 @@ def gpu_variants(cpu_config, max_length, max_batch_tokens):
     trt += "optimization { execution_accelerators { gpu_execution_accelerator: [ {\n  name: \"tensorrt\"\n" + "".join(
         f'  parameters {{ key: "{key}" value: "{value}" }}\n' for key, value in (
             ("precision_mode", "FP16"), ("max_workspace_size_bytes", "4294967296"),
-            ("trt_layer_norm_fp32_fallback", "1"), ("trt_engine_cache_enable", "1"), ("trt_engine_cache_path", "/cache"),
+            ("trt_layer_norm_fp32_fallback", "1"),
+            ("trt_engine_cache_enable", "1"), ("trt_engine_cache_path", "/cache"),
             ("trt_timing_cache_enable", "1"), ("trt_timing_cache_path", "/cache"),
             ("trt_profile_min_shapes", shapes["min"]), ("trt_profile_opt_shapes", shapes["opt"]),
             ("trt_profile_max_shapes", shapes["max"]))) + "} ] } }\n"

@@ -21,13 +21,17 @@ Settings (environment variables; the README's "Security" and "Settings" sections
   EXIT_TIMEOUT_S          seconds Triton waits for in-flight requests at shutdown (default 30)
 
 While it runs, the launcher also supervises: the proxy model's own watchdog recovers the other Python stubs, but
-nothing inside Triton watches the proxy's stub, so the launcher reloads the proxy when that stub dies; and if
-tritonserver exits on its own (the watchdog stops it when a dead stub cannot be reloaded in place), the launcher
-starts it again (--no-restart: exit instead).
+nothing inside Triton watches the proxy's stub, so when that stub dies the launcher kills tritonserver and starts it
+again (Server.dead_proxy says why not a reload); when the watchdog finds a dead stub it cannot recover from in place
+(proxy/1/watchdog.py), it asks the launcher for the same (SIGUSR1, to the pid in the server's TRITON_LAUNCHER_PID);
+and if tritonserver exits on its own, the launcher starts it again (--no-restart: exit instead). A server with a
+dead stub would only stop at its exit timeout (Server.has_dead_stub): a stop gives it DEAD_STUB_GRACE_S for the
+requests in flight, then kills it.
 """
 import argparse
 import glob
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -43,6 +47,11 @@ BACKEND_DIR = os.path.join(PROJECT, ".triton", "backends")
 CONTAINER_SERVER = "/opt/tritonserver/bin/tritonserver"
 SHM_PREFIX = "/dev/shm/triton_"
 RESTRICTED_APIS = "model-repository,shared-memory,trace,logging"
+# Triton 24.07's Python backend starts each stub through `bash -c` with the model path unquoted: a repository path
+# with spaces or shell characters fails every Python model's load with a bash syntax error.
+PLAIN_PATH = re.compile(r"^[A-Za-z0-9_./+:@%=,-]+$")
+RESTART_GRACE_S = 1.0  # a restart the watchdog asked for: time for the proxy's 503 answers to go out first
+DEAD_STUB_GRACE_S = 10.0  # stopping a server with a dead stub: time for the requests in flight, then it is killed
 
 
 def setting(name, default, env=None):
@@ -137,6 +146,10 @@ def server_command(model_repository, http_port=8000, grpc_port=8001, metrics_por
     """The tritonserver command line; settings come from `env` (default: this process's environment)."""
     address = setting("TRITON_ADDRESS", "127.0.0.1", env)
     admin_key = admin_key or admin_key_for(env)
+    if not PLAIN_PATH.match(os.path.abspath(model_repository)):
+        raise SystemExit(f"launch: the model repository path {os.path.abspath(model_repository)!r} has spaces or "
+                         f"shell characters, which Triton 24.07's Python backend cannot start stubs from; use a "
+                         f"path of letters, digits and -_./ only")
     if in_container():
         command = [CONTAINER_SERVER]
     else:
@@ -153,7 +166,9 @@ def server_command(model_repository, http_port=8000, grpc_port=8001, metrics_por
         f"--exit-timeout-secs={int(setting('EXIT_TIMEOUT_S', '30', env))}",
     ]
     if setting("MODEL_CONTROL", "explicit", env) == "explicit":
-        command.append("--model-control-mode=explicit")
+        # A model an admin failed to load must not take the whole server out of service: with strict readiness
+        # (the default) /v2/health/ready stays 400 until that model loads. Start-up failures still stop the server.
+        command += ["--model-control-mode=explicit", "--strict-readiness=false"]
         command += [f"--load-model={name.strip()}" for name in setting("LOAD_MODELS", "*", env).split(",")]
     if setting("RATE_LIMIT", "on", env) == "on":
         command.append("--rate-limit=execution_count")  # honour the configs' rate_limiter sections
@@ -212,25 +227,26 @@ class Server:
                 self.stubs[pid] = os.path.basename(os.path.dirname(os.path.dirname(args[1].decode(errors="replace"))))
         return states
 
-    def reload_dead_proxy(self, log=print):
-        """If the proxy's stub died, unload and load it through the repository API (restricted: admin key)."""
-        states = self.note_regions()
-        dead = [pid for pid, state in states.items() if state == "Z" and self.stubs.get(pid) == "proxy"]
-        if not dead:
-            return False
-        for pid in dead:
-            self.stubs.pop(pid)
-        log(f"launch: the proxy's stub (pid {dead[0]}) died: reloading the proxy model", flush=True)
-        host = "127.0.0.1" if self.address in ("0.0.0.0", "::", "") else self.address
-        for action in ("unload", "load"):
-            request = urllib.request.Request(f"http://{host}:{self.http_port}/v2/repository/models/proxy/{action}",
-                                             method="POST", data=b"{}", headers={"admin-key": self.admin_key})
-            try:
-                urllib.request.urlopen(request, timeout=120).close()
-            except OSError as error:
-                log(f"launch: {action} of the proxy failed: {error}", flush=True)
-                return False
-        return True
+    def has_dead_stub(self):
+        """A stub that died stays a zombie: its model instance never finishes unloading (Triton waits for the stub's
+        answer for ever, and the other models' unloads queue behind it; or it aborts, see dead_proxy), so the server
+        would only stop at its exit timeout. Its in-flight requests still finish first, and new ones are refused
+        (503 at the proxy)."""
+        return "Z" in self.note_regions().values()
+
+    def kill(self):
+        os.killpg(self.pid, signal.SIGKILL)  # the stubs share its process group (start_new_session)
+        self.process.wait()
+
+    def dead_proxy(self):
+        """The pid of the proxy's stub if it died, else None. Nothing inside Triton watches that stub, and reloading
+        it in place is not safe: tritonserver 2.48 aborted (std::terminate "without an active exception") in about one
+        unload + load of a proxy whose stub had died in three, and otherwise never finished that unload. So the
+        launcher restarts tritonserver instead (~6 s)."""
+        for pid, state in self.note_regions().items():
+            if state == "Z" and self.stubs.get(pid) == "proxy":
+                return pid
+        return None
 
     def cleanup(self):
         for region in self.regions:
@@ -271,14 +287,14 @@ def wait_ready(server, http_port, timeout_s=300.0, address="127.0.0.1"):
 
 def stop(server, timeout_s=60.0):
     """SIGTERM (Triton finishes in-flight requests, unloads models, finalizes stubs), SIGKILL if it hangs; then the
-    stubs' leftover shared memory goes."""
+    stubs' leftover shared memory goes. A server with a dead stub gets DEAD_STUB_GRACE_S (see has_dead_stub)."""
     if server.poll() is None:
+        timeout_s = min(timeout_s, DEAD_STUB_GRACE_S) if server.has_dead_stub() else timeout_s
         server.process.send_signal(signal.SIGTERM)
         try:
             server.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.process.wait()
+            server.kill()
     server.cleanup()
     return server.process.returncode
 
@@ -306,12 +322,21 @@ def main(argv=None):
             server.process.send_signal(signal.SIGTERM)
         stopping.append(time.monotonic())
 
+    restart = []
+
+    def on_restart(_signum, _frame):
+        # The proxy's watchdog found a dead stub it cannot recover from in place (proxy/1/watchdog.py); a SIGTERM
+        # would make Triton wait its whole exit timeout for the calls the dead stub never answers.
+        restart.append((time.monotonic(), "the proxy's watchdog asked (a dead stub)"))
+
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGUSR1, on_restart)
     grace = int(setting("EXIT_TIMEOUT_S", "30")) + 30
     while True:
+        # The watchdog asks for a restart (SIGUSR1) only when the launcher named itself to the server.
         server = start(args.model_repository, args.http_port, args.grpc_port, args.metrics_port, args.extra,
-                       python=args.model_python)
+                       python=args.model_python, extra_env={"TRITON_LAUNCHER_PID": str(os.getpid())})
         try:
             wait_ready(server, args.http_port)
             print(f"launch: tritonserver ready: HTTP {args.http_port}, gRPC {args.grpc_port}, "
@@ -320,18 +345,29 @@ def main(argv=None):
             if not stopping:
                 stop(server)
                 raise SystemExit(f"launch: {error}") from None
-        supervise = setting("MODEL_CONTROL", "explicit") == "explicit"
+        checked, dead, dead_proxy = time.monotonic(), False, None
         while server.poll() is None:
-            if stopping and time.monotonic() - stopping[0] > grace:  # SIGTERM ignored: kill it, as stop() does
-                os.killpg(server.pid, signal.SIGKILL)
-                server.process.wait()
-            elif supervise and not stopping and time.monotonic() - server.noted > 2.0:
-                server.reload_dead_proxy()
+            now = time.monotonic()
+            # SIGTERM ignored: kill it, as stop() does; a dead stub: see has_dead_stub; a restart was asked for: the
+            # calls on the dead stub never finish
+            if (stopping and now - stopping[0] > (DEAD_STUB_GRACE_S if dead else grace)) or \
+                    (restart and now - restart[0][0] > RESTART_GRACE_S):
+                server.kill()
+            elif not stopping and not restart and now - checked > 1.0:  # own clock: poll() refreshes server.noted
+                checked = now
+                dead = server.has_dead_stub()  # as it was before a stop began
+                # Seen dead twice: a stub that exits normally (an unload) is a zombie for the instant before Triton
+                # reaps it. Its port closed with it: no answer to wait for.
+                pid, dead_proxy = dead_proxy, server.dead_proxy()
+                if pid and pid == dead_proxy:
+                    restart.append((now - RESTART_GRACE_S, f"the proxy's stub (pid {pid}) died"))
             time.sleep(0.2)
         server.cleanup()
-        if stopping or args.no_restart:
+        if stopping or (args.no_restart and not restart):
             return 0 if stopping else server.returncode
-        print(f"launch: tritonserver exited by itself (code {server.returncode}): starting it again", flush=True)
+        why = restart[0][1] if restart else f"it exited by itself (code {server.returncode})"
+        print(f"launch: starting tritonserver again: {why}", flush=True)
+        restart.clear()
 
 
 if __name__ == "__main__":

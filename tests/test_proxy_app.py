@@ -1,6 +1,7 @@
 """The proxy's HTTP app (model_repository/proxy/1/app.py) with FastAPI's TestClient and an injected fake service:
 routes, validation and error codes, auth, limits, routing by model, admin gating, metrics. No Triton here;
 tests/test_proxy.py covers the same app through the real server."""
+import asyncio
 import base64
 import os
 import sys
@@ -279,6 +280,29 @@ def test_admin_routes_are_off_without_an_admin_key_and_never_open_to_the_api_key
     assert client.post("/v1/models/fake-m3/unload", headers=admin).json()["status"] == "unloaded"
     assert client.service.admin == [("load", "fake-m3"), ("unload", "fake-m3")]
     error_of(client.delete("/v1/models/fake-m3", headers=admin), 409, "unload it first")
+    # A hub id's '/' is part of the id (it is looked up among the exports, never used as a path)
+    assert client.post("/v1/models/org/model-x/load", headers=admin).json()["id"] == "org/model-x"
+
+
+def test_a_post_with_no_body_at_all_needs_no_content_type():
+    """`curl -X POST .../load` sends neither a body nor Content-Length: not a 415."""
+    client = make_client(admin_api_key="admin")
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v1/models/fake-m3/load", "raw_path": b"/v1/models/fake-m3/load", "query_string": b"",
+             "root_path": "", "headers": [(b"host", b"x"), (b"authorization", b"Bearer admin")],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    sent, messages = [], [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive():  # the request, then nothing until the answer is out (the client stays)
+        if messages:
+            return messages.pop()
+        await asyncio.sleep(3600)
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(client.app(scope, receive, send))
+    assert sent[0]["status"] == 200 and client.service.admin == [("load", "fake-m3")]
 
 
 def test_draining_answers_503_with_retry_after(client):

@@ -8,10 +8,10 @@ import stat
 
 import numpy as np
 import pytest
-from conftest import start_server, wait_for_proxy
-from triton_clients import infer
 
+from conftest import start_server, wait_for_proxy
 from local_triton import launch
+from triton_clients import infer
 
 
 def listing(folder):
@@ -48,7 +48,7 @@ def test_read_only_repository_serves_and_stays_untouched(read_only_server, minil
     # The one write anything attempts: CPython caching the bytecode of each stub's model.py, which the stub imports
     # before any of our code runs (its embedded interpreter ignores PYTHONDONTWRITEBYTECODE). On a read-only mount
     # or as a non-root user CPython skips it silently; as root here it lands. Everything else stays as it was.
-    changed = {p for p in set(listing(mount)) ^ set(before)} | {p for p in before if listing(mount).get(p) != before[p]}
+    changed = (set(listing(mount)) ^ set(before)) | {p for p in before if listing(mount).get(p) != before[p]}
     unexpected = {p for p in changed if not p.endswith(("/1/__pycache__", "/1"))
                   and not (os.path.basename(p).startswith("model.cpython-") and p.endswith(".pyc"))}
     assert not unexpected, f"something wrote into the served repository: {sorted(unexpected)}"

@@ -4,8 +4,9 @@ Why an exec probe: Triton's HTTP port (8000) binds 127.0.0.1 by default (TRITON_
 httpGet, which connects to the pod IP, cannot reach /v2/health/*. This script runs inside the container, where
 127.0.0.1 works, and checks both servers of the pod:
 
-  ready: Triton  GET /v2/health/ready  (every loaded model ready, server not shutting down)
-         proxy   GET /health           (the ensemble is ready, as the proxy sees it through BLS)
+  ready: Triton  GET /v2/health/ready  (server started and not shutting down; the launcher passes
+                                       --strict-readiness=false, so a failed admin load does not count)
+         proxy   GET /health           (the served ensembles are ready and no stub is dead, as the proxy sees it)
   live:  Triton  GET /v2/health/live
          proxy   GET /health/live      (the proxy's HTTP thread answers; a dead proxy stub is otherwise never noticed)
 

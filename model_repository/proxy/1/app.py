@@ -31,6 +31,9 @@ ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "inval
                408: "timeout_error", 503: "service_unavailable", 504: "timeout_error"}
 
 
+MAX_MESSAGE_CHARS = 1000  # an error that quotes a client's value (a 1 MB model id) is cut: no 1 MB error back
+
+
 class ApiError(Exception):
     def __init__(self, status, message, code=None, param=None, headers=None):
         super().__init__(message)
@@ -38,7 +41,9 @@ class ApiError(Exception):
 
     def response(self):
         kind = ERROR_TYPES.get(self.status, "server_error" if self.status >= 500 else "invalid_request_error")
-        body = {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
+        message = self.message if len(self.message) <= MAX_MESSAGE_CHARS else \
+            f"{self.message[:MAX_MESSAGE_CHARS]}... ({len(self.message)} characters, cut)"
+        body = {"error": {"message": message, "type": kind, "param": self.param, "code": self.code}}
         return Response(orjson.dumps(body), self.status, self.headers, JSON)
 
 
@@ -309,23 +314,24 @@ def create_app(settings, service, metrics):
         return json_response(card_json(select(request, model_id)))
 
     async def admin(request, model_id, action):
+        # model_id takes a hub id's '/'; it is only ever looked up among the exports' cards, never a path
         authorize_admin(request)
         request.scope["state"]["model"] = model_id
         seconds = await getattr(service, action)(model_id)
         status = {"load": "loaded", "unload": "unloaded", "delete": "deleted"}[action]
         return json_response({"id": model_id, "status": status, "seconds": round(seconds, 3)})
 
-    @app.post("/v1/models/{model_id}/load", response_model=schemas.AdminResult, responses=admin_errors)
+    @app.post("/v1/models/{model_id:path}/load", response_model=schemas.AdminResult, responses=admin_errors)
     async def load(request: Request, model_id: str):
         """Admin: load (or reload) an exported model; models already serving keep serving. Needs ADMIN_API_KEY."""
         return await admin(request, model_id, "load")
 
-    @app.post("/v1/models/{model_id}/unload", response_model=schemas.AdminResult, responses=admin_errors)
+    @app.post("/v1/models/{model_id:path}/unload", response_model=schemas.AdminResult, responses=admin_errors)
     async def unload(request: Request, model_id: str):
         """Admin: unload a model; its in-flight requests finish first. Needs ADMIN_API_KEY."""
         return await admin(request, model_id, "unload")
 
-    @app.delete("/v1/models/{model_id}", response_model=schemas.AdminResult, responses=admin_errors)
+    @app.delete("/v1/models/{model_id:path}", response_model=schemas.AdminResult, responses=admin_errors)
     async def delete(request: Request, model_id: str):
         """Admin: delete an unloaded model's files from the repository (409 while loaded). Needs ADMIN_API_KEY."""
         return await admin(request, model_id, "delete")
@@ -385,12 +391,15 @@ class HttpGuard:
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
         declared = headers.get(b"content-length", b"")
         limit = self.settings.max_body_bytes
+        close = {"Connection": "close"}  # refused before its body was read: the connection goes with it
         if declared.isdigit() and int(declared) > limit:
             raise ApiError(413, f"request body is over the limit of {limit} bytes (setting max_body_bytes)",
-                           "body_too_large")
-        if content_type != b"application/json" and not content_type.endswith(b"+json") and declared != b"0":
+                           "body_too_large", headers=close)
+        # No body at all (Content-Length 0, or neither it nor chunked: `curl -X POST .../load`) needs no type.
+        empty = declared == b"0" or (not declared and b"transfer-encoding" not in headers)
+        if content_type != b"application/json" and not content_type.endswith(b"+json") and not empty:
             raise ApiError(415, "send the body as JSON with 'Content-Type: application/json'",
-                           "unsupported_media_type")
+                           "unsupported_media_type", headers=close)
         chunks, size = [], 0
         deadline = time.monotonic() + self.settings.body_timeout_s
         while True:
@@ -398,14 +407,13 @@ class HttpGuard:
                 message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 raise ApiError(408, f"request body not received within {self.settings.body_timeout_s:g} s "
-                                    f"(setting body_timeout_s)", "body_timeout", headers={"Connection": "close"}) \
-                    from None
+                                    f"(setting body_timeout_s)", "body_timeout", headers=close) from None
             if message["type"] == "http.disconnect":
                 raise ConnectionError
             size += len(message.get("body", b""))
             if size > limit:
                 raise ApiError(413, f"request body is over the limit of {limit} bytes (setting max_body_bytes)",
-                               "body_too_large", headers={"Connection": "close"})
+                               "body_too_large", headers=close)
             chunks.append(message.get("body", b""))
             if not message.get("more_body"):
                 return b"".join(chunks)

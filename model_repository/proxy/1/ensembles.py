@@ -6,7 +6,9 @@ encoder models. The repository is scanned at start, when an unknown id is asked 
 models exported or loaded after start-up are found.
 """
 import asyncio
+import contextlib
 import glob
+import http.client
 import json
 import os
 import re
@@ -14,6 +16,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import numpy as np
 
@@ -26,6 +29,8 @@ TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values"
            "colbert": ("colbert_vectors", "colbert_length")}
 SCALARS = {"num_tokens", "truncated", "sparse_count", "colbert_length"}  # [rows, 1] outputs: one value per text
 RESCAN_S = 2.0  # an unknown id triggers a repository scan at most this often
+HTTP_GRACE_S = 60.0  # readiness falls back to pb_utils.is_model_ready if Triton's HTTP never answered by then
+LOAD_TIMEOUT_S = 900.0  # a load through Triton's repository API answers when the model is loaded (bge-m3: minutes)
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,33 @@ class Embeddings:
     inference_ms: float
 
 
+def triton_http(pid):
+    """(host, port, headers) of the HTTP frontend of the tritonserver process `pid`, from its command line (headers:
+    the key of its restricted repository API, `--http-restricted-api=<apis>:<header>=<key>`); None when off."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            argv = handle.read().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    flags, headers = {}, {}
+    for i, arg in enumerate(argv):
+        if arg.startswith("--"):
+            key, equals, value = arg[2:].partition("=")
+            flags[key] = value = value if equals else (argv[i + 1] if i + 1 < len(argv) else "")
+            apis, _, header = value.partition(":")
+            if key == "http-restricted-api" and "model-repository" in apis.split(","):
+                name, _, secret = header.partition("=")
+                headers[name] = secret
+    if flags.get("allow-http", "true").lower() in ("false", "0", "no"):
+        return None
+    address = flags.get("http-address", "0.0.0.0")
+    host = "127.0.0.1" if address in ("0.0.0.0", "", "::", "[::]") else address
+    try:
+        return host, int(flags.get("http-port", "8000")), headers
+    except ValueError:
+        return None
+
+
 def read_card(repository, name):
     """The Card of the export whose ensemble is `name`, or None."""
     path = os.path.join(repository, name, "1", "export.json")
@@ -78,7 +110,7 @@ class Ensembles:
         self.cards_by_name, self.scanned = {}, 0.0
         self.ready = {}  # Triton model name -> ready, kept by the watchdog (no IPC on the request path)
         # explicit mode: what was meant to be loaded (LOAD_MODELS) and what the admin routes changed since
-        self.startup = None if settings.load_models == "*" else set(settings.load_models.split(","))
+        self.startup = {name.strip() for name in settings.load_models.split(",")}
         self.loaded_by_admin, self.unloaded_by_admin = set(), set()
         self.recovering = {}  # Triton model name -> why (a dead stub being reloaded)
         self.failed = ""  # set when a dead stub could not be recovered: not live
@@ -86,7 +118,19 @@ class Ensembles:
         self.inflight = set()  # (models, abort future) of each BLS call in flight
         self.loop = None  # the HTTP server's event loop, known from the first call
         self.admin_lock = threading.Lock()
+        self.triton_started = False  # set by the watchdog once Triton's start-up is over (see wait_for_triton)
+        self.changing_models = set()  # Triton models an admin load/unload is changing now (see changing())
+        # Readiness, load and unload go through Triton's own HTTP frontend (GET /v2/models/<name>/ready, the
+        # repository API), not through pb_utils' is_model_ready / load_model / unload_model: in python_backend
+        # r24.07 those model-loader messages corrupt the stub's shared-memory allocator now and then (the proxy's
+        # stub dies in rbtree_best_fit::priv_deallocate; fixed upstream in python_backend b49d9e2, 2025): polled
+        # every second, tritonserver aborted at every shutdown (boost lock_exception), and a second failed load
+        # through pb_utils killed the proxy's stub. pb_utils remains the fallback where HTTP is off.
+        self.http_endpoint = triton_http(os.getppid())
+        self.http_seen, self.started = False, time.monotonic()
         self.scan()
+        if "*" in self.startup:  # what the server loaded at start: the exports there now (later ones wait for a load)
+            self.startup = set(self.cards_by_name)
 
     # ---------------------------------------------------------------- discovery and state
     def scan(self):
@@ -115,7 +159,7 @@ class Ensembles:
         """Whether the model should be loaded now (else asking for it is a 404, as OpenAI answers)."""
         if card.name in self.unloaded_by_admin:
             return False
-        return card.name in self.loaded_by_admin or self.startup is None or card.name in self.startup
+        return card.name in self.loaded_by_admin or card.name in self.startup
 
     def default_card(self):
         if self.settings.default_model:
@@ -174,13 +218,118 @@ class Ensembles:
             self.loop.call_soon_threadsafe(abort)
 
     def refresh_readiness(self):
-        """Called by the watchdog's thread: one is_model_ready per model, so requests never wait on it."""
+        """Called by the watchdog's thread (and after admin actions): one readiness question per model, so requests
+        never wait on it."""
         for card in list(self.cards_by_name.values()):
             for name in card.models:
-                try:
-                    self.ready[name] = bool(self.pb_utils.is_model_ready(name))
-                except Exception:  # noqa: BLE001 - the server is stopping, or the model is gone
-                    self.ready[name] = False
+                self.ready[name] = self.model_ready(name)
+
+    def model_ready(self, name):
+        """Whether Triton has `name` loaded and ready: its HTTP frontend's answer; until that frontend is up (it
+        opens once the start-up models are loaded) the answer is no. Without one, pb_utils.is_model_ready."""
+        ready = self.http_ready(name) if self.http_endpoint else None
+        if ready is not None:
+            self.http_seen = True
+            return ready
+        if self.http_endpoint and (self.http_seen or time.monotonic() - self.started < HTTP_GRACE_S):
+            return False  # not up yet, or stopping
+        try:
+            return bool(self.pb_utils.is_model_ready(name))
+        except Exception:  # noqa: BLE001 - the server is stopping, or the model is gone
+            return False
+
+    def http_ready(self, name):
+        """True / False from GET /v2/models/<name>/ready; None if the frontend did not answer."""
+        answer = self.triton("GET", f"/v2/models/{quote(name, safe='')}/ready")
+        return None if answer is None else answer[0] == 200
+
+    def triton(self, method, path, body=None, headers=None, timeout=5.0):
+        """One call to Triton's HTTP frontend: (status, body), or None when it does not answer (not up yet,
+        stopping, or off). A connection per call, closed after it: at shutdown Triton waits (up to its exit
+        timeout) for the HTTP connections open to it to close before it unloads the models."""
+        if not self.http_endpoint:
+            return None
+        connection = http.client.HTTPConnection(*self.http_endpoint[:2], timeout=timeout)
+        try:
+            connection.request(method, path, body, {**(headers or {}), "Connection": "close"})
+            response = connection.getresponse()
+            return response.status, response.read()
+        except (OSError, http.client.HTTPException):
+            return None
+        finally:
+            connection.close()
+
+    def repository_api(self, path, body=b"{}", timeout=5.0):
+        """Triton's repository API (restricted: its key is on tritonserver's command line, where the launcher puts
+        ADMIN_API_KEY): (status, body), or None when it is off or refuses the key."""
+        headers = {"Content-Type": "application/json", **(self.http_endpoint[2] if self.http_endpoint else {})}
+        answer = self.triton("POST", f"/v2/repository{path}", body, headers, timeout)
+        return None if answer is None or answer[0] == 403 else answer
+
+    def model_control(self, action, name, unload_dependents=False):
+        """Load (waits until loaded) or unload (returns at once) `name` with Triton's repository API, else with
+        pb_utils. Raises RuntimeError with Triton's message when it fails."""
+        body = json.dumps({"parameters": {"unload_dependents": True}} if unload_dependents else {}).encode()
+        answer = self.repository_api(f"/models/{quote(name, safe='')}/{action}", body, LOAD_TIMEOUT_S)
+        if answer is None:
+            if action == "load":
+                self.pb_utils.load_model(model_name=name)
+            else:
+                self.pb_utils.unload_model(model_name=name, unload_dependents=unload_dependents)
+            return
+        if answer[0] != 200:
+            try:
+                message = json.loads(answer[1])["error"]
+            except (ValueError, KeyError, TypeError):
+                message = answer[1].decode(errors="replace")
+            raise RuntimeError(message)
+
+    def model_states(self):
+        """{model: set of its versions' states} from Triton's repository index, or None when not available."""
+        answer = self.repository_api("/index")
+        if answer is None or answer[0] != 200:
+            return None
+        states = {}
+        try:
+            for entry in json.loads(answer[1]):
+                states.setdefault(entry["name"], set()).add(entry.get("state", ""))
+        except (ValueError, KeyError, TypeError):
+            return None
+        return states
+
+    def stubs_alive(self, models):
+        """Whether a Python-backend stub of one of `models` still runs (a stub's first argument is its model's
+        file: <repository>/<model>/<version>/...)."""
+        folders = tuple(os.path.join(os.path.realpath(self.repository), m) + os.sep for m in models)
+        parent = os.getppid()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    if int(handle.read().rsplit(b")", 1)[1].split()[1]) != parent:
+                        continue
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    argv = handle.read().split(b"\0")
+            except (OSError, ValueError, IndexError):
+                continue
+            if len(argv) > 1 and os.path.realpath(argv[1].decode(errors="replace")).startswith(folders):
+                return True
+        return False
+
+    def in_use(self, models):
+        """Whether Triton holds any of `models`: loaded, loading, or still unloading (an unload returns at once and
+        a model stops being ready at once, but its instances finish their requests and finalize first). Triton's
+        repository index says; without it: ready, or a stub of it still runs."""
+        states = self.model_states()
+        if states is not None:
+            return any(states.get(m, set()) & {"READY", "LOADING", "UNLOADING"} for m in models)
+        return any(self.model_ready(m) for m in models) or self.stubs_alive(models)
+
+    def wait_unloaded(self, models):
+        deadline = time.monotonic() + self.settings.request_timeout_s
+        while models and self.in_use(models) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     # ---------------------------------------------------------------- inference
     async def embed(self, card, texts, outputs, param):
@@ -268,18 +417,43 @@ class Ensembles:
             raise ApiError(404, f"no export named '{model_id}' in the model repository", "model_not_found")
         if self.settings.model_control != "explicit":
             raise ApiError(409, "models load and unload only with MODEL_CONTROL=explicit", "model_control_off")
+        if not self.triton_started:  # a model call during Triton's start-up kills the calling stub
+            raise ApiError(503, "tritonserver is still starting: try again in a few seconds", "starting",
+                           headers={"Retry-After": "2"})
         return card
+
+    @contextlib.contextmanager
+    def changing(self, card):
+        """While an admin action changes the card's models: their stubs exit (unload, or a reload of a step whose
+        files changed), which the watchdog must not take for deaths."""
+        self.changing_models |= set(card.models)
+        try:
+            yield
+        finally:
+            self.changing_models -= set(card.models)
 
     def load_now(self, model_id):
         with self.admin_lock:
             card, started = self.admin_card(model_id), time.monotonic()
+            missing = [m for m in card.models if not os.path.isfile(os.path.join(self.repository, m, "config.pbtxt"))]
+            if missing:
+                raise ApiError(422, f"model '{card.id}' cannot load: its export is incomplete, the model repository "
+                                    f"has no {', '.join(missing)} (export it again)", "load_failed")
             self.unloaded_by_admin.discard(card.name)
             self.loaded_by_admin.add(card.name)
-            try:
-                self.pb_utils.load_model(model_name=card.name)  # the ensemble brings its steps
-            except Exception as error:  # noqa: BLE001 - Triton says why (missing file, bad config...)
-                self.loaded_by_admin.discard(card.name)
-                raise ApiError(422, f"model '{card.id}' did not load: {error}", "load_failed") from None
+            with self.changing(card):
+                try:
+                    self.model_control("load", card.name)  # the ensemble brings its steps
+                except Exception as error:  # noqa: BLE001 - Triton says why (missing file, bad config...)
+                    self.loaded_by_admin.discard(card.name)
+                    if not self.model_ready(card.name):  # (a failed reload leaves the old version serving)
+                        # The steps that did load would stay loaded for nothing, stubs and memory included.
+                        steps = [m for m in self.own_steps(card) if self.model_ready(m)]
+                        for step in steps:
+                            self.model_control("unload", step)
+                        self.wait_unloaded(steps)
+                    self.refresh_readiness()
+                    raise ApiError(422, f"model '{card.id}' did not load: {error}", "load_failed") from None
             self.refresh_readiness()
             return time.monotonic() - started
 
@@ -288,29 +462,42 @@ class Ensembles:
             card, started = self.admin_card(model_id), time.monotonic()
             self.unloaded_by_admin.add(card.name)  # from now on new requests get 404
             self.loaded_by_admin.discard(card.name)
-            # Triton lets the requests in flight finish before the models go; the steps go with the ensemble.
-            self.pb_utils.unload_model(model_name=card.name, unload_dependents=True)
-            deadline = time.monotonic() + self.settings.request_timeout_s
-            while any(self.pb_utils.is_model_ready(m) for m in card.models) and time.monotonic() < deadline:
-                time.sleep(0.1)
+            with self.changing(card):
+                try:
+                    # Triton lets the requests in flight finish before the models go (each holds its models).
+                    self.model_control("unload", card.name, unload_dependents=True)
+                    # unload_dependents takes along only steps that were loaded as the ensemble's dependencies: a
+                    # step loaded explicitly (--load-model=*, LOAD_MODELS naming it) stays, stub and memory
+                    # included. Unload those too, unless another export's ensemble uses them.
+                    steps = self.own_steps(card)
+                    for step in steps:
+                        self.model_control("unload", step)
+                except Exception as error:  # noqa: BLE001
+                    raise ApiError(500, f"model '{card.id}' did not unload: {error}", "unload_failed") from None
+                self.wait_unloaded([card.name, *steps])
             self.refresh_readiness()
             return time.monotonic() - started
+
+    def own_steps(self, card):
+        shared = {m for c in self.cards_by_name.values() if c.name != card.name for m in c.models}
+        return [m for m in (card.tokenizer, card.encoder) if m not in shared]
 
     def delete_now(self, model_id):
         with self.admin_lock:
             card, started = self.admin_card(model_id), time.monotonic()
-            if any(self.pb_utils.is_model_ready(m) for m in card.models):
+            if self.in_use(card.models):
                 raise ApiError(409, f"model '{card.id}' is loaded: unload it first", "model_loaded")
             if card.name == "ensemble":
                 raise ApiError(409, "the default export (tokenizer/embedding/ensemble) is part of the project's "
                                     "layout: re-export over it instead", "model_protected")
-            for name in card.models:
-                folder = os.path.join(self.repository, name)
-                if not os.access(self.repository, os.W_OK) or not os.access(folder, os.W_OK):
-                    raise ApiError(409, f"the model repository is read-only: cannot delete '{card.id}'",
-                                   "repository_read_only")
-            for name in card.models:
-                shutil.rmtree(os.path.join(self.repository, name))
+            folders = [os.path.join(self.repository, name) for name in card.models]
+            folders = [folder for folder in folders if os.path.lexists(folder)]  # (a broken export may lack some)
+            if not os.access(self.repository, os.W_OK) or not all(os.access(f, os.W_OK) for f in folders):
+                raise ApiError(409, f"the model repository is read-only: cannot delete '{card.id}'",
+                               "repository_read_only")
+            for folder in folders:
+                shutil.rmtree(folder)
             self.unloaded_by_admin.discard(card.name)
+            self.startup.discard(card.name)  # an export under this name later waits for a load, as new ones do
             self.scan()
             return time.monotonic() - started

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import triton_python_backend_utils as pb_utils
 
+sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the modules beside this file win any name clash
 from app import HttpGuard, create_app  # noqa: E402
 from ensembles import Ensembles  # noqa: E402

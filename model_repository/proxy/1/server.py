@@ -1,8 +1,8 @@
 """uvicorn in a thread of the proxy's stub, with its own asyncio loop and no signal handlers (Triton owns signals).
 
 The port is bound before the thread starts, so a busy port fails the model load with a clear message. Headers must
-arrive within header_timeout_s of a connection opening (uvicorn has no such limit; h11 would wait for ever); the
-body has its own limit in app.HttpGuard.
+arrive within header_timeout_s of a connection opening, and of each later request's first byte (uvicorn has no such
+limit; h11 would wait for ever); the body has its own limit in app.HttpGuard.
 """
 import asyncio
 import socket
@@ -10,6 +10,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -18,18 +19,32 @@ START_TIMEOUT_S = 15.0
 
 def header_timeout_protocol(seconds):
     class HeaderTimeoutProtocol(H11Protocol):
-        """Closes a connection whose first request's headers are not complete within `seconds` (slowloris)."""
+        """Closes a connection whose request headers are not complete within `seconds` of their first byte (slowloris),
+        for every request of a keep-alive connection (uvicorn's keep-alive timer stops at the first byte of the next
+        request, and h11 would wait for ever), and for a connection that sends nothing at all."""
 
         def connection_made(self, transport):
             super().connection_made(transport)
             self.header_deadline = self.loop.call_later(seconds, self.headers_overdue)
 
+        def data_received(self, data):
+            super().data_received(data)
+            # h11 is IDLE from a request's first byte until its headers are complete (then SEND_BODY or DONE).
+            waiting = self.conn.their_state is h11.IDLE and not self.transport.is_closing()
+            if waiting and self.header_deadline is None:
+                self.header_deadline = self.loop.call_later(seconds, self.headers_overdue)
+            elif not waiting and self.header_deadline is not None:
+                self.header_deadline.cancel()
+                self.header_deadline = None
+
         def headers_overdue(self):
-            if self.cycle is None and not self.transport.is_closing():
+            self.header_deadline = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
                 self.transport.close()
 
         def connection_lost(self, exc):
-            self.header_deadline.cancel()
+            if self.header_deadline is not None:
+                self.header_deadline.cancel()
             super().connection_lost(exc)
 
     return HeaderTimeoutProtocol

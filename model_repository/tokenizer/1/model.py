@@ -15,6 +15,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from tokenizers import Tokenizer
 
+sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from grouping import plan_groups, round_up  # noqa: E402
 
