@@ -1,0 +1,122 @@
+"""First-request latency on a freshly started server, with and without the exports' warm-up (issue 12).
+
+    python -m bench.warm_start                      # 3 fresh starts each way -> docs/warm-start.md
+    python -m bench.warm_start --starts 1 --output /tmp/warm.md
+
+For each start: a scratch copy of the export (model_repository/ if it holds one, else all-MiniLM-L6-v2 exported
+into bench/results/repository, as bench.run does), either as exported or with every `model_warmup` block removed
+from the tokenizer's and the encoder's configs; tritonserver started by the launcher; once /v2/health/ready is 200,
+one short text (a query) and then one long text (a passage) through the ensemble over KServe HTTP, each first timed,
+then 20 more of each for the steady state. The long text matters: onnxruntime's first run at a new sequence length
+pays its own allocations.
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if PROJECT not in sys.path:
+    sys.path.insert(0, PROJECT)
+
+from bench.run import find_export, free_port  # noqa: E402
+from local_triton import launch  # noqa: E402
+
+SHORT = "how do I reset my password"
+LONG = " ".join(["The committee reviewed the proposal in detail and asked for a revised budget before the vote."] * 12)
+WARMUP_BLOCK = re.compile(r"^model_warmup \[.*?^\]\n", re.S | re.M)
+
+
+def scratch_copy(source, target, warm):
+    for model in ("tokenizer", "embedding", "ensemble", "proxy"):
+        shutil.copytree(os.path.join(source, model), os.path.join(target, model),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    if not warm:
+        for model in ("tokenizer", "embedding"):
+            path = os.path.join(target, model, "config.pbtxt")
+            with open(path, encoding="utf-8") as handle:
+                text, count = WARMUP_BLOCK.subn("", handle.read())
+            assert count == 1, f"{path}: expected one model_warmup block, found {count}"
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+
+
+def infer_ms(port, text):
+    body = json.dumps({"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/ensemble/infer", body,
+                                     {"Content-Type": "application/json"})
+    started = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=120) as response:
+        response.read()
+    return (time.perf_counter() - started) * 1000
+
+
+def one_start(source, warm, work_dir):
+    repository = os.path.join(work_dir, "warm" if warm else "cold")
+    shutil.rmtree(repository, ignore_errors=True)
+    scratch_copy(source, repository, warm)
+    ports = [free_port() for _ in range(4)]
+    with open(os.path.join(work_dir, "tritonserver.log"), "w") as log:
+        server = launch.start(repository, *ports[:3], log_file=log, extra_env={"PROXY_PORT": str(ports[3])})
+        try:
+            started = time.monotonic()
+            launch.wait_ready(server, ports[0])
+            ready_s = time.monotonic() - started
+            first = {"short": infer_ms(ports[0], SHORT), "long": infer_ms(ports[0], LONG)}
+            steady = {name: statistics.median(infer_ms(ports[0], text) for _ in range(20))
+                      for name, text in (("short", SHORT), ("long", LONG))}
+        finally:
+            launch.stop(server)
+    return {"ready_s": ready_s, "first": first, "steady": steady}
+
+
+def markdown(runs, argv):
+    lines = ["# First request after start, with and without warm-up", "",
+             f"`python -m bench.warm_start {' '.join(argv)}` on {platform.machine()}, {os.cpu_count()} cores; "
+             "tritonserver 2.48 started fresh for every row; one request at a time through the ensemble over KServe "
+             "HTTP. Cold: the same export with its `model_warmup` blocks (tokenizer and encoder) removed. Steady: "
+             "median of the 20 requests that follow. Times in ms; ready: seconds from start to /v2/health/ready.", "",
+             "| configs | start | ready (s) | first short | steady short | first long | steady long |",
+             "|---|---|---|---|---|---|---|"]
+    for warm in (False, True):
+        for i, run in enumerate(runs[warm], 1):
+            lines.append(f"| {'warm-up' if warm else 'cold'} | {i} | {run['ready_s']:.1f} | "
+                         f"{run['first']['short']:.1f} | {run['steady']['short']:.1f} | "
+                         f"{run['first']['long']:.1f} | {run['steady']['long']:.1f} |")
+    lines.append("")
+    for warm in (False, True):
+        ratio = {k: statistics.median(r["first"][k] / r["steady"][k] for r in runs[warm]) for k in ("short", "long")}
+        lines.append(f"- {'warm-up' if warm else 'cold'}: first request / steady, median over starts: short "
+                     f"{ratio['short']:.1f}x, long {ratio['long']:.1f}x")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--starts", type=int, default=3, help="fresh starts each way")
+    parser.add_argument("--repository", help="an exported repository (default: as bench.run finds one)")
+    parser.add_argument("--output", default=os.path.join(PROJECT, "docs", "warm-start.md"))
+    args = parser.parse_args(argv)
+    source, _ = find_export(args)
+    runs = {False: [], True: []}
+    with tempfile.TemporaryDirectory(prefix="warm-start-") as work_dir:
+        for i in range(args.starts):
+            for warm in (False, True):  # interleaved: machine drift hits both alike
+                runs[warm].append(one_start(source, warm, work_dir))
+                print(f"start {i + 1} {'warm-up' if warm else 'cold'}: {runs[warm][-1]}", flush=True)
+    text = markdown(runs, argv)
+    with open(args.output, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
