@@ -53,6 +53,8 @@ def main(argv=None):
     repository = os.path.join(args.work_dir, "repository")
     shutil.rmtree(repository, ignore_errors=True)
     shutil.copytree(os.path.join(args.source, "repository"), repository)
+    # The proxy's config is tracked and model-independent: the current one goes with the current code.
+    shutil.copy2(os.path.join(PROJECT, "model_repository", "proxy", "config.pbtxt"), os.path.join(repository, "proxy"))
     for model in ("tokenizer", "proxy"):
         for code in glob.glob(os.path.join(PROJECT, "model_repository", model, "1", "*.py")):
             shutil.copy2(code, os.path.join(repository, model, "1"))

@@ -96,6 +96,8 @@ def make_scratch(source, work_dir, manifest, device):
         if os.path.exists(os.path.join(source, model)):
             shutil.copytree(os.path.join(source, model), os.path.join(scratch, model),
                             ignore=shutil.ignore_patterns("__pycache__"))
+    # The proxy's config is tracked and model-independent: the current one goes with the current code.
+    shutil.copy2(os.path.join(PROJECT, "model_repository", "proxy", "config.pbtxt"), os.path.join(scratch, "proxy"))
     for model in ("tokenizer", "proxy"):
         for code in glob.glob(os.path.join(PROJECT, "model_repository", model, "1", "*.py")):
             shutil.copy2(code, os.path.join(scratch, model, "1"))

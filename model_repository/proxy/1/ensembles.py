@@ -342,10 +342,16 @@ class Ensembles:
             except UnicodeEncodeError:
                 raise ApiError(400, f"{param}[{i}] is not valid Unicode (lone surrogate)", "invalid_text",
                                param) from None
-        step = card.max_batch_size
-        parts = await asyncio.gather(*(self.infer(card, encoded[i:i + step], i, names, param)
-                                       for i in range(0, len(encoded), step)))
-        rows = [row for part in parts for row in part]
+        # Chunks of texts of similar length (UTF-8 bytes stand in for tokens), answered in the request's order.
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        step = max(1, min(self.settings.chunk_texts, card.max_batch_size))
+        chunks = [order[i:i + step] for i in range(0, len(order), step)]
+        parts = await asyncio.gather(*(self.infer(card, [encoded[i] for i in chunk], chunk, names, param)
+                                       for chunk in chunks))
+        rows = [None] * len(encoded)
+        for chunk, part in zip(chunks, parts):
+            for i, row in zip(chunk, part):
+                rows[i] = row
         inference_ms = (time.perf_counter() - started) * 1000
         return Embeddings(
             dense=np.stack([r["embedding"] for r in rows]) if "dense" in outputs else None,
@@ -355,9 +361,10 @@ class Ensembles:
             tokens=np.array([r["num_tokens"] for r in rows], dtype=np.int64),
             truncated=np.array([r["truncated"] for r in rows], dtype=bool), inference_ms=inference_ms)
 
-    async def infer(self, card, texts, offset, names, param):
-        """One BLS request (at most the ensemble's max_batch_size texts) -> one dict of outputs per text. A chunk
-        over the tokenizer's token budget is split in two and retried."""
+    async def infer(self, card, texts, positions, names, param):
+        """One BLS request (at most the ensemble's max_batch_size texts; `positions`: theirs in the client's
+        request) -> one dict of outputs per text. A chunk over the tokenizer's token budget is split in two and
+        retried."""
         pb = self.pb_utils
         request = pb.InferenceRequest(
             model_name=card.name, requested_output_names=names,
@@ -387,11 +394,11 @@ class Ensembles:
             message = response.error().message()
             if any(marker in message for marker in OVER_BUDGET) and len(texts) > 1:
                 half = len(texts) // 2
-                return (await self.infer(card, texts[:half], offset, names, param) +
-                        await self.infer(card, texts[half:], offset + half, names, param))
+                return (await self.infer(card, texts[:half], positions[:half], names, param) +
+                        await self.infer(card, texts[half:], positions[half:], names, param))
             bad_text = TEXT_ERROR.search(message)
             if bad_text:
-                raise ApiError(400, f"{param}[{offset + int(bad_text[1])}] {bad_text[2]}", "invalid_input", param)
+                raise ApiError(400, f"{param}[{positions[int(bad_text[1])]}] {bad_text[2]}", "invalid_input", param)
             if any(marker in message.lower() for marker in NOT_AVAILABLE):
                 raise ApiError(503, f"model '{card.id}' is not available: {message}", "model_not_ready",
                                headers={"Retry-After": "1"})

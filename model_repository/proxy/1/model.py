@@ -31,6 +31,7 @@ SETTINGS = {
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", int),
     "max_input_chars": ("PROXY_MAX_INPUT_CHARS", int),
     "bls_concurrency": ("PROXY_BLS_CONCURRENCY", int),
+    "chunk_texts": ("PROXY_CHUNK_TEXTS", int),
     "request_timeout_s": ("PROXY_REQUEST_TIMEOUT_S", float),
     "header_timeout_s": ("PROXY_HEADER_TIMEOUT_S", float),
     "body_timeout_s": ("PROXY_BODY_TIMEOUT_S", float),
