@@ -41,6 +41,9 @@ def _tools_env():
     env = dict(os.environ)
     env["PATH"] = TOOLS_BIN + os.pathsep + env.get("PATH", "")  # checkov's kustomize framework runs `kubectl`
     env["BC_SKIP_MAPPING"] = "TRUE"  # checkov: no call home for its guideline mappings (offline)
+    # checkov's forked workers share the kustomize file map through a multiprocessing manager, whose pipe broke
+    # once in a loaded CI run (BrokenPipeError, no report): sequential is deterministic, and fast enough here.
+    env["CHECKOV_PARALLELIZATION_TYPE"] = "none"
     return env
 
 
