@@ -270,14 +270,19 @@ class Supervised:
                 self.process.wait()
 
 
-@pytest.fixture(scope="class")
-def supervised(minilm_repository, tmp_path_factory):
-    running = Supervised(minilm_repository, tmp_path_factory.mktemp("faults_launch") / "launch.log")
+def healthy_launcher(repository, folder, env=None):
+    """A launcher-run server, once its proxy is healthy; stopped afterwards."""
+    running = Supervised(repository, folder / "launch.log", env=env)
     try:
         wait_healthy(running.proxy_url, timeout_s=240)
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture(scope="class")
+def supervised(minilm_repository, tmp_path_factory):
+    yield from healthy_launcher(minilm_repository, tmp_path_factory.mktemp("faults_launch"))
 
 
 class TestUnderTheLauncher:
@@ -371,13 +376,8 @@ class TestUnderTheLauncher:
 @pytest.fixture(scope="class")
 def few_bls_threads(minilm_repository, tmp_path_factory):
     """RATE_LIMIT=off, and 4 BLS threads for 8 clients: one dead stub strands more than half of them."""
-    running = Supervised(minilm_repository, tmp_path_factory.mktemp("faults_bls") / "launch.log",
-                         env={"RATE_LIMIT": "off", "PROXY_BLS_CONCURRENCY": "4"})
-    try:
-        wait_healthy(running.proxy_url, timeout_s=240)
-        yield running
-    finally:
-        running.stop()
+    yield from healthy_launcher(minilm_repository, tmp_path_factory.mktemp("faults_bls"),
+                                {"RATE_LIMIT": "off", "PROXY_BLS_CONCURRENCY": "4"})
 
 
 class TestStrandedCalls:
