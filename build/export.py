@@ -5,9 +5,11 @@
     python build/export.py --model ./my-model --pooling mean --max-length 512 --repository /tmp/repo
     python build/export.py --model ./e5-small --name e5-small       # a second model beside the first
 
-One export is three Triton models: a tokenizer (Python), an encoder (ONNX) and the ensemble that clients call.
-Without --name they are the design card's `tokenizer`, `embedding` and `ensemble`; with --name NAME they are
-`NAME_tokenizer`, `NAME_embedding` and `NAME`. Export writes only generated files, all ignored by git:
+One export is five Triton models: a tokenizer (Python), an encoder (ONNX), the ensemble that clients call, its BLS
+twin for many-text requests (length groups as concurrent encoder runs) and the rerank model. Without --name they are
+the design card's `tokenizer`, `embedding`, `ensemble`, plus `ensemble_bls` and `rerank`; with --name NAME they are
+`NAME_tokenizer`, `NAME_embedding`, `NAME`, `NAME_bls` and `NAME_rerank`. Export writes only generated files, all
+ignored by git:
   <encoder>/1/model.onnx          input_ids + attention_mask in; `embedding` (pooled, L2-normalized) out, plus
                                   bge-m3's sparse and ColBERT outputs when the folder has its heads
   <encoder>/config.pbtxt          rendered from model_repository/embedding/config.pbtxt.template
@@ -18,8 +20,10 @@ Without --name they are the design card's `tokenizer`, `embedding` and `ensemble
   <tokenizer>/1/tokenizer.json    with the model's max length as its truncation
   <ensemble>/config.pbtxt         rendered from model_repository/ensemble/config.pbtxt.template
   <ensemble>/1/export.json        what was exported (the proxy discovers models by this file)
-A named export also copies the tokenizer's config and code. Everything is built in a temporary folder and checked
-against PyTorch (every output) before it replaces anything in the repository.
+  <bls>/config.pbtxt, <rerank>/config.pbtxt   rendered from model_repository/{ensemble_bls,rerank}/config.pbtxt.template
+A named export also copies the tokenizer's config and code, and the BLS and rerank models' code. Everything is
+built in a temporary folder and checked against PyTorch (every output) before it replaces anything in the
+repository.
 """
 import argparse
 import importlib.util
@@ -53,7 +57,8 @@ OUTPUT_TENSORS = {
                ("sparse_count", "TYPE_INT32", [1])],
     "colbert": [("colbert_vectors", "TYPE_FP32", [-1, "C"]), ("colbert_length", "TYPE_INT32", [1])],
 }
-RESERVED_NAMES = {"tokenizer", "embedding", "ensemble", "proxy"}
+RESERVED_NAMES = {"tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "proxy"}
+STEP_SUFFIXES = ("_tokenizer", "_embedding", "_bls", "_rerank")
 VALID_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 WARMUP_LONG_TOKENS = 512  # the long warm-up sample: min(this, max length)
 PARITY_TEXTS = [
@@ -315,10 +320,10 @@ def parity_check(encoder, tokenizer, onnx_path, outputs, max_length, min_cosine)
 
 # ---------------------------------------------------------------- repository
 def model_names(name):
-    """(ensemble, tokenizer, encoder) Triton model names of one export."""
+    """(ensemble, tokenizer, encoder, BLS, rerank) Triton model names of one export."""
     if name is None:
-        return "ensemble", "tokenizer", "embedding"
-    return name, f"{name}_tokenizer", f"{name}_embedding"
+        return "ensemble", "tokenizer", "embedding", "ensemble_bls", "rerank"
+    return name, f"{name}_tokenizer", f"{name}_embedding", f"{name}_bls", f"{name}_rerank"
 
 
 def check_name(repository, name):
@@ -328,9 +333,10 @@ def check_name(repository, name):
     if not VALID_NAME.match(name):
         fail(f"--name {name!r} is not a valid model name: letters, digits, '_', '.', '-', at most 63 characters, "
              f"starting with a letter or digit")
-    if name in RESERVED_NAMES or name.endswith(("_tokenizer", "_embedding")):
-        fail(f"--name {name!r} is reserved: the names tokenizer, embedding, ensemble, proxy and *_tokenizer, "
-             f"*_embedding belong to exports (without --name, export writes tokenizer/embedding/ensemble)")
+    if name in RESERVED_NAMES or name.endswith(STEP_SUFFIXES):
+        fail(f"--name {name!r} is reserved: the names {', '.join(sorted(RESERVED_NAMES))} and "
+             f"{', '.join('*' + s for s in STEP_SUFFIXES)} belong to exports (without --name, export writes "
+             f"tokenizer/embedding/ensemble/ensemble_bls/rerank)")
     manifest = read_json(repository, name, "1", "export.json")
     for model in model_names(name):
         if os.path.exists(os.path.join(repository, model)) and (manifest is None or manifest.get("name") != name):
@@ -352,8 +358,9 @@ def triton_dims(dims, hidden_size, colbert_dim):
 
 
 def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max_length):
-    """Render the encoder's and the ensemble's config.pbtxt; copy the tokenizer's config and code for a named one."""
-    ensemble, tokenizer, encoder = names
+    """Render the encoder's, the ensemble's, the BLS model's and the rerank model's config.pbtxt; copy the code of
+    the Python models for a named export."""
+    ensemble, tokenizer, encoder, bls, rerank = names
     declarations = [(name, kind, triton_dims(dims, hidden_size, colbert_dim))
                     for family in outputs for name, kind, dims in OUTPUT_TENSORS[family]]
     lines = [f'  {{ name: "{n}", data_type: {t}, dims: [ {d} ] }}' for n, t, d in declarations]
@@ -377,10 +384,21 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
         handle.write(render(os.path.join(SOURCE_REPOSITORY, "ensemble", "config.pbtxt.template"),
                             tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(public),
                             output_maps="\n".join(maps)))
+    os.makedirs(os.path.join(staging, bls, "1"), exist_ok=True)
+    with open(os.path.join(staging, bls, "config.pbtxt"), "w", encoding="utf-8") as handle:
+        handle.write(render(os.path.join(SOURCE_REPOSITORY, "ensemble_bls", "config.pbtxt.template"),
+                            tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(public)))
+    os.makedirs(os.path.join(staging, rerank, "1"), exist_ok=True)
+    with open(os.path.join(staging, rerank, "config.pbtxt"), "w", encoding="utf-8") as handle:
+        handle.write(render(os.path.join(SOURCE_REPOSITORY, "rerank", "config.pbtxt.template"), bls=bls,
+                            served=",".join(outputs)))
     # The tokenizer's config names no model and no per-model value: a named export uses it as it is.
     source = os.path.join(SOURCE_REPOSITORY, "tokenizer")
     shutil.copytree(source, os.path.join(staging, tokenizer), dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__", "tokenizer.json"))
+    for model, folder in ((bls, "ensemble_bls"), (rerank, "rerank")):
+        shutil.copyfile(os.path.join(SOURCE_REPOSITORY, folder, "1", "model.py"),
+                        os.path.join(staging, model, "1", "model.py"))
 
 
 GPU_INSTANCES = "instance_group [ { kind: KIND_GPU, count: 1 } ]"
@@ -487,7 +505,7 @@ def remove(path):
 def install(staging, repository, names):
     """Move the staged models into the repository. A previous export of the same names loses its generated files
     first (ONNX in either layout, warm-up samples, tokenizer files); tracked files (model code) stay."""
-    _, tokenizer, encoder = names
+    _, tokenizer, encoder, _, _ = names
     remove(os.path.join(repository, encoder, "1", "model.onnx"))
     remove(os.path.join(repository, encoder, "warmup"))
     remove(os.path.join(repository, encoder, "batchstrategy.so"))
@@ -504,8 +522,8 @@ def install(staging, repository, names):
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help=f"hub id or local folder (default {DEFAULT_MODEL})")
-    parser.add_argument("--name", help="serve it as its own models NAME, NAME_tokenizer, NAME_embedding beside "
-                        "the others (default: the design card's ensemble/tokenizer/embedding)")
+    parser.add_argument("--name", help="serve it as its own models NAME, NAME_tokenizer, NAME_embedding, NAME_bls, "
+                        "NAME_rerank beside the others (default: the design card's ensemble/tokenizer/embedding)")
     parser.add_argument("--outputs", help="comma-separated subset of dense,sparse,colbert (default: all the model "
                         "has: sparse and colbert need bge-m3's sparse_linear.pt / colbert_linear.pt)")
     parser.add_argument("--pooling", choices=["cls", "mean"], help="default: from the sentence-transformers "
@@ -524,7 +542,8 @@ def parse_args(argv):
 
 def already_exported(repository, name, model):
     manifest = read_json(repository, model_names(name)[0], "1", "export.json")
-    return manifest is not None and model in (None, manifest.get("model"))
+    # an export from before the BLS and rerank models is redone: the proxy needs them
+    return manifest is not None and model in (None, manifest.get("model")) and "bls_model" in manifest
 
 
 def main(argv=None):
@@ -570,6 +589,7 @@ def main(argv=None):
         token_budget = build_batch_strategy(os.path.join(staging, names[2]))
         manifest = {
             "id": args.name or args.model, "name": names[0], "tokenizer_model": names[1], "encoder_model": names[2],
+            "bls_model": names[3], "rerank_model": names[4],
             "model": args.model, "model_type": config.model_type, "pooling": pooling, "outputs": outputs,
             "embedding_size": config.hidden_size, "colbert_size": colbert_dim, "max_length": max_length,
             "special_token_ids": special_ids, "fp16": args.fp16, "token_budget_batching": token_budget, "opset": OPSET,

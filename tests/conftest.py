@@ -4,6 +4,7 @@ Every input comes from the repository (tests/fixtures) or from pip packages the 
 (set by `make test` for its second pass) runs the Python models on another interpreter's venv, e.g. Python 3.10
 with the container's pins; tests that go through a server carry the `serving` mark, which selects that pass.
 """
+import importlib.util
 import json
 import lzma
 import os
@@ -11,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import types
 import urllib.request
 from dataclasses import dataclass
 
@@ -39,6 +41,26 @@ def pytest_collection_modifyitems(items):
 
 def pytest_report_header():
     return f"Python models run on: {MODEL_PYTHON} ({launch.python_version(MODEL_PYTHON)})"
+
+
+def import_python_model(model, **fake_attributes):
+    """model_repository/<model>/1/model.py imported with a fake triton_python_backend_utils (unit tests), which is
+    taken out of sys.modules again afterwards."""
+    fake = types.ModuleType("triton_python_backend_utils")
+    fake.__dict__.update(fake_attributes)
+    saved = sys.modules.get("triton_python_backend_utils")
+    sys.modules["triton_python_backend_utils"] = fake
+    try:
+        path = os.path.join(PROJECT, "model_repository", model, "1", "model.py")
+        spec = importlib.util.spec_from_file_location(f"{model}_model_under_test", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        if saved is None:
+            del sys.modules["triton_python_backend_utils"]
+        else:
+            sys.modules["triton_python_backend_utils"] = saved
+    return module
 
 
 def free_port():

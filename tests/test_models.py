@@ -22,6 +22,7 @@ from triton_clients import VARIED_TEXTS, cosine
 pytestmark = pytest.mark.serving  # every test here goes through a real server
 
 TINY = "tiny-xlmr"  # --name of the tiny XLM-R export: its id and its Triton ensemble's name
+STEP_SUFFIXES = ("", "_tokenizer", "_embedding", "_bls", "_rerank")  # an export NAME's five Triton models
 USER_KEY, ADMIN_KEY = "user-secret", "admin-secret"
 USER, ADMIN = {"Authorization": f"Bearer {USER_KEY}"}, {"Authorization": f"Bearer {ADMIN_KEY}"}
 TEXTS = VARIED_TEXTS  # 53 texts: scripts, emoji, code, and two over every max length
@@ -115,10 +116,11 @@ def stub_models(server):
 def clone_export(repository, source, name):
     """A copy of the export `source` named `name` (folders and the names inside its ensemble config and manifest):
     the quick way to a second export of the same files, to break one part of it."""
-    for suffix in ("", "_tokenizer", "_embedding"):
+    for suffix in STEP_SUFFIXES:
         shutil.copytree(repository / f"{source}{suffix}", repository / f"{name}{suffix}",
                         ignore=shutil.ignore_patterns("__pycache__"))
-    for path in (repository / name / "config.pbtxt", repository / name / "1" / "export.json"):
+    for path in (repository / name / "config.pbtxt", repository / name / "1" / "export.json",
+                 repository / f"{name}_bls" / "config.pbtxt", repository / f"{name}_rerank" / "config.pbtxt"):
         path.write_text(path.read_text().replace(f'"{source}', f'"{name}'))
 
 
@@ -328,7 +330,7 @@ def test_load_unload_cycles_while_the_other_model_serves(client, multi_server, r
     assert_error(client.post("/v1/embeddings", json={"input": ["x"], "model": TINY}, headers=USER), 404,
                  "model_not_found", "not loaded")
     assert set(listed(client)) == {MINILM}
-    assert not {TINY, f"{TINY}_tokenizer", f"{TINY}_embedding"} & stub_models(multi_server)  # steps went too
+    assert not {f"{TINY}{suffix}" for suffix in STEP_SUFFIXES} & stub_models(multi_server)  # steps went too
     before, before_processes = settled_rss(multi_server)
 
     loads, unloads, loaded_rss = [], [], []
@@ -378,12 +380,11 @@ def test_a_model_exported_after_start_up_is_found_loadable_and_deletable(client,
     assert listed(client)["late-xlmr"]["embedding_size"] == 32
     assert_matches(vectors(embed(client, "late-xlmr", TEXTS[:10])), references[TINY][:10], "late-xlmr")
     print(f"\nexported after start-up, then loaded in {seconds:.2f} s")
-    # Deleting it: refused while loaded; once unloaded, its three folders go and nothing else.
+    # Deleting it: refused while loaded; once unloaded, its five folders go and nothing else.
     assert_error(admin(client, "delete", "late-xlmr"), 409, "model_loaded")
     admin_ok(client, "unload", "late-xlmr")
     admin_ok(client, "delete", "late-xlmr")
-    assert not any((multi_repository / name).exists() for name in ("late-xlmr", "late-xlmr_tokenizer",
-                                                                     "late-xlmr_embedding"))
+    assert not any((multi_repository / f"late-xlmr{suffix}").exists() for suffix in STEP_SUFFIXES)
     assert (multi_repository / TINY).exists() and (multi_repository / "ensemble").exists()
     assert_error(client.post("/v1/embeddings", json={"input": ["x"], "model": "late-xlmr"}, headers=USER), 404)
     assert_error(admin(client, "load", "late-xlmr"), 404, "model_not_found")
@@ -401,13 +402,14 @@ def break_tokenizer(repository, name):
 def remove_steps(repository, name):
     shutil.rmtree(repository / f"{name}_tokenizer")
     shutil.rmtree(repository / f"{name}_embedding")
+    shutil.rmtree(repository / f"{name}_bls")
 
 
 @pytest.mark.parametrize("name, damage, words, attempts", [
     # twice: a failed load leaves nothing behind (its tokenizer did load) that breaks the next
     ("bad-onnx", break_onnx, ("bad-onnx_embedding", "INVALID_PROTOBUF"), 2),
     ("bad-tokenizer", break_tokenizer, ("bad-tokenizer_tokenizer", "failed"), 1),
-    ("no-steps", remove_steps, ("export is incomplete", "no-steps_tokenizer, no-steps_embedding"), 1),
+    ("no-steps", remove_steps, ("export is incomplete", "no-steps_tokenizer, no-steps_embedding, no-steps_bls"), 1),
 ])
 def test_a_broken_model_fails_its_load_with_a_4xx_and_the_others_keep_serving(client, multi_server, multi_repository,
                                                                               references, name, damage, words,
@@ -430,7 +432,7 @@ def test_a_broken_model_fails_its_load_with_a_4xx_and_the_others_keep_serving(cl
         assert_matches(vectors(embed(client, model, TEXTS[:4])), references[model][:4], model)
     assert_error(client.post("/v1/embeddings", json={"input": ["x"], "model": name}, headers=USER), 404)
     # The steps that did load were unloaded again, and the folders can go.
-    assert not {f"{name}_tokenizer", f"{name}_embedding"} & stub_models(multi_server)
+    assert not {f"{name}{suffix}" for suffix in STEP_SUFFIXES[1:]} & stub_models(multi_server)
     admin_ok(client, "delete", name)
     assert not (multi_repository / name).exists()
 

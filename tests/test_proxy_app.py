@@ -17,7 +17,6 @@ from conftest import PROJECT
 
 sys.path.insert(0, os.path.join(PROJECT, "model_repository", "proxy", "1"))
 import app as proxy_app  # noqa: E402
-import scoring  # noqa: E402
 from metrics import Metrics, MetricsMiddleware  # noqa: E402
 
 DIM = 8
@@ -77,6 +76,24 @@ class FakeService:
         colbert = [np.stack([fake_vectors(w) for w in t.split()] + [fake_vectors("</s>")]) for t in texts]
         return SimpleNamespace(dense=np.stack([fake_vectors(t) for t in texts]), sparse=sparse, colbert=colbert,
                                tokens=tokens, truncated=np.array(words) > card.max_length, inference_ms=1.0)
+
+    async def rerank(self, card, query, documents, weights):
+        """Scores: the dense dot product; per mode: dense, and weight-scaled stand-ins for the others the card
+        serves (the scoring itself is the rerank model's: tests/test_rerank.py, tests/test_m3.py)."""
+        self.calls.append((card.id, [query, *documents], tuple(weights)))
+        for i, text in enumerate(documents):
+            if text == "BAD":
+                raise proxy_app.ApiError(400, f"documents[{i}] is not valid UTF-8 (byte 0)", "invalid_input",
+                                         "documents")
+        dense = np.array([float(fake_vectors(query) @ fake_vectors(d)) for d in documents], dtype=np.float32)
+        modes = np.full((len(documents), 3), np.nan, dtype=np.float32)
+        for column, mode in enumerate(("dense", "sparse", "colbert")):
+            if mode in card.outputs:
+                modes[:, column] = dense * (column + 1)
+        words = [len(t.split()) + 2 for t in documents]
+        return SimpleNamespace(scores=dense, mode_scores=modes, tokens=sum(words) + len(query.split()) + 2,
+                               query_truncated=len(query.split()) + 2 > card.max_length,
+                               truncated=np.array(words) > card.max_length, inference_ms=1.0)
 
     async def load(self, model_id):
         self.admin.append(("load", model_id))
@@ -176,37 +193,35 @@ def test_embed_sparse_is_teis_shape(client):
     error_of(client.post("/embed_sparse", json={"inputs": "x"}), 400, "sparse")  # the default model is dense only
 
 
-def test_rerank_orders_by_the_combined_score(client):
+def test_rerank_orders_by_the_models_scores(client):
     documents = ["red apple", "green tree", "apple pie"]
-    body = {"query": "apple", "documents": documents, "model": "fake-m3", "top_n": 2, "return_documents": True}
+    body = {"query": "apple", "documents": documents, "model": "fake-m3", "top_n": 2, "return_documents": True,
+            "weights": [0.4, 0.2, 0.4]}
     results = client.post("/v1/rerank", json=body).json()["results"]
-    query = {"dense": fake_vectors("apple"), "sparse": (np.array([abs(hash("apple")) % 1000]), np.array([0.5])),
-             "colbert": np.stack([fake_vectors("apple"), fake_vectors("</s>")])}
-    passages = [{"dense": fake_vectors(d), "sparse": (np.array(sorted({abs(hash(w)) % 1000 for w in d.split()})),
-                                                       np.full(len(set(d.split())), 0.5)),
-                 "colbert": np.stack([fake_vectors(w) for w in d.split()] + [fake_vectors("</s>")])}
-                for d in documents]
-    expected = scoring.rerank_scores(query, passages, {"dense": 1.0, "sparse": 1.0, "colbert": 1.0})
-    order = sorted(range(3), key=lambda i: -expected[i][0])[:2]
-    assert [r["index"] for r in results] == order
+    expected = [float(fake_vectors("apple") @ fake_vectors(d)) for d in documents]
+    assert [r["index"] for r in results] == sorted(range(3), key=lambda i: -expected[i])[:2]
+    assert client.service.calls[-1] == ("fake-m3", ["apple", *documents], (0.4, 0.2, 0.4))
     for result in results:
-        assert result["relevance_score"] == pytest.approx(expected[result["index"]][0], abs=1e-6)
-        assert result["document"] == {"text": documents[result["index"]]}
-        assert set(result["scores"]) == {"dense", "sparse", "colbert"}
+        i = result["index"]
+        assert result["relevance_score"] == pytest.approx(expected[i], abs=1e-6)
+        assert result["document"] == {"text": documents[i]}
+        assert result["scores"] == pytest.approx({"dense": expected[i], "sparse": 2 * expected[i],
+                                                  "colbert": 3 * expected[i]}, abs=1e-6)
     dense_only = client.post("/v1/rerank", json={"query": "apple", "documents": documents}).json()["results"]
-    assert all(set(r["scores"]) == {"dense"} and "document" not in r for r in dense_only)
+    assert len(dense_only) == 3 and all(set(r["scores"]) == {"dense"} and "document" not in r for r in dense_only)
 
 
-def test_scoring_matches_its_formulas():
-    """scoring.py against the formulas written out (FlagEmbedding parity itself: tests/test_m3.py)."""
-    q = np.array([[1.0, 0.0], [0.0, 1.0]])
-    p = np.array([[0.6, 0.8]])
-    assert scoring.colbert_score(q, p, padded_length=1) == pytest.approx((0.6 + 0.8) / 2)
-    assert scoring.colbert_score(-q, p, padded_length=2) == 0.0  # a shorter passage of its batch: floored at 0
-    assert scoring.colbert_score(-q, p, padded_length=1) == pytest.approx(-(0.6 + 0.8) / 2)
-    sparse = scoring.sparse_score((np.array([1, 5, 9]), np.array([0.5, 1.0, 2.0])), (np.array([9, 2, 5]),
-                                                                                    np.array([1.0, 3.0, 0.25])))
-    assert sparse == pytest.approx(1.0 * 0.25 + 2.0 * 1.0)
+@pytest.mark.parametrize("body, status, param, words", [
+    ({"query": " ", "documents": ["a"]}, 400, "query", ["query is empty"]),
+    ({"query": "q", "documents": ["a", ""]}, 400, "documents", ["documents[1] is empty"]),
+    ({"query": "q", "documents": ["a", "BAD"]}, 400, "documents", ["documents[1]", "UTF-8"]),
+    ({"query": "q", "documents": []}, 400, "documents", []),
+    ({"query": "q " * 20, "documents": ["a"], "truncate": False}, 422, "query", ["query is longer"]),
+    ({"query": "q", "documents": ["a", "b " * 20], "truncate": False}, 422, "documents", ["documents[1] is longer"]),
+])
+def test_rerank_errors_name_the_query_or_the_document(client, body, status, param, words):
+    """The query is not documents[0]: each error names what the client sent."""
+    assert error_of(client.post("/v1/rerank", json=body), status, *words)["param"] == param
 
 
 # ---------------------------------------------------------------- validation, limits, error codes

@@ -1,18 +1,16 @@
 """The `tokenizer` model called directly: same token ids as Hugging Face on the same files, truncation and padding
 as documented in its config.pbtxt; unit tests of its length grouping (grouping.py, a pure function) and of its
 tolerant BYTES deserializer."""
-import importlib.util
 import os
 import queue
 import random
 import struct
 import sys
-import types
 
 import numpy as np
 import pytest
 
-from conftest import PROJECT, TINY_XLMR_MAX_LENGTH
+from conftest import PROJECT, TINY_XLMR_MAX_LENGTH, import_python_model
 from triton_clients import PROTOCOLS, TOKENIZER_OUTPUTS, VARIED_TEXTS, client, infer, outputs, text_input, url_for
 
 
@@ -254,21 +252,7 @@ def test_groups_examples():
 @pytest.fixture(scope="module")
 def tokenizer_module():
     """model_repository/tokenizer/1/model.py imported with a fake triton_python_backend_utils."""
-    fake = types.ModuleType("triton_python_backend_utils")
-    fake.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
-    saved = sys.modules.get("triton_python_backend_utils")
-    sys.modules["triton_python_backend_utils"] = fake
-    try:
-        path = os.path.join(PROJECT, "model_repository", "tokenizer", "1", "model.py")
-        spec = importlib.util.spec_from_file_location("tokenizer_model_under_test", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        if saved is None:
-            del sys.modules["triton_python_backend_utils"]
-        else:
-            sys.modules["triton_python_backend_utils"] = saved
-    return module
+    return import_python_model("tokenizer", TRITONSERVER_RESPONSE_COMPLETE_FINAL=1)
 
 
 def _serialized(*items):

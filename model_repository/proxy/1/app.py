@@ -24,9 +24,9 @@ from starlette.exceptions import HTTPException
 from starlette.responses import PlainTextResponse, Response
 
 import schemas
-from scoring import rerank_scores
 
 JSON = "application/json"
+MODES = ("dense", "sparse", "colbert")  # the rerank model's mode_scores columns
 ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
                408: "timeout_error", 503: "service_unavailable", 504: "timeout_error"}
 
@@ -52,10 +52,13 @@ class Service:
 
     cards() -> [Card]: the loaded models; resolve(model) -> Card (ApiError 404 / 503); health() / live() ->
     (ok, reason), cheap (no inference); draining: True while shutting down;
-    async embed(card, texts, outputs, param) -> Embeddings; async load(id) / unload(id) / delete(id) -> seconds.
+    async embed(card, texts, outputs, param) -> Embeddings; async rerank(card, query, documents, weights) ->
+    RerankResult; async load(id) / unload(id) / delete(id) -> seconds.
     Card: id, name, outputs, embedding_size, colbert_size, max_length, source, created.
     Embeddings: dense [n, d] | None, sparse [(ids, weights)] | None, colbert [[m, c]] | None, tokens [n],
-    truncated [n], inference_ms."""
+    truncated [n], inference_ms.
+    RerankResult: scores [n], mode_scores [n, 3] (dense, sparse, ColBERT), tokens, query_truncated, truncated [n],
+    inference_ms."""
 
 
 def json_response(content, headers=None):
@@ -278,23 +281,36 @@ def create_app(settings, service, metrics):
 
     @app.post("/v1/rerank", response_model=schemas.RerankResponse, responses=errors)
     async def rerank(request: Request, body: schemas.RerankRequest):
-        """Scores each document against the query with bge-m3's combined score, as FlagEmbedding's compute_score
-        ('colbert+sparse+dense' with `weights`); models without sparse/ColBERT outputs use what they serve."""
+        """Scores each document against the query with the export's rerank model: bge-m3's combined score, as
+        FlagEmbedding's compute_score ('colbert+sparse+dense' with `weights`); models without sparse/ColBERT outputs
+        use what they serve."""
         authorize(request, settings.api_key)
         documents = [d if isinstance(d, str) else d.text for d in body.documents]
-        texts = check_texts([body.query, *documents], "documents")
+        if not body.query.strip():
+            raise ApiError(400, "query is empty", "empty_input", "query")
+        if len(body.query) > settings.max_input_chars:
+            raise ApiError(422, f"query has {len(body.query)} characters, over the limit of {settings.max_input_chars}"
+                                f" (setting max_input_chars)", "input_too_long", "query")
+        check_texts(documents, "documents")
         card = select(request, body.model)
-        weights = dict(zip(("dense", "sparse", "colbert"), body.weights or (1.0, 1.0, 1.0)))
-        weights = {mode: w for mode, w in weights.items() if mode in card.outputs}
-        if not weights:
+        served = [mode for mode in MODES if mode in card.outputs]
+        if not served:
             raise ApiError(400, f"model '{card.id}' serves none of dense, sparse, colbert", "output_not_served")
-        result = await embed(card, texts, tuple(weights), "documents", body.truncate)
-        vectors = [{mode: getattr(result, mode)[i] for mode in weights} for i in range(len(texts))]
-        scored = rerank_scores(vectors[0], vectors[1:], weights)
-        order = sorted(range(len(documents)), key=lambda i: -scored[i][0])[:body.top_n or len(documents)]
-        results = [{"index": i, "relevance_score": scored[i][0], "scores": scored[i][1],
+        result = await service.rerank(card, body.query, documents, body.weights or (1.0, 1.0, 1.0))
+        if not body.truncate and (result.query_truncated or result.truncated.any()):
+            what = "query" if result.query_truncated else f"documents[{int(np.argmax(result.truncated))}]"
+            raise ApiError(422, f"{what} is longer than the model's maximum of {card.max_length} tokens "
+                                f"(truncate is false)", "context_length_exceeded", what.split("[")[0])
+        truncated = int(result.query_truncated) + int(result.truncated.sum())
+        metrics.observe_embedding(card.id, 1 + len(documents), result.tokens, truncated)
+        scores = result.scores.tolist()
+        order = sorted(range(len(documents)), key=lambda i: -scores[i])[:body.top_n or len(documents)]
+        results = [{"index": i, "relevance_score": scores[i],
+                    "scores": {mode: float(result.mode_scores[i, MODES.index(mode)]) for mode in served},
                     **({"document": {"text": documents[i]}} if body.return_documents else {})} for i in order]
-        return json_response({"results": results, "model": card.id, "usage": usage(result)}, headers(result))
+        usage_tokens = {"prompt_tokens": result.tokens, "total_tokens": result.tokens}
+        return json_response({"results": results, "model": card.id, "usage": usage_tokens},
+                             {"X-Truncated-Inputs": str(truncated), "X-Inference-Time": f"{result.inference_ms:.3f}"})
 
     # ---------------------------------------------------------------- models
     def card_json(card):

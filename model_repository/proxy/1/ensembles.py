@@ -22,12 +22,11 @@ import numpy as np
 
 from app import ApiError
 
-TEXT_ERROR = re.compile(r"text\[(\d+)\] (.+)")  # the tokenizer's per-text messages
-OVER_BUDGET = ("tokenizer parameter max_batch_tokens", "tokenizer parameter max_request_bytes")
+TEXT_ERROR = re.compile(r"^text\[(\d+)\] (.+)", re.S)  # the tokenizer's per-text messages
+RERANK_ERROR = re.compile(r"^(query|documents\[\d+\]|documents|weights) ")  # the rerank model's bad-input messages
 NOT_AVAILABLE = ("unknown model", "not ready", "unavailable", "server is stopping", "not found")
 TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values", "sparse_count"),
            "colbert": ("colbert_vectors", "colbert_length")}
-SCALARS = {"num_tokens", "truncated", "sparse_count", "colbert_length"}  # [rows, 1] outputs: one value per text
 RESCAN_S = 2.0  # an unknown id triggers a repository scan at most this often
 HTTP_GRACE_S = 60.0  # readiness falls back to pb_utils.is_model_ready if Triton's HTTP never answered by then
 LOAD_TIMEOUT_S = 900.0  # a load through Triton's repository API answers when the model is loaded (bge-m3: minutes)
@@ -39,17 +38,19 @@ class Card:
     name: str  # the ensemble
     tokenizer: str
     encoder: str
+    bls: str  # the ensemble's BLS twin: many texts in length groups
+    rerank: str
     outputs: tuple[str, ...]
     embedding_size: int | None
     colbert_size: int | None
     max_length: int
-    max_batch_size: int
+    bls_rows: int  # the BLS model's max_batch_size: texts per call
     source: str
     created: int
 
     @property
     def models(self):
-        return self.name, self.tokenizer, self.encoder
+        return self.name, self.tokenizer, self.encoder, self.bls, self.rerank
 
 
 @dataclass
@@ -58,6 +59,16 @@ class Embeddings:
     sparse: list | None
     colbert: list | None
     tokens: np.ndarray
+    truncated: np.ndarray
+    inference_ms: float
+
+
+@dataclass
+class RerankResult:
+    scores: np.ndarray
+    mode_scores: np.ndarray  # [n, 3]: dense, sparse, ColBERT; NaN where the model does not serve the mode
+    tokens: int
+    query_truncated: bool
     truncated: np.ndarray
     inference_ms: float
 
@@ -90,16 +101,18 @@ def triton_http(pid):
 
 
 def read_card(repository, name):
-    """The Card of the export whose ensemble is `name`, or None."""
+    """The Card of the export whose ensemble is `name`, or None (also for an export older than the BLS and rerank
+    models: export it again)."""
     path = os.path.join(repository, name, "1", "export.json")
     try:
         with open(path, encoding="utf-8") as handle:
             manifest = json.load(handle)
-        with open(os.path.join(repository, name, "config.pbtxt"), encoding="utf-8") as handle:
+        with open(os.path.join(repository, manifest["bls_model"], "config.pbtxt"), encoding="utf-8") as handle:
             rows = int(re.search(r"^max_batch_size:\s*(\d+)", handle.read(), re.M).group(1))
         return Card(manifest["id"], manifest["name"], manifest["tokenizer_model"], manifest["encoder_model"],
-                    tuple(manifest["outputs"]), manifest.get("embedding_size"), manifest.get("colbert_size"),
-                    int(manifest["max_length"]), rows, manifest["model"], int(os.path.getmtime(path)))
+                    manifest["bls_model"], manifest["rerank_model"], tuple(manifest["outputs"]),
+                    manifest.get("embedding_size"), manifest.get("colbert_size"), int(manifest["max_length"]), rows,
+                    manifest["model"], int(os.path.getmtime(path)))
     except (OSError, ValueError, KeyError, AttributeError):
         return None
 
@@ -333,6 +346,8 @@ class Ensembles:
 
     # ---------------------------------------------------------------- inference
     async def embed(self, card, texts, outputs, param):
+        """All texts through the export's BLS model (it cuts them into length groups inside Triton), in pieces of its
+        max_batch_size rows when there are more."""
         started = time.perf_counter()
         names = [t for kind in outputs for t in TENSORS[kind]] + ["num_tokens", "truncated"]
         encoded = []
@@ -342,33 +357,53 @@ class Ensembles:
             except UnicodeEncodeError:
                 raise ApiError(400, f"{param}[{i}] is not valid Unicode (lone surrogate)", "invalid_text",
                                param) from None
-        # Chunks of texts of similar length (UTF-8 bytes stand in for tokens), answered in the request's order.
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-        step = max(1, min(self.settings.chunk_texts, card.max_batch_size))
-        chunks = [order[i:i + step] for i in range(0, len(order), step)]
-        parts = await asyncio.gather(*(self.infer(card, [encoded[i] for i in chunk], chunk, names, param)
-                                       for chunk in chunks))
-        rows = [None] * len(encoded)
-        for chunk, part in zip(chunks, parts):
-            for i, row in zip(chunk, part):
-                rows[i] = row
+
+        def row_error(row, first):
+            return f"{param}[{first + row}]", param
+
+        pieces = range(0, len(encoded), card.bls_rows)
+        parts = await asyncio.gather(*(
+            self.infer(card, card.bls, {"text": np.array(encoded[first:first + card.bls_rows],
+                                                         dtype=np.object_).reshape(-1, 1)},
+                       names, lambda row, first=first: row_error(row, first)) for first in pieces))
+        arrays = {name: [part[name] for part in parts] for name in names}
+        rows = {name: [row for part in arrays[name] for row in part] for name in names}
         inference_ms = (time.perf_counter() - started) * 1000
         return Embeddings(
-            dense=np.stack([r["embedding"] for r in rows]) if "dense" in outputs else None,
-            sparse=[(r["sparse_indices"][:r["sparse_count"]], r["sparse_values"][:r["sparse_count"]])
-                    for r in rows] if "sparse" in outputs else None,
-            colbert=[r["colbert_vectors"][:r["colbert_length"]] for r in rows] if "colbert" in outputs else None,
-            tokens=np.array([r["num_tokens"] for r in rows], dtype=np.int64),
-            truncated=np.array([r["truncated"] for r in rows], dtype=bool), inference_ms=inference_ms)
+            dense=np.concatenate(arrays["embedding"]) if "dense" in outputs else None,
+            sparse=[(ids[:int(n)], weights[:int(n)]) for ids, weights, n in
+                    zip(rows["sparse_indices"], rows["sparse_values"], np.concatenate(arrays["sparse_count"]))]
+            if "sparse" in outputs else None,
+            colbert=[vectors[:int(n)] for vectors, n in zip(rows["colbert_vectors"],
+                                                             np.concatenate(arrays["colbert_length"]))]
+            if "colbert" in outputs else None,
+            tokens=np.concatenate(arrays["num_tokens"]).reshape(-1).astype(np.int64),
+            truncated=np.concatenate(arrays["truncated"]).reshape(-1).astype(bool), inference_ms=inference_ms)
 
-    async def infer(self, card, texts, positions, names, param):
-        """One BLS request (at most the ensemble's max_batch_size texts; `positions`: theirs in the client's
-        request) -> one dict of outputs per text. A chunk over the tokenizer's token budget is split in two and
-        retried."""
+    async def rerank(self, card, query, documents, weights):
+        """The export's rerank model: (combined scores [n], per-mode scores [n, 3], tokens, query truncated,
+        documents truncated [n], inference ms)."""
+        started = time.perf_counter()
+        try:
+            inputs = {"query": np.array([query.encode("utf-8")], dtype=np.object_),
+                      "documents": np.array([d.encode("utf-8") for d in documents], dtype=np.object_),
+                      "weights": np.array(weights, dtype=np.float32)}
+        except UnicodeEncodeError:
+            raise ApiError(400, "the query or a document is not valid Unicode (lone surrogate)", "invalid_text",
+                           "documents") from None
+        names = ["scores", "mode_scores", "num_tokens", "query_truncated", "truncated"]
+        result = await self.infer(card, card.rerank, inputs, names, None)
+        return RerankResult(result["scores"], result["mode_scores"], int(result["num_tokens"][0]),
+                            bool(result["query_truncated"][0]), result["truncated"].astype(bool),
+                            (time.perf_counter() - started) * 1000)
+
+    async def infer(self, card, model, inputs, names, row_error):
+        """One BLS request to `model` -> {output: array}. row_error(row) -> (what, param) names a row of `text` in
+        the client's terms; None: the model's messages already do (rerank: `query`, `documents[i]`)."""
         pb = self.pb_utils
         request = pb.InferenceRequest(
-            model_name=card.name, requested_output_names=names,
-            inputs=[pb.Tensor("text", np.array(texts, dtype=np.object_).reshape(-1, 1))],
+            model_name=model, requested_output_names=names,
+            inputs=[pb.Tensor(name, array) for name, array in inputs.items()],
             # Outputs come back in host memory even when the encoder runs on a GPU (as_numpy needs that).
             preferred_memory=pb.PreferredMemory(pb.TRITONSERVER_MEMORY_CPU, 0))
         self.loop = loop = asyncio.get_running_loop()
@@ -392,20 +427,18 @@ class Ensembles:
                            headers={"Retry-After": "1"}) from None
         if response.has_error():
             message = response.error().message()
-            if any(marker in message for marker in OVER_BUDGET) and len(texts) > 1:
-                half = len(texts) // 2
-                return (await self.infer(card, texts[:half], positions[:half], names, param) +
-                        await self.infer(card, texts[half:], positions[half:], names, param))
-            bad_text = TEXT_ERROR.search(message)
-            if bad_text:
-                raise ApiError(400, f"{param}[{positions[int(bad_text[1])]}] {bad_text[2]}", "invalid_input", param)
+            bad_text = TEXT_ERROR.match(message)
+            if bad_text and row_error:
+                what, param = row_error(int(bad_text[1]))
+                raise ApiError(400, f"{what} {bad_text[2]}", "invalid_input", param)
+            bad_field = RERANK_ERROR.match(message)
+            if bad_field and not row_error:
+                raise ApiError(400, message, "invalid_input", bad_field[1].split("[")[0])
             if any(marker in message.lower() for marker in NOT_AVAILABLE):
                 raise ApiError(503, f"model '{card.id}' is not available: {message}", "model_not_ready",
                                headers={"Retry-After": "1"})
             raise ApiError(500, f"inference failed: {message}", "inference_failed")
-        arrays = {name: pb.get_output_tensor_by_name(response, name).as_numpy() for name in names}
-        return [{name: array[i].item() if name in SCALARS else array[i] for name, array in arrays.items()}
-                for i in range(len(texts))]
+        return {name: pb.get_output_tensor_by_name(response, name).as_numpy() for name in names}
 
     # ---------------------------------------------------------------- admin
     async def load(self, model_id):
@@ -451,6 +484,8 @@ class Ensembles:
             with self.changing(card):
                 try:
                     self.model_control("load", card.name)  # the ensemble brings its steps
+                    for caller in (card.bls, card.rerank):  # BLS callers are no ensemble's steps: loaded on their own
+                        self.model_control("load", caller)
                 except Exception as error:  # noqa: BLE001 - Triton says why (missing file, bad config...)
                     self.loaded_by_admin.discard(card.name)
                     if not self.model_ready(card.name):  # (a failed reload leaves the old version serving)
@@ -487,7 +522,7 @@ class Ensembles:
 
     def own_steps(self, card):
         shared = {m for c in self.cards_by_name.values() if c.name != card.name for m in c.models}
-        return [m for m in (card.tokenizer, card.encoder) if m not in shared]
+        return [m for m in (card.tokenizer, card.encoder, card.bls, card.rerank) if m not in shared]
 
     def delete_now(self, model_id):
         with self.admin_lock:

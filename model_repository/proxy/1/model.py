@@ -1,10 +1,11 @@
-"""The proxy model: an HTTP server inside Triton (one container ships), calling the embedding ensembles in-process
-through BLS. This file is the Triton glue: settings, and TritonPythonModel wiring the parts beside it:
+"""The proxy model: an HTTP server inside Triton (one container ships), calling the exports' models in-process through
+BLS (each export's BLS model for embeddings, its rerank model for /v1/rerank). This file is the Triton glue:
+settings, and TritonPythonModel wiring the parts beside it:
   app.py        FastAPI routes (OpenAI, seed API, bge-m3 outputs, rerank, admin), over an injected service
   ensembles.py  the service: model discovery, BLS inference, readiness, load/unload/delete
   watchdog.py   readiness refresh, dead-stub recovery, the HTTP thread kept alive
   server.py     uvicorn in its own thread, with header and keep-alive timeouts
-  metrics.py    Prometheus metrics (prometheus_client);  schemas.py  request/response models;  scoring.py  M3 scores
+  metrics.py    Prometheus metrics (prometheus_client);  schemas.py  request/response models
 """
 import json
 import os
@@ -31,7 +32,6 @@ SETTINGS = {
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", int),
     "max_input_chars": ("PROXY_MAX_INPUT_CHARS", int),
     "bls_concurrency": ("PROXY_BLS_CONCURRENCY", int),
-    "chunk_texts": ("PROXY_CHUNK_TEXTS", int),
     "request_timeout_s": ("PROXY_REQUEST_TIMEOUT_S", float),
     "header_timeout_s": ("PROXY_HEADER_TIMEOUT_S", float),
     "body_timeout_s": ("PROXY_BODY_TIMEOUT_S", float),

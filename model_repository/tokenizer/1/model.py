@@ -1,6 +1,10 @@
 """Tokenizer step of the ensemble: `text` (one string per row) -> input_ids, attention_mask, num_tokens,
 truncated.
 
+A caller that runs the encoder itself (the BLS model beside the ensemble) asks for the output `length_group`:
+then the request is one piece padded to its longest row, is not held to max_batch_tokens, and each row is told
+its length group (group index, padded width) for the caller to send as separate encoder runs.
+
 All requests of one execute are encoded together, then cut into length groups (grouping.py); each request is
 padded to its group's width and the responses go out group by group, so the encoder's dynamic batcher receives
 each group as a run of equal shapes. A bad request gets its own INVALID_ARG error (HTTP 400 / gRPC
@@ -103,12 +107,15 @@ class TritonPythonModel:
             texts.append(text)
         return texts
 
-    def check(self, encodings):
-        """Per-request checks that need the tokens: content, and the padded size against the token budget."""
+    def check(self, encodings, split):
+        """Per-request checks that need the tokens: content, and the padded size against the token budget (unless
+        the caller splits the request into runs itself)."""
         for row, encoding in enumerate(encodings):
             if len(encoding.ids) <= self.special_tokens:
                 raise ValueError(f"text[{row}] has no content tokens (only whitespace, control or zero-width "
                                  f"characters)")
+        if split:
+            return
         padded = len(encodings) * round_up(max(len(e.ids) for e in encodings), self.multiple)
         if padded > self.max_batch_tokens:
             raise ValueError(f"the request pads to {padded} tokens, over the limit of {self.max_batch_tokens} "
@@ -135,10 +142,14 @@ class TritonPythonModel:
         encodings = self.tokenizer.encode_batch(texts) if len(texts) > 1 else [self.tokenizer.encode(texts[0])]
         accepted = []
         for i, start, count in spans:
+            split = "length_group" in requests[i].requested_output_names()
             try:
-                self.check(encodings[start:start + count])
+                self.check(encodings[start:start + count], split)
             except ValueError as error:
                 self.reject(requests[i], str(error))
+                continue
+            if split:  # goes out at once: its caller, not the encoder's batcher, groups its rows
+                self.send_split(requests[i], encodings[start:start + count])
                 continue
             accepted.append((i, encodings[start:start + count]))
         lengths = [[len(e.ids) for e in request_encodings] for _, request_encodings in accepted]
@@ -149,7 +160,17 @@ class TritonPythonModel:
                 self.send(requests[i], request_encodings, lengths[k], width)
         return None
 
-    def send(self, request, encodings, lengths, width):
+    def send_split(self, request, encodings):
+        lengths = [len(e.ids) for e in encodings]
+        groups = np.zeros((len(lengths), 2), dtype=np.int32)  # per row: (group index, the group's padded width)
+        plan = plan_groups([[n] for n in lengths], self.multiple, self.overhead, self.min_efficiency,
+                           self.max_batch_tokens)
+        for index, (rows, width) in enumerate(plan):
+            groups[rows] = (index, width)
+        self.send(request, encodings, lengths, round_up(max(lengths), self.multiple),
+                  [pb_utils.Tensor("length_group", groups)])
+
+    def send(self, request, encodings, lengths, width, extra=()):
         rows = len(encodings)
         input_ids = np.full((rows, width), self.pad_id, dtype=np.int64)
         attention_mask = np.zeros((rows, width), dtype=np.int64)
@@ -161,5 +182,6 @@ class TritonPythonModel:
             pb_utils.Tensor("attention_mask", attention_mask),
             pb_utils.Tensor("num_tokens", np.array(lengths, dtype=np.int32).reshape(rows, 1)),
             pb_utils.Tensor("truncated", np.array([bool(e.overflowing) for e in encodings]).reshape(rows, 1)),
+            *extra,
         ]
         request.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=outputs), flags=FINAL)

@@ -1,0 +1,154 @@
+"""Rerank: `query` and `documents` in, one relevance score per document out, with bge-m3's scores as FlagEmbedding's
+BGEM3FlagModel.compute_score gives them ('colbert+sparse+dense' with `weights`):
+
+dense   = q . p                                     (unit vectors)
+sparse  = sum over token ids in both of q_w * p_w   (lexical matching)
+colbert = mean over query vectors of the best dot product with a passage vector
+combined = (w_dense * dense + w_sparse * sparse + w_colbert * colbert) / (w_dense + w_sparse + w_colbert)
+
+One detail is FlagEmbedding's own: compute_score pads the passages of a batch (256 pairs) into one tensor, so the
+padded positions of a passage shorter than the batch's longest are zero vectors, and a query vector's best match
+with it is never below 0. It is reproduced here, so the scores equal FlagEmbedding's.
+
+The texts are embedded by the export's BLS model (length groups); its errors name `text[i]`, reported here as the
+query (row 0) or `documents[i - 1]`. Settings: config.pbtxt, read once here.
+"""
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+MODES = ("dense", "sparse", "colbert")
+TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values", "sparse_count"),
+           "colbert": ("colbert_vectors", "colbert_length")}
+FLAG_EMBEDDING_BATCH = 256  # compute_score's default batch_size: the padding above is per batch of this many
+ROW_ERROR = re.compile(r"^text\[(\d+)\]")
+
+
+def sparse_score(query, passage):
+    """query, passage: (token ids, weights) arrays, each id once."""
+    shared, q_at, p_at = np.intersect1d(query[0], passage[0], assume_unique=True, return_indices=True)
+    return float(np.dot(query[1][q_at].astype(np.float64), passage[1][p_at])) if len(shared) else 0.0
+
+
+def colbert_score(query, passage, padded_length):
+    """query [n, d], passage [m, d] unit vectors; padded_length: the longest passage of its batch (vectors)."""
+    best = (query @ passage.T).max(axis=1)
+    if len(passage) < padded_length:
+        best = np.maximum(best, 0.0)
+    return float(best.sum() / len(query))
+
+
+def scores(query, passages, weights):
+    """query / passages: {mode: vectors} ("dense" vector, "sparse" (ids, weights), "colbert" vectors); weights:
+    {mode: w} of the modes to combine. Returns (combined [n], per mode [n, 3] with NaN where not combined)."""
+    combined, per_mode = np.zeros(len(passages), np.float32), np.full((len(passages), 3), np.nan, np.float32)
+    total = sum(weights.values())
+    for start in range(0, len(passages), FLAG_EMBEDDING_BATCH):
+        batch = passages[start:start + FLAG_EMBEDDING_BATCH]
+        padded = max((len(p["colbert"]) for p in batch), default=0) if "colbert" in weights else 0
+        for k, passage in enumerate(batch, start):
+            found = {}
+            if "dense" in weights:
+                found["dense"] = float(np.dot(query["dense"], passage["dense"]))
+            if "sparse" in weights:
+                found["sparse"] = sparse_score(query["sparse"], passage["sparse"])
+            if "colbert" in weights:
+                found["colbert"] = colbert_score(query["colbert"], passage["colbert"], padded)
+            for mode, value in found.items():
+                per_mode[k, MODES.index(mode)] = value
+            combined[k] = sum(weights[mode] * found[mode] for mode in weights) / total if total else 0.0
+    return combined, per_mode
+
+
+class RequestError(Exception):
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.triton_error = pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG if code is None else code)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        parameters = {key: value["string_value"] for key, value in config["parameters"].items()}
+        self.embedding_model = parameters["embedding_model"]
+        self.served = [mode for mode in parameters["served_outputs"].split(",") if mode in MODES]
+        self.texts_per_call = int(parameters["texts_per_call"])
+        self.pool = ThreadPoolExecutor(16, thread_name_prefix="rerank-call")
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            try:
+                responses.append(pb_utils.InferenceResponse(output_tensors=self.rerank(request)))
+            except RequestError as error:
+                responses.append(pb_utils.InferenceResponse(error=error.triton_error))
+            except Exception as error:  # noqa: BLE001 - the embedding model not loaded, stopping...
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    f"{type(error).__name__}: {error}", pb_utils.TritonError.UNAVAILABLE)))
+        return responses
+
+    def weights(self, request):
+        tensor = pb_utils.get_input_tensor_by_name(request, "weights")
+        values = [1.0, 1.0, 1.0] if tensor is None else [float(w) for w in tensor.as_numpy().reshape(-1)]
+        if len(values) != 3 or any(not np.isfinite(w) or w < 0 for w in values):
+            raise RequestError("weights must be 3 finite numbers >= 0: [dense, sparse, colbert]")
+        return {mode: w for mode, w in zip(MODES, values) if mode in self.served}
+
+    def rerank(self, request):
+        weights = self.weights(request)
+        query = pb_utils.get_input_tensor_by_name(request, "query").as_numpy().reshape(-1)
+        documents = pb_utils.get_input_tensor_by_name(request, "documents").as_numpy().reshape(-1)
+        if len(query) != 1:
+            raise RequestError(f"query must hold one text, not {len(query)}")
+        if len(documents) == 0:
+            raise RequestError("documents is empty: send at least one document")
+        texts = np.concatenate([query, documents]).astype(np.object_)
+        names = [name for mode in weights for name in TENSORS[mode]] + ["num_tokens", "truncated"]
+        calls = [self.pool.submit(self.embed, texts[start:start + self.texts_per_call], start, names)
+                 for start in range(0, len(texts), self.texts_per_call)]
+        parts = [call.result() for call in calls]
+        outputs = {name: np.concatenate([part[name] for part in parts]) if name not in ("sparse_indices",
+                   "sparse_values", "colbert_vectors") else [row for part in parts for row in part[name]]
+                   for name in names}
+        vectors = []
+        for i in range(len(texts)):
+            row = {}
+            if "dense" in weights:
+                row["dense"] = outputs["embedding"][i]
+            if "sparse" in weights:
+                count = int(outputs["sparse_count"][i, 0])
+                row["sparse"] = (outputs["sparse_indices"][i][:count], outputs["sparse_values"][i][:count])
+            if "colbert" in weights:
+                row["colbert"] = outputs["colbert_vectors"][i][:int(outputs["colbert_length"][i, 0])]
+            vectors.append(row)
+        combined, per_mode = scores(vectors[0], vectors[1:], weights)
+        truncated = outputs["truncated"].reshape(-1)
+        return [pb_utils.Tensor("scores", combined), pb_utils.Tensor("mode_scores", per_mode),
+                pb_utils.Tensor("num_tokens", np.array([outputs["num_tokens"].sum()], dtype=np.int32)),
+                pb_utils.Tensor("query_truncated", truncated[:1].copy()),
+                pb_utils.Tensor("truncated", truncated[1:].copy())]
+
+    def embed(self, texts, first, names):
+        """texts[first:...] of [query, *documents] -> {output: rows}; errors name the query or documents[i]."""
+        request = pb_utils.InferenceRequest(
+            model_name=self.embedding_model, requested_output_names=names,
+            inputs=[pb_utils.Tensor("text", texts.reshape(-1, 1))],
+            preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0))
+        response = request.exec()
+        if response.has_error():
+            error = response.error()
+
+            def rename(match):
+                row = first + int(match[1])
+                return "query" if row == 0 else f"documents[{row - 1}]"
+            # the BLS model's 400s keep INVALID_ARG here; other errors (a step not ready) say UNAVAILABLE
+            bad_input = ROW_ERROR.match(error.message()) or error.message().startswith("the request holds ")
+            raise RequestError(ROW_ERROR.sub(rename, error.message(), count=1),
+                               None if bad_input else pb_utils.TritonError.UNAVAILABLE)
+        return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in names}
+
+    def finalize(self):
+        self.pool.shutdown(wait=False, cancel_futures=True)
