@@ -3,7 +3,8 @@
 Triton 24.07 neither notices nor restarts a dead stub (python_backend r24.07 has no restart and no health check on
 its execute path): requests to it hang, and every readiness endpoint stays 200. This thread, in the proxy's own
 stub, looks at the server's child processes every `interval` seconds; a stub that turned zombie is dead. Its model
-is then unloaded and loaded again (fresh stubs, about 2 s; the ensemble follows). That needs explicit model control
+is then unloaded and loaded again (fresh stubs, about 2 s; the ensemble follows), and so are the BLS models that
+were waiting on it (callers_of). That needs explicit model control
 and no rate limiter: a stub that died mid-execute keeps its rate-limiter resource for good, so nothing can run
 again in that server. And each call the dead stub had keeps one of the proxy's BLS threads blocked for good (Triton
 neither answers nor cancels it; its client gets a 503), so once half of them are lost a reload is not enough either.
@@ -145,6 +146,18 @@ class Watchdog:
             time.sleep(0.05)
         self.ensembles.model_control("load", model)
 
+    def callers_of(self, model):
+        """The BLS models that call `model` (an export's BLS model calls its tokenizer and encoder, its rerank model
+        the BLS model): their calls to the dead stub never return, so their instances stay blocked for good and get
+        fresh stubs too."""
+        callers = []
+        for card in list(self.ensembles.cards_by_name.values()):
+            if model in (card.tokenizer, card.encoder):
+                callers += [card.bls, card.rerank]
+            elif model == card.bls:
+                callers.append(card.rerank)
+        return list(dict.fromkeys(c for c in callers if c != model))
+
     def model_of(self, argv):
         """The model a stub serves: its first argument is <repository>/<model>/<version>/<file>."""
         if len(argv) < 2 or not argv[0].endswith(STUB):
@@ -183,6 +196,8 @@ class Watchdog:
         self.metrics.recoveries.labels(model, "reload").inc()
         try:
             self.reload(model)
+            for caller in self.callers_of(model):
+                self.reload(caller)
         except Exception as error:  # noqa: BLE001
             return self.restart(f"reloading '{model}' after its stub died failed ({error}): restarting tritonserver")
         self.ensembles.recovering.pop(model, None)
