@@ -280,6 +280,17 @@ def test_api_key_bearer_scheme_is_case_insensitive():
     assert client.get("/health").status_code == 200  # probes need no key
 
 
+@pytest.mark.parametrize("path, body", [("/v1/embeddings", {"inputs": 5}), ("/v1/rerank", {"query": 1}),
+                                        ("/v1/encode", {}), ("/embed_sparse", {"x": []}), ("/v1/embedding", {})])
+def test_the_key_is_checked_before_the_body(path, body):
+    """A caller without the key gets 401, never a 400 that spells out the request schema (issue 16)."""
+    client = make_client(api_key="s3cret", admin_api_key="adm1n")
+    error = error_of(client.post(path, json=body), 401, "key")
+    assert "input" not in error["message"] and error["param"] is None
+    error_of(client.post("/v1/models/x/load", content=b"{not json", headers={"content-type": "application/json",
+                                                                          "Authorization": "Bearer s3cret"}), 401)
+
+
 def test_admin_routes_are_off_without_an_admin_key_and_never_open_to_the_api_key():
     client = make_client(api_key="user")
     error = error_of(client.post("/v1/models/fake-m3/load", headers={"Authorization": "Bearer user"}), 403,

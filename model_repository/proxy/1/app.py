@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import orjson
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.routing import APIRoute
@@ -121,11 +121,20 @@ def create_app(settings, service, metrics):
             raise ApiError(401, f"missing or wrong {what} key: send 'Authorization: Bearer <key>'",
                            "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
-    def authorize_admin(request):
+    def authorize_admin(request: Request):
         if not settings.admin_api_key:
             raise ApiError(403, "the admin routes are off: set ADMIN_API_KEY (or ADMIN_API_KEY_FILE) to use them",
                            "admin_disabled")
         authorize(request, settings.admin_api_key, "admin")
+
+    # As route dependencies, the keys are checked before the body is validated: a caller without the key learns
+    # nothing about the request schema.
+    def user_key(request: Request):
+        authorize(request, settings.api_key)
+
+    user = [Depends(user_key)]
+    admin_route = {"dependencies": [Depends(authorize_admin)], "response_model": schemas.AdminResult,
+                   "responses": admin_errors}
 
     def select(request, model):
         card = service.resolve(model)
@@ -196,10 +205,9 @@ def create_app(settings, service, metrics):
         return PlainTextResponse("ok" if ok else reason, 200 if ok else 503)
 
     # ---------------------------------------------------------------- embeddings
-    @app.post("/v1/embeddings", response_model=schemas.EmbeddingsResponse, responses=errors)
+    @app.post("/v1/embeddings", dependencies=user, response_model=schemas.EmbeddingsResponse, responses=errors)
     async def embeddings(request: Request, body: schemas.EmbeddingsRequest):
         """OpenAI-compatible embeddings (`encoding_format` float, or base64 little-endian float32)."""
-        authorize(request, settings.api_key)
         texts = [body.input] if isinstance(body.input, str) else body.input
         if not texts:
             raise ApiError(400, "'input' must be a string or a non-empty list of strings", "invalid_input", "input")
@@ -222,12 +230,11 @@ def create_app(settings, service, metrics):
         return json_response({"object": "list", "data": data, "model": card.id, "usage": usage(result)},
                              headers(result))
 
-    @app.post("/v1/embedding", response_model=list[schemas.SeedResult], responses=errors)
+    @app.post("/v1/embedding", dependencies=user, response_model=list[schemas.SeedResult], responses=errors)
     async def seed_embedding(request: Request, body: list[schemas.SeedItem],
                              truncate: bool = Query(True, description="false: over-long = 422"),
                              model: str | None = Query(None, description="served model id (default model)")):
         """Seed API: `[{"query": "..."}]` -> `[{"embedding": [...]}]`."""
-        authorize(request, settings.api_key)
         if not body:
             raise ApiError(400, 'request body must be a non-empty list of {"query": "..."} objects', "invalid_type")
         card = select(request, model)
@@ -237,11 +244,10 @@ def create_app(settings, service, metrics):
         vectors = np.ascontiguousarray(result.dense, dtype=np.float32)
         return json_response([{"embedding": row} for row in vectors], headers(result))
 
-    @app.post("/v1/encode", response_model=schemas.EncodeResponse, responses=errors)
+    @app.post("/v1/encode", dependencies=user, response_model=schemas.EncodeResponse, responses=errors)
     async def encode(request: Request, body: schemas.EncodeRequest):
         """Any combination of dense, sparse ({indices, values}, as Milvus and Qdrant take it) and ColBERT vectors
         per input, from one forward pass (FlagEmbedding's encode(return_dense, return_sparse, return_colbert_vecs))."""
-        authorize(request, settings.api_key)
         texts = check_texts([body.input] if isinstance(body.input, str) else body.input, "input")
         if not texts:
             raise ApiError(400, "'input' must not be empty", "invalid_input", "input")
@@ -266,10 +272,9 @@ def create_app(settings, service, metrics):
         return json_response({"object": "list", "data": data, "model": card.id, "usage": usage(result)},
                              headers(result))
 
-    @app.post("/embed_sparse", response_model=list[list[schemas.SparseEntry]], responses=errors)
+    @app.post("/embed_sparse", dependencies=user, response_model=list[list[schemas.SparseEntry]], responses=errors)
     async def embed_sparse(request: Request, body: schemas.EmbedSparseRequest):
         """TEI's sparse route: `[[{"index": token id, "value": weight}, ...], ...]` per input."""
-        authorize(request, settings.api_key)
         texts = check_texts([body.inputs] if isinstance(body.inputs, str) else body.inputs, "inputs")
         if not texts:
             raise ApiError(400, "'inputs' must not be empty", "invalid_input", "inputs")
@@ -279,12 +284,11 @@ def create_app(settings, service, metrics):
         return json_response([[{"index": int(t), "value": float(w)} for t, w in zip(*pair)]
                               for pair in result.sparse], headers(result))
 
-    @app.post("/v1/rerank", response_model=schemas.RerankResponse, responses=errors)
+    @app.post("/v1/rerank", dependencies=user, response_model=schemas.RerankResponse, responses=errors)
     async def rerank(request: Request, body: schemas.RerankRequest):
         """Scores each document against the query with the export's rerank model: bge-m3's combined score, as
         FlagEmbedding's compute_score ('colbert+sparse+dense' with `weights`); models without sparse/ColBERT outputs
         use what they serve."""
-        authorize(request, settings.api_key)
         documents = [d if isinstance(d, str) else d.text for d in body.documents]
         if not body.query.strip():
             raise ApiError(400, "query is empty", "empty_input", "query")
@@ -318,36 +322,33 @@ def create_app(settings, service, metrics):
                 "embedding_size": card.embedding_size, "max_input_tokens": card.max_length,
                 "outputs": list(card.outputs), "source": card.source}
 
-    @app.get("/v1/models", response_model=schemas.ModelList, responses=errors)
+    @app.get("/v1/models", dependencies=user, response_model=schemas.ModelList, responses=errors)
     async def models(request: Request):
         """The models loaded now (a model exported or loaded after start-up appears here)."""
-        authorize(request, settings.api_key)
         return json_response({"object": "list", "data": [card_json(c) for c in service.cards()]})
 
-    @app.get("/v1/models/{model_id:path}", response_model=schemas.ModelCard, responses=errors)
+    @app.get("/v1/models/{model_id:path}", dependencies=user, response_model=schemas.ModelCard, responses=errors)
     async def model(request: Request, model_id: str):
-        authorize(request, settings.api_key)
         return json_response(card_json(select(request, model_id)))
 
     async def admin(request, model_id, action):
         # model_id takes a hub id's '/'; it is only ever looked up among the exports' cards, never a path
-        authorize_admin(request)
         request.scope["state"]["model"] = model_id
         seconds = await getattr(service, action)(model_id)
         status = {"load": "loaded", "unload": "unloaded", "delete": "deleted"}[action]
         return json_response({"id": model_id, "status": status, "seconds": round(seconds, 3)})
 
-    @app.post("/v1/models/{model_id:path}/load", response_model=schemas.AdminResult, responses=admin_errors)
+    @app.post("/v1/models/{model_id:path}/load", **admin_route)
     async def load(request: Request, model_id: str):
         """Admin: load (or reload) an exported model; models already serving keep serving. Needs ADMIN_API_KEY."""
         return await admin(request, model_id, "load")
 
-    @app.post("/v1/models/{model_id:path}/unload", response_model=schemas.AdminResult, responses=admin_errors)
+    @app.post("/v1/models/{model_id:path}/unload", **admin_route)
     async def unload(request: Request, model_id: str):
         """Admin: unload a model; its in-flight requests finish first. Needs ADMIN_API_KEY."""
         return await admin(request, model_id, "unload")
 
-    @app.delete("/v1/models/{model_id:path}", response_model=schemas.AdminResult, responses=admin_errors)
+    @app.delete("/v1/models/{model_id:path}", **admin_route)
     async def delete(request: Request, model_id: str):
         """Admin: delete an unloaded model's files from the repository (409 while loaded). Needs ADMIN_API_KEY."""
         return await admin(request, model_id, "delete")
