@@ -15,7 +15,8 @@ Settings (environment variables; the README's "Security" and "Settings" sections
   ADMIN_API_KEY(_FILE)    key for Triton's restricted APIs (repository, shared memory, trace, logging); unset: a
                           random key, so nobody can call them
   MODEL_CONTROL           explicit (default: models load and unload at run time) or none
-  LOAD_MODELS             models to load at start in explicit mode, comma-separated (default *: all)
+  LOAD_MODELS             models to load at start in explicit mode, comma-separated (default *: all); an export's
+                          ensemble brings its BLS and rerank models
   RATE_LIMIT              on (default; see model_repository/tokenizer/config.pbtxt) or off
   MODEL_CONFIG_NAME       Triton's --model-config-name: models with configs/<name>.pbtxt load it (e.g. gpu)
   EXIT_TIMEOUT_S          seconds Triton waits for in-flight requests at shutdown (default 30)
@@ -30,6 +31,7 @@ requests in flight, then kills it.
 """
 import argparse
 import glob
+import json
 import os
 import re
 import secrets
@@ -169,12 +171,27 @@ def server_command(model_repository, http_port=8000, grpc_port=8001, metrics_por
         # A model an admin failed to load must not take the whole server out of service: with strict readiness
         # (the default) /v2/health/ready stays 400 until that model loads. Start-up failures still stop the server.
         command += ["--model-control-mode=explicit", "--strict-readiness=false"]
-        command += [f"--load-model={name.strip()}" for name in setting("LOAD_MODELS", "*", env).split(",")]
+        names = [name.strip() for name in setting("LOAD_MODELS", "*", env).split(",")]
+        command += [f"--load-model={name}" for name in with_bls_models(model_repository, names)]
     if setting("RATE_LIMIT", "on", env) == "on":
         command.append("--rate-limit=execution_count")  # honour the configs' rate_limiter sections
     if setting("MODEL_CONFIG_NAME", "", env):
         command.append(f"--model-config-name={setting('MODEL_CONFIG_NAME', '', env)}")
     return [*command, *extra_args]
+
+
+def with_bls_models(model_repository, names):
+    """`names` plus, for each export among them, its BLS and rerank models: Triton loads an ensemble's steps with it,
+    but not the models that call it through BLS (their names are in the export's export.json)."""
+    found = list(names)
+    for name in names:
+        try:
+            with open(os.path.join(model_repository, name, "1", "export.json"), encoding="utf-8") as handle:
+                manifest = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        found += [manifest[key] for key in ("bls_model", "rerank_model") if manifest.get(key) not in (None, *found)]
+    return found
 
 
 def children(pid):

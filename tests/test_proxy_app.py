@@ -109,6 +109,7 @@ class FakeService:
 
 def settings(**overrides):
     values = {"api_key": "", "admin_api_key": "", "max_inputs_per_request": 16, "max_input_chars": 200,
+              "max_concurrent_requests": 64,
               "max_body_bytes": 4096, "body_timeout_s": 5.0, "swagger_path": None}
     values.update(overrides)
     return SimpleNamespace(**values)
@@ -329,6 +330,43 @@ def test_a_post_with_no_body_at_all_needs_no_content_type():
 
     asyncio.run(client.app(scope, receive, send))
     assert sent[0]["status"] == 200 and client.service.admin == [("load", "fake-m3")]
+
+
+def test_requests_over_max_concurrent_requests_get_429_at_once():
+    """Admission control: with 2 inference requests held in the service, the third is refused at once (429,
+    Retry-After); admin routes and GETs are not counted; once the two finish, requests are admitted again."""
+    import httpx
+
+    client = make_client(max_concurrent_requests=2, admin_api_key="adm1n")
+    release, held = asyncio.Event(), []
+    original = client.service.embed
+
+    async def held_embed(card, texts, outputs, param):
+        held.append(texts)
+        await release.wait()
+        return await original(card, texts, outputs, param)
+    client.service.embed = held_embed
+
+    async def scenario():
+        transport = httpx.ASGITransport(app=client.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
+            first = [asyncio.ensure_future(http.post("/v1/embeddings", json={"input": f"text {i}"})) for i in range(2)]
+            while len(held) < 2:
+                await asyncio.sleep(0.01)
+            refused = await http.post("/v1/embeddings", json={"input": "one more"})
+            probe = await http.get("/health")
+            admin = await http.post("/v1/models/fake-dense/load", headers={"Authorization": "Bearer adm1n"})
+            release.set()
+            done = await asyncio.gather(*first)
+            after = await http.post("/v1/embeddings", json={"input": "after"})
+        return refused, probe, admin, done, after
+
+    refused, probe, admin, done, after = asyncio.run(scenario())
+    error = error_of(refused, 429, "busy", "max_concurrent_requests")
+    assert error["code"] == "overloaded" and error["type"] == "rate_limit_error"
+    assert refused.headers["retry-after"] == "1"
+    assert probe.status_code == 200 and admin.status_code == 200
+    assert [r.status_code for r in done] == [200, 200] and after.status_code == 200
 
 
 def test_draining_answers_503_with_retry_after(client):

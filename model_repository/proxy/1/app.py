@@ -28,7 +28,7 @@ import schemas
 JSON = "application/json"
 MODES = ("dense", "sparse", "colbert")  # the rerank model's mode_scores columns
 ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
-               408: "timeout_error", 503: "service_unavailable", 504: "timeout_error"}
+               408: "timeout_error", 429: "rate_limit_error", 503: "service_unavailable", 504: "timeout_error"}
 
 
 MAX_MESSAGE_CHARS = 1000  # an error that quotes a client's value (a 1 MB model id) is cut: no 1 MB error back
@@ -108,7 +108,7 @@ def create_app(settings, service, metrics):
                   description="Text embeddings served by Triton: OpenAI-compatible embeddings, bge-m3's sparse and "
                               "ColBERT outputs, reranking, and the seed API.")
     app.router.route_class = OrjsonRoute
-    errors = {status: {"model": schemas.ErrorResponse} for status in (400, 401, 404, 413, 415, 422, 503, 504)}
+    errors = {status: {"model": schemas.ErrorResponse} for status in (400, 401, 404, 413, 415, 422, 429, 503, 504)}
     admin_errors = {status: {"model": schemas.ErrorResponse} for status in (401, 403, 404, 409, 422, 503)}
 
     # ---------------------------------------------------------------- gates
@@ -377,6 +377,8 @@ class HttpGuard:
     """ASGI layer under the metrics: refuses what must never reach a route, and stops work nobody waits for.
 
     - while shutting down: 503 with Retry-After;
+    - over max_concurrent_requests inference requests at once: 429 with Retry-After, at once (admission control:
+      the excess is refused, not queued until it times out; admin routes are not counted);
     - a body that is not JSON: 415 (stops cross-site "simple" POSTs), over max_body_bytes: 413, not received within
       body_timeout_s: 408;
     - a client that leaves before its answer: the route is cancelled (its Triton call's result is dropped) and the
@@ -384,6 +386,7 @@ class HttpGuard:
 
     def __init__(self, app, settings, service):
         self.app, self.settings, self.service = app, settings, service
+        self.admitted = 0  # inference requests in the app now (one event loop: no lock needed)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -395,13 +398,23 @@ class HttpGuard:
                                                     headers={"Retry-After": "1"}))
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.run(scope, receive, send, None)
+        inference = not scope["path"].startswith("/v1/models/")
+        if inference and self.admitted >= self.settings.max_concurrent_requests:
+            return await self.refuse(send, ApiError(
+                429, f"the server is busy: {self.admitted} requests in progress, the limit is "
+                     f"{self.settings.max_concurrent_requests} (setting max_concurrent_requests); retry", "overloaded",
+                headers={"Retry-After": "1", "Connection": "close"}))
+        self.admitted += inference
         try:
-            body = await self.read_body(scope, receive)
-        except ApiError as error:
-            return await self.refuse(send, error)
-        except ConnectionError:
-            return  # client left while sending: nothing to answer
-        return await self.run(scope, receive, send, body)
+            try:
+                body = await self.read_body(scope, receive)
+            except ApiError as error:
+                return await self.refuse(send, error)
+            except ConnectionError:
+                return  # client left while sending: nothing to answer
+            return await self.run(scope, receive, send, body)
+        finally:
+            self.admitted -= inference
 
     async def read_body(self, scope, receive):
         headers = dict(scope["headers"])

@@ -22,8 +22,10 @@ import numpy as np
 
 from app import ApiError
 
-TEXT_ERROR = re.compile(r"^text\[(\d+)\] (.+)", re.S)  # the tokenizer's per-text messages
+# the tokenizer's per-text messages (through the ensemble prefixed "in ensemble '<name>', ")
+TEXT_ERROR = re.compile(r"text\[(\d+)\] (.+)", re.S)
 RERANK_ERROR = re.compile(r"^(query|documents\[\d+\]|documents|weights) ")  # the rerank model's bad-input messages
+QUEUE_FULL = "exceeds maximum queue size"  # Triton's refusal under a queue policy's max_queue_size (UNAVAILABLE)
 NOT_AVAILABLE = ("unknown model", "not ready", "unavailable", "server is stopping", "not found")
 TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values", "sparse_count"),
            "colbert": ("colbert_vectors", "colbert_length")}
@@ -107,8 +109,11 @@ def read_card(repository, name):
     try:
         with open(path, encoding="utf-8") as handle:
             manifest = json.load(handle)
-        with open(os.path.join(repository, manifest["bls_model"], "config.pbtxt"), encoding="utf-8") as handle:
-            rows = int(re.search(r"^max_batch_size:\s*(\d+)", handle.read(), re.M).group(1))
+        try:  # (an incomplete export still has a card: its load says what is missing)
+            with open(os.path.join(repository, manifest["bls_model"], "config.pbtxt"), encoding="utf-8") as handle:
+                rows = int(re.search(r"^max_batch_size:\s*(\d+)", handle.read(), re.M).group(1))
+        except OSError:
+            rows = 1
         return Card(manifest["id"], manifest["name"], manifest["tokenizer_model"], manifest["encoder_model"],
                     manifest["bls_model"], manifest["rerank_model"], tuple(manifest["outputs"]),
                     manifest.get("embedding_size"), manifest.get("colbert_size"), int(manifest["max_length"]), rows,
@@ -429,13 +434,16 @@ class Ensembles:
                            headers={"Retry-After": "1"}) from None
         if response.has_error():
             message = response.error().message()
-            bad_text = TEXT_ERROR.match(message)
+            bad_text = TEXT_ERROR.search(message)
             if bad_text and row_error:
                 what, param = row_error(int(bad_text[1]))
                 raise ApiError(400, f"{what} {bad_text[2]}", "invalid_input", param)
             bad_field = RERANK_ERROR.match(message)
             if bad_field and not row_error:
                 raise ApiError(400, message, "invalid_input", bad_field[1].split("[")[0])
+            if QUEUE_FULL in message.lower():  # a model's queue policy refused it: overload, not a fault
+                raise ApiError(429, f"the server is busy: model '{model}' has a full queue (its max_queue_size); "
+                                    f"retry", "overloaded", headers={"Retry-After": "1"})
             if any(marker in message.lower() for marker in NOT_AVAILABLE):
                 raise ApiError(503, f"model '{card.id}' is not available: {message}", "model_not_ready",
                                headers={"Retry-After": "1"})

@@ -31,6 +31,7 @@ SETTINGS = {
     "max_inputs_per_request": ("PROXY_MAX_INPUTS_PER_REQUEST", int),
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", int),
     "max_input_chars": ("PROXY_MAX_INPUT_CHARS", int),
+    "max_concurrent_requests": ("PROXY_MAX_CONCURRENT_REQUESTS", int),
     "bls_concurrency": ("PROXY_BLS_CONCURRENCY", int),
     "request_timeout_s": ("PROXY_REQUEST_TIMEOUT_S", float),
     "header_timeout_s": ("PROXY_HEADER_TIMEOUT_S", float),
