@@ -57,7 +57,7 @@ OUTPUT_TENSORS = {
                ("sparse_count", "TYPE_INT32", [1])],
     "colbert": [("colbert_vectors", "TYPE_FP32", [-1, "C"]), ("colbert_length", "TYPE_INT32", [1])],
 }
-RESERVED_NAMES = {"tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "proxy"}
+RESERVED_NAMES = {"tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "proxy", "supervisor"}
 STEP_SUFFIXES = ("_tokenizer", "_embedding", "_bls", "_rerank")
 VALID_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 WARMUP_LONG_TOKENS = 512  # the long warm-up sample: min(this, max length)
@@ -488,11 +488,14 @@ def write_tokenizer(hf_tokenizer, max_length, tokenizer_dir):
 
 
 def ensure_proxy(repository):
-    """A repository outside the project gets the project's proxy model (config + code) if it has none."""
-    target = os.path.join(repository, "proxy")
-    if os.path.abspath(repository) != SOURCE_REPOSITORY and not os.path.exists(os.path.join(target, "config.pbtxt")):
-        shutil.copytree(os.path.join(SOURCE_REPOSITORY, "proxy"), target, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+    """A repository outside the project gets the project's proxy and supervisor models (config + code) if it has
+    none."""
+    for model in ("proxy", "supervisor"):
+        target = os.path.join(repository, model)
+        if os.path.abspath(repository) != SOURCE_REPOSITORY and \
+                not os.path.exists(os.path.join(target, "config.pbtxt")):
+            shutil.copytree(os.path.join(SOURCE_REPOSITORY, model), target, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def remove(path):

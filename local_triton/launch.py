@@ -21,13 +21,13 @@ Settings (environment variables; the README's "Security" and "Settings" sections
   MODEL_CONFIG_NAME       Triton's --model-config-name: models with configs/<name>.pbtxt load it (e.g. gpu)
   EXIT_TIMEOUT_S          seconds Triton waits for in-flight requests at shutdown (default 30)
 
-While it runs, the launcher also supervises: the proxy model's own watchdog recovers the other Python stubs, but
-nothing inside Triton watches the proxy's stub, so when that stub dies the launcher kills tritonserver and starts it
-again (Server.dead_proxy says why not a reload); when the watchdog finds a dead stub it cannot recover from in place
-(proxy/1/watchdog.py), it asks the launcher for the same (SIGUSR1, to the pid in the server's TRITON_LAUNCHER_PID);
-and if tritonserver exits on its own, the launcher starts it again (--no-restart: exit instead). A server with a
-dead stub would only stop at its exit timeout (Server.has_dead_stub): a stop gives it DEAD_STUB_GRACE_S for the
-requests in flight, then kills it.
+Dead Python stubs are the supervisor model's (model_repository/supervisor, which works the same without the
+launcher). The launcher restarts tritonserver when the supervisor asks (SIGUSR1, to the pid in the server's
+TRITON_LAUNCHER_PID: it kills the server at once, where a SIGTERM would wait the exit timeout for calls a dead stub
+never answers) and when tritonserver exits on its own (--no-restart: exit instead); a restart that fails is tried
+again with backoff, for ever (the first start's failure is a configuration error: it exits). A server with a dead
+stub would only stop at its exit timeout (Server.has_dead_stub): a stop gives it DEAD_STUB_GRACE_S for the requests
+in flight, then kills it.
 """
 import argparse
 import glob
@@ -52,7 +52,8 @@ RESTRICTED_APIS = "model-repository,shared-memory,trace,logging"
 # Triton 24.07's Python backend starts each stub through `bash -c` with the model path unquoted: a repository path
 # with spaces or shell characters fails every Python model's load with a bash syntax error.
 PLAIN_PATH = re.compile(r"^[A-Za-z0-9_./+:@%=,-]+$")
-RESTART_GRACE_S = 1.0  # a restart the watchdog asked for: time for the proxy's 503 answers to go out first
+RESTART_GRACE_S = 1.0  # a restart the supervisor asked for: time for the proxy's 503 answers to go out first
+RETRY_MAX_S = 30.0  # a failed restart is tried again after 2, 4, 8... s, at most this long
 DEAD_STUB_GRACE_S = 10.0  # stopping a server with a dead stub: time for the requests in flight, then it is killed
 
 
@@ -181,9 +182,13 @@ def server_command(model_repository, http_port=8000, grpc_port=8001, metrics_por
 
 
 def with_bls_models(model_repository, names):
-    """`names` plus, for each export among them, its BLS and rerank models: Triton loads an ensemble's steps with it,
-    but not the models that call it through BLS (their names are in the export's export.json)."""
+    """`names` plus, for each export among them, its BLS and rerank models (Triton loads an ensemble's steps with it,
+    but not the models that call it through BLS: their names are in the export's export.json), and the supervisor,
+    which always runs when the repository has it."""
     found = list(names)
+    if "*" not in found and "supervisor" not in found and \
+            os.path.isfile(os.path.join(model_repository, "supervisor", "config.pbtxt")):
+        found.append("supervisor")
     for name in names:
         try:
             with open(os.path.join(model_repository, name, "1", "export.json"), encoding="utf-8") as handle:
@@ -246,7 +251,7 @@ class Server:
 
     def has_dead_stub(self):
         """A stub that died stays a zombie: its model instance never finishes unloading (Triton waits for the stub's
-        answer for ever, and the other models' unloads queue behind it; or it aborts, see dead_proxy), so the server
+        answer for ever, and the other models' unloads queue behind it; or it aborts), so the server
         would only stop at its exit timeout. Its in-flight requests still finish first, and new ones are refused
         (503 at the proxy)."""
         return "Z" in self.note_regions().values()
@@ -254,16 +259,6 @@ class Server:
     def kill(self):
         os.killpg(self.pid, signal.SIGKILL)  # the stubs share its process group (start_new_session)
         self.process.wait()
-
-    def dead_proxy(self):
-        """The pid of the proxy's stub if it died, else None. Nothing inside Triton watches that stub, and reloading
-        it in place is not safe: tritonserver 2.48 aborted (std::terminate "without an active exception") in about one
-        unload + load of a proxy whose stub had died in three, and otherwise never finished that unload. So the
-        launcher restarts tritonserver instead (~6 s)."""
-        for pid, state in self.note_regions().items():
-            if state == "Z" and self.stubs.get(pid) == "proxy":
-                return pid
-        return None
 
     def cleanup(self):
         for region in self.regions:
@@ -342,27 +337,42 @@ def main(argv=None):
     restart = []
 
     def on_restart(_signum, _frame):
-        # The proxy's watchdog found a dead stub it cannot recover from in place (proxy/1/watchdog.py); a SIGTERM
-        # would make Triton wait its whole exit timeout for the calls the dead stub never answers.
-        restart.append((time.monotonic(), "the proxy's watchdog asked (a dead stub)"))
+        # The supervisor model found a dead stub it cannot recover from in place (model_repository/supervisor); a
+        # SIGTERM would make Triton wait its whole exit timeout for the calls the dead stub never answers.
+        restart.append((time.monotonic(), "the supervisor asked (a dead stub)"))
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGUSR1, on_restart)
     grace = int(setting("EXIT_TIMEOUT_S", "30")) + 30
+    started, failures = False, 0
     while True:
-        # The watchdog asks for a restart (SIGUSR1) only when the launcher named itself to the server.
+        # The supervisor asks for a restart (SIGUSR1) only when the launcher named itself to the server.
         server = start(args.model_repository, args.http_port, args.grpc_port, args.metrics_port, args.extra,
                        python=args.model_python, extra_env={"TRITON_LAUNCHER_PID": str(os.getpid())})
         try:
             wait_ready(server, args.http_port)
             print(f"launch: tritonserver ready: HTTP {args.http_port}, gRPC {args.grpc_port}, "
                   f"metrics {args.metrics_port} on {setting('TRITON_ADDRESS', '127.0.0.1')}", flush=True)
+            started, failures = True, 0
         except (RuntimeError, TimeoutError) as error:
-            if not stopping:
+            if stopping:
+                pass
+            elif not started:  # the first start: a configuration to fix, not a fault to outlast
                 stop(server)
                 raise SystemExit(f"launch: {error}") from None
-        checked, dead, dead_proxy = time.monotonic(), False, None
+            else:  # a restart failed (/dev/shm full, a port still taken...): try again, never give up
+                stop(server)
+                failures += 1
+                backoff = min(RETRY_MAX_S, 2.0 ** failures)
+                print(f"launch: restart failed ({error}); trying again in {backoff:.0f} s", flush=True)
+                deadline = time.monotonic() + backoff
+                while not stopping and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                if stopping:
+                    return 1
+                continue
+        checked, dead = time.monotonic(), False
         while server.poll() is None:
             now = time.monotonic()
             # SIGTERM ignored: kill it, as stop() does; a dead stub: see has_dead_stub; a restart was asked for: the
@@ -373,11 +383,6 @@ def main(argv=None):
             elif not stopping and not restart and now - checked > 1.0:  # own clock: poll() refreshes server.noted
                 checked = now
                 dead = server.has_dead_stub()  # as it was before a stop began
-                # Seen dead twice: a stub that exits normally (an unload) is a zombie for the instant before Triton
-                # reaps it. Its port closed with it: no answer to wait for.
-                pid, dead_proxy = dead_proxy, server.dead_proxy()
-                if pid and pid == dead_proxy:
-                    restart.append((now - RESTART_GRACE_S, f"the proxy's stub (pid {pid}) died"))
             time.sleep(0.2)
         server.cleanup()
         if stopping or (args.no_restart and not restart):

@@ -135,7 +135,7 @@ def start_server(repository, log_dir, extra_env=None, extra_args=()):
 
 
 def wait_for_proxy(server, timeout_s=60):
-    """The proxy answers /health 200 once its watchdog has seen the default model ready."""
+    """The proxy answers /health 200 once its readiness thread has seen the default model ready."""
     import time
 
     deadline = time.monotonic() + timeout_s

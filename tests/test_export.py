@@ -129,8 +129,8 @@ def named_repository(minilm_repository, tiny_xlmr_dir, tmp_path_factory):
 
 def test_named_export_sits_beside_the_default_one(named_repository, minilm_repository):
     models = sorted(p for p in os.listdir(named_repository) if not p.startswith("."))
-    assert models == ["embedding", "ensemble", "ensemble_bls", "proxy", "rerank", "tiny-xlmr", "tiny-xlmr_bls",
-                      "tiny-xlmr_embedding", "tiny-xlmr_rerank", "tiny-xlmr_tokenizer", "tokenizer"]
+    assert models == ["embedding", "ensemble", "ensemble_bls", "proxy", "rerank", "supervisor", "tiny-xlmr",
+                      "tiny-xlmr_bls", "tiny-xlmr_embedding", "tiny-xlmr_rerank", "tiny-xlmr_tokenizer", "tokenizer"]
     # the default export is untouched
     for path in ("ensemble/config.pbtxt", "embedding/1/model.onnx", "tokenizer/1/tokenizer.json"):
         assert open(named_repository / path, "rb").read() == open(minilm_repository / path, "rb").read(), path

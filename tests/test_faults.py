@@ -1,14 +1,16 @@
 """Faults under load (issue 9), through the real server: a Python stub killed (SIGKILL) while 8 clients send requests
 through the proxy, a SIGTERM while they do, and /health while ~100 requests are in flight.
 
-- tokenizer and embedding (the onnxruntime stand-in) stubs, RATE_LIMIT=off: the proxy's watchdog finds the dead stub
-  (a zombie child of tritonserver), fails the calls waiting on it with 503 and reloads that model in place;
-- the proxy's own stub, under `python -m local_triton.launch`: its port closes with the process, the launcher
-  restarts tritonserver (reloading a model whose stub died can abort tritonserver 2.48: launch.Server.dead_proxy);
-- tokenizer with RATE_LIMIT=on (the default): the dead stub holds the rate limiter's resource, so the watchdog asks
+- tokenizer and embedding (the onnxruntime stand-in) stubs, RATE_LIMIT=off, no launcher: the supervisor model finds
+  the dead stub (a zombie child of tritonserver) and reloads that model in place, with the BLS models that waited on
+  it; the proxy fails its calls on it with 503 once the model stops being ready;
+- the proxy's or the BLS model's stub, under `python -m local_triton.launch`: the supervisor asks
+  the launcher to restart tritonserver (reloading a dead BLS caller can abort tritonserver 2.48);
+- tokenizer with RATE_LIMIT=on (the default): the dead stub holds the rate limiter's resource, so the supervisor asks
   the launcher to restart tritonserver;
 - embedding with RATE_LIMIT=off but only 4 BLS threads for 8 clients: the calls the dead stub had hold their BLS
-  threads for good, more than half of them, so the watchdog has tritonserver restarted too;
+  threads for good, more than half of them: the proxy says it is not live and the supervisor has tritonserver
+  restarted;
 - SIGTERM to the launcher: requests in flight finish (200) or get 503 with Retry-After, never a 500; /health says 503
   while /health/live keeps answering; the launcher exits 0 and leaves no /dev/shm region of that server.
 
@@ -136,7 +138,7 @@ def wait_healthy(url, timeout_s=120):
 # Class-scoped servers: each is stopped before the next one starts (2 cores).
 @pytest.fixture(scope="class")
 def reloading(minilm_repository, tmp_path_factory):
-    """RATE_LIMIT=off: a dead tokenizer or encoder stub is reloaded in place by the proxy's watchdog."""
+    """RATE_LIMIT=off: a dead tokenizer or encoder stub is reloaded in place by the supervisor model."""
     running = start_server(minilm_repository, tmp_path_factory.mktemp("faults_reload"),
                            extra_env={"RATE_LIMIT": "off"})
     try:
@@ -175,8 +177,8 @@ print(json.dumps(statuses))
 class TestReloadInPlace:
     def test_health_stays_fast_with_100_requests_in_flight(self, reloading):
         """Issue 9: /health took 11 s with 190 requests in flight (it shared the BLS executor); now it is answered
-        from the state the watchdog keeps. The load runs in its own process, so this process measures only /health,
-        once the proxy counts 90 requests in flight."""
+        from the state the readiness thread keeps. The load runs in its own process, so this process measures only
+        /health, once the proxy counts 90 requests in flight."""
         load = subprocess.Popen([sys.executable, "-c", LOAD_SCRIPT, reloading.proxy_url, "100", "14"],
                                 stdout=subprocess.PIPE, text=True)
         latencies, in_flight = [], []
@@ -223,7 +225,7 @@ class TestReloadInPlace:
         assert measured["503"] > 0  # the calls waiting on the dead stub were failed, not left hanging
         assert measured["recovery_s"] < 20, measured
         assert stub_pid(server_pid, model) != dead  # a fresh stub serves
-        assert f"proxy: '{model}' reloaded" in reloading.log()
+        assert f"supervisor: '{model}' reloaded" in reloading.log()
         assert reloading.process.poll() is None
 
 
@@ -252,6 +254,13 @@ class Supervised:
                    if state != "Z" and argv[0].endswith(b"tritonserver")]
         assert servers, "the launcher runs no tritonserver:\n" + self.log()[-3000:]
         return servers[0]
+
+    def running_server(self):
+        """The server's pid, or None between two servers (a restart)."""
+        try:
+            return self.server_pid()
+        except AssertionError:
+            return None
 
     def regions(self):
         """The /dev/shm regions of the server's stubs (their second argument names it)."""
@@ -286,22 +295,28 @@ def supervised(minilm_repository, tmp_path_factory):
 
 
 class TestUnderTheLauncher:
-    def test_proxy_stub_killed_under_load_restarts_the_server(self, supervised):
-        """Nothing inside Triton watches the proxy's own stub: the launcher restarts tritonserver. The port closes
-        with the process, so clients see refused connections (at once) until the new proxy listens."""
+    @pytest.mark.parametrize("model", ["proxy", "ensemble_bls"])
+    def test_bls_caller_stub_killed_under_load_restarts_the_server(self, supervised, model):
+        """The stub of a model that makes BLS calls (the proxy, the BLS model): reloading it can abort tritonserver
+        2.48, so the supervisor has the launcher restart tritonserver. A dead proxy's port closes with the process,
+        so clients see refused connections (at once) until the new proxy listens."""
         wait_healthy(supervised.proxy_url)
         server_pid = supervised.server_pid()
         supervised.regions()
-        requests, fault_at = asyncio.run(under_load(supervised.proxy_url, kill_stub(server_pid, "proxy")))
-        measured = report("proxy stub killed (the launcher restarts tritonserver)", requests, fault_at)
+        requests, fault_at = asyncio.run(under_load(supervised.proxy_url, kill_stub(server_pid, model)))
+        measured = report(f"{model} stub killed (the launcher restarts tritonserver)", requests, fault_at)
         assert measured["recovery_s"] < 60, measured
+        deadline = time.monotonic() + 60  # (the BLS model's other instance may serve on until the restart)
+        while supervised.running_server() in (server_pid, None) and time.monotonic() < deadline:
+            time.sleep(0.5)
         assert supervised.server_pid() != server_pid
-        assert "starting tritonserver again: the proxy's stub" in supervised.log()
+        wait_healthy(supervised.proxy_url)
+        assert "starting tritonserver again: the supervisor asked" in supervised.log(), supervised.log()[-3000:]
 
 
     def test_stub_killed_with_the_rate_limiter_restarts_the_server(self, supervised):
         """RATE_LIMIT=on: the dead stub keeps its rate-limiter resource, nothing in that server can run again; the
-        watchdog fails the waiting calls (503) and asks the launcher (SIGUSR1) to restart tritonserver."""
+        supervisor asks the launcher (SIGUSR1) to restart tritonserver; the proxy fails the waiting calls (503)."""
         wait_healthy(supervised.proxy_url)
         server_pid = supervised.server_pid()
         old_regions = supervised.regions() | supervised.seen_regions  # the restarted server's too (test above)
@@ -311,7 +326,7 @@ class TestUnderTheLauncher:
         assert measured["503"] > 0
         assert measured["recovery_s"] < 60, measured
         assert supervised.server_pid() != server_pid
-        assert "starting tritonserver again: the proxy's watchdog asked" in supervised.log()
+        assert "starting tritonserver again: the supervisor asked" in supervised.log()
         # The killed server's stubs, the dead ones included, left no /dev/shm region behind (issue 9: 1-69 MiB).
         assert not [r for r in old_regions if os.path.exists(os.path.join("/dev/shm", r))]
 
@@ -383,7 +398,7 @@ def few_bls_threads(minilm_repository, tmp_path_factory):
 class TestStrandedCalls:
     def test_stub_killed_with_most_bls_threads_stranded_restarts_the_server(self, few_bls_threads):
         """The calls a dead stub had never return, each holding a BLS thread: reloading in place would leave a proxy
-        that answers 504 to everything (measured: 8 threads, 8 clients, one kill). The watchdog has the server
+        that answers 504 to everything (measured: 8 threads, 8 clients, one kill). The supervisor has the server
         restarted instead once half of bls_concurrency is lost."""
         server_pid = few_bls_threads.server_pid()
         requests, fault_at = asyncio.run(under_load(few_bls_threads.proxy_url, kill_stub(server_pid, "embedding"),

@@ -194,7 +194,7 @@ def create_app(settings, service, metrics):
     @app.get("/health", response_class=PlainTextResponse, responses={503: {"description": "not ready"}})
     async def health():
         """200 `ok` when the default model and everything it needs are ready, else 503 with the reason. Answered
-        from state the watchdog keeps: no inference, never queued behind one. Never needs a key."""
+        from state the readiness thread keeps: no inference, never queued behind one. Never needs a key."""
         ok, reason = service.health()
         return PlainTextResponse("ok" if ok else reason, 200 if ok else 503, {} if ok else {"Retry-After": "1"})
 

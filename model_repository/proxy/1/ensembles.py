@@ -126,17 +126,16 @@ class Ensembles:
     def __init__(self, pb_utils, repository, settings, executor):
         self.pb_utils, self.repository, self.settings, self.executor = pb_utils, repository, settings, executor
         self.cards_by_name, self.scanned = {}, 0.0
-        self.ready = {}  # Triton model name -> ready, kept by the watchdog (no IPC on the request path)
+        self.ready = {}  # Triton model name -> ready, kept by the readiness thread (no IPC on the request path)
         # explicit mode: what was meant to be loaded (LOAD_MODELS) and what the admin routes changed since
         self.startup = {name.strip() for name in settings.load_models.split(",")}
         self.loaded_by_admin, self.unloaded_by_admin = set(), set()
-        self.recovering = {}  # Triton model name -> why (a dead stub being reloaded)
-        self.failed = ""  # set when a dead stub could not be recovered: not live
+        self.failed = ""  # set when half the BLS threads are stranded on dead stubs: not live
         self.draining = False
         self.inflight = set()  # (models, abort future) of each BLS call in flight
         self.loop = None  # the HTTP server's event loop, known from the first call
         self.admin_lock = threading.Lock()
-        self.triton_started = False  # set by the watchdog once Triton's start-up is over (see wait_for_triton)
+        self.triton_started = False  # set by the readiness thread once Triton's start-up is over
         self.changing_models = set()  # Triton models an admin load/unload is changing now (see changing())
         # Readiness, load and unload go through Triton's own HTTP frontend (GET /v2/models/<name>/ready, the
         # repository API), not through pb_utils' is_model_ready / load_model / unload_model: in python_backend
@@ -193,10 +192,6 @@ class Ensembles:
                 raise ApiError(503, "no model is served: export one (build/export.py)", "model_not_found")
             served = ", ".join(sorted(c.id for c in self.cards())) or "none"
             raise ApiError(404, f"model '{model}' is not served here (served: {served})", "model_not_found", "model")
-        dead = [self.recovering[m] for m in card.models if m in self.recovering]
-        if dead:
-            raise ApiError(503, f"model '{card.id}' is recovering: {dead[0]}", "model_not_ready", "model",
-                           headers={"Retry-After": "2"})
         if not self.is_ready(card):
             if not self.expected(card):
                 raise ApiError(404, f"model '{card.id}' is not loaded (POST /v1/models/{card.id}/load)",
@@ -218,7 +213,7 @@ class Ensembles:
             return False, "no model is served"
         if not self.is_ready(card):
             missing = [m for m in card.models if not self.ready.get(m)]
-            why = "; ".join(self.recovering.get(m, f"{m} is not ready") for m in missing)
+            why = "; ".join(f"{m} is not ready" for m in missing)
             return False, f"model '{card.id}' is not ready: {why}"
         return True, "ok"
 
@@ -226,17 +221,20 @@ class Ensembles:
         return (False, self.failed) if self.failed else (True, "ok")
 
     def abort_inflight(self, model, reason):
-        """From the watchdog's thread: fail (503) the calls waiting on a model whose stub died."""
+        """From the readiness thread: fail (503) the calls waiting on `model`; returns their BLS calls (futures)."""
+        calls = [(abort, call) for models, abort, call in list(self.inflight) if model in models]
+
         def abort():
-            for models, future in list(self.inflight):
-                if model in models and not future.done():
-                    future.set_exception(ApiError(503, reason + "; retry", "model_not_ready",
-                                                  headers={"Retry-After": "2"}))
-        if self.loop is not None and not self.loop.is_closed():
+            for waiting, _ in calls:
+                if not waiting.done():
+                    waiting.set_exception(ApiError(503, reason + "; retry", "model_not_ready",
+                                                   headers={"Retry-After": "2"}))
+        if calls and self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(abort)
+        return [call for _, call in calls]
 
     def refresh_readiness(self):
-        """Called by the watchdog's thread (and after admin actions): one readiness question per model, so requests
+        """Called by the readiness thread (and after admin actions): one readiness question per model, so requests
         never wait on it."""
         for card in list(self.cards_by_name.values()):
             for name in card.models:
@@ -315,34 +313,14 @@ class Ensembles:
             return None
         return states
 
-    def stubs_alive(self, models):
-        """Whether a Python-backend stub of one of `models` still runs (a stub's first argument is its model's
-        file: <repository>/<model>/<version>/...)."""
-        folders = tuple(os.path.join(os.path.realpath(self.repository), m) + os.sep for m in models)
-        parent = os.getppid()
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as handle:
-                    if int(handle.read().rsplit(b")", 1)[1].split()[1]) != parent:
-                        continue
-                with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                    argv = handle.read().split(b"\0")
-            except (OSError, ValueError, IndexError):
-                continue
-            if len(argv) > 1 and os.path.realpath(argv[1].decode(errors="replace")).startswith(folders):
-                return True
-        return False
-
     def in_use(self, models):
         """Whether Triton holds any of `models`: loaded, loading, or still unloading (an unload returns at once and
         a model stops being ready at once, but its instances finish their requests and finalize first). Triton's
-        repository index says; without it: ready, or a stub of it still runs."""
+        repository index says; without it: ready."""
         states = self.model_states()
         if states is not None:
             return any(states.get(m, set()) & {"READY", "LOADING", "UNLOADING"} for m in models)
-        return any(self.model_ready(m) for m in models) or self.stubs_alive(models)
+        return any(self.model_ready(m) for m in models)
 
     def wait_unloaded(self, models):
         deadline = time.monotonic() + self.settings.request_timeout_s
@@ -415,7 +393,7 @@ class Ensembles:
             preferred_memory=pb.PreferredMemory(pb.TRITONSERVER_MEMORY_CPU, 0))
         self.loop = loop = asyncio.get_running_loop()
         future, abort = loop.run_in_executor(self.executor, request.exec), loop.create_future()
-        entry = (card.models, abort)
+        entry = (card.models, abort, future)
         self.inflight.add(entry)
         try:
             done, _ = await asyncio.wait({future, abort}, timeout=self.settings.request_timeout_s,
@@ -475,7 +453,7 @@ class Ensembles:
     @contextlib.contextmanager
     def changing(self, card):
         """While an admin action changes the card's models: their stubs exit (unload, or a reload of a step whose
-        files changed), which the watchdog must not take for deaths."""
+        files changed), and the readiness thread must not fail their calls: an unload lets them finish."""
         self.changing_models |= set(card.models)
         try:
             yield

@@ -38,8 +38,6 @@ class Metrics:
                                  registry=self.registry)
         self.in_flight = Gauge("proxy_requests_in_flight", "HTTP requests being answered now.",
                                registry=self.registry)
-        self.recoveries = Counter("proxy_stub_recoveries", "Dead Python-backend stubs found, by model and action.",
-                                  ["model", "action"], registry=self.registry)
 
     def observe_request(self, path, status, seconds, model):
         route = route_label(path)

@@ -3,7 +3,8 @@ BLS (each export's BLS model for embeddings, its rerank model for /v1/rerank). T
 settings, and TritonPythonModel wiring the parts beside it:
   app.py        FastAPI routes (OpenAI, seed API, bge-m3 outputs, rerank, admin), over an injected service
   ensembles.py  the service: model discovery, BLS inference, readiness, load/unload/delete
-  watchdog.py   readiness refresh, dead-stub recovery, the HTTP thread kept alive
+  readiness.py  readiness refresh (calls on a model that stops being ready fail at once), the HTTP thread kept alive
+Dead stubs are the supervisor model's job (model_repository/supervisor), not this one's.
   server.py     uvicorn in its own thread, with header and keep-alive timeouts
   metrics.py    Prometheus metrics (prometheus_client);  schemas.py  request/response models
 """
@@ -20,8 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the modules be
 from app import HttpGuard, create_app  # noqa: E402
 from ensembles import Ensembles  # noqa: E402
 from metrics import Metrics, MetricsMiddleware  # noqa: E402
+from readiness import Readiness  # noqa: E402
 from server import Server  # noqa: E402
-from watchdog import Watchdog  # noqa: E402
 
 # Setting (= config.pbtxt parameter) -> (environment variable that overrides it, type).
 SETTINGS = {
@@ -38,8 +39,7 @@ SETTINGS = {
     "body_timeout_s": ("PROXY_BODY_TIMEOUT_S", float),
     "keep_alive_s": ("PROXY_KEEP_ALIVE_S", float),
     "shutdown_grace_s": ("PROXY_SHUTDOWN_GRACE_S", float),
-    "watchdog_interval_s": ("PROXY_WATCHDOG_INTERVAL_S", float),
-    "recovery_timeout_s": ("PROXY_RECOVERY_TIMEOUT_S", float),
+    "readiness_interval_s": ("PROXY_READINESS_INTERVAL_S", float),
 }
 
 
@@ -96,12 +96,12 @@ class TritonPythonModel:
             self.server.start()
         except RuntimeError as error:
             raise pb_utils.TritonModelException(str(error)) from None
-        self.watchdog = Watchdog(self.ensembles, self.metrics, settings, pb_utils, self.server, log)
+        self.readiness = Readiness(self.ensembles, settings, pb_utils, self.server, log)
         log(f"proxy: serving http://{settings.host}:{settings.port} for {len(self.ensembles.cards_by_name)} "
             f"exported model(s) in {repository}; API key {'required' if settings.api_key else 'off'}; admin routes "
             f"{'on' if settings.admin_api_key else 'off'}")
-        # BLS and is_model_ready work once initialize() has returned; the watchdog's first round waits for that.
-        self.watchdog.start()
+        # BLS works once initialize() has returned; the readiness thread's first round waits for that.
+        self.readiness.start()
 
     def execute(self, requests):
         error = pb_utils.TritonError(f"the proxy model answers HTTP on port {self.server.settings.port} "
@@ -110,7 +110,7 @@ class TritonPythonModel:
 
     def finalize(self):
         self.ensembles.draining = True  # new requests: 503 with Retry-After
-        self.watchdog.stop()
+        self.readiness.stop()
         self.server.stop()  # requests in flight get shutdown_grace_s to finish
         self.executor.shutdown(wait=False, cancel_futures=True)
         log("proxy: stopped, port released")

@@ -94,7 +94,7 @@ class Server:
         loop.set_default_executor(ThreadPoolExecutor(4, thread_name_prefix="proxy-admin"))
         try:
             loop.run_until_complete(self.server.serve(sockets=[self.socket]))
-        except Exception as error:  # noqa: BLE001 - logged; the watchdog starts a new thread
+        except Exception as error:  # noqa: BLE001 - logged; the readiness thread starts a new one
             self.log(f"proxy: HTTP server stopped: {error!r}")
         finally:
             loop.close()

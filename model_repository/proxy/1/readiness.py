@@ -1,0 +1,73 @@
+"""Keeps the proxy's view of the served models current, in its own thread, so requests never wait on it.
+
+Every `readiness_interval_s` it asks Triton which models are ready (Ensembles.refresh_readiness, Triton's HTTP API).
+A model that stops being ready while no admin action of the proxy's is changing it is being recovered by the
+supervisor model (model_repository/supervisor: its stub died): the calls waiting on it fail at once (503 with
+Retry-After). Triton neither answers nor cancels such a call, so each keeps one of the proxy's BLS threads for good;
+once half of them are stranded the proxy says it is not live (/health/live 503), and the supervisor has the server
+restarted. It also restarts the HTTP server's thread should it stop.
+"""
+import socket
+import threading
+
+
+class Readiness:
+    def __init__(self, ensembles, settings, pb_utils, server, log=print):
+        self.ensembles, self.settings, self.pb_utils, self.server, self.log = \
+            ensembles, settings, pb_utils, server, log
+        self.stranded = set()  # BLS calls failed because their model stopped being ready, still not returned
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="proxy-readiness", daemon=True)
+
+    def start(self):
+        self.thread.start()
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join(5.0)
+
+    def wait_for_triton(self):
+        """pb_utils' calls (BLS) must wait: during the server's start-up they kill the calling stub. The frontends
+        open once start-up is over; then BLS says whether initialize() has returned (it refuses until then), and a
+        request for no model is a cheap question."""
+        endpoint = self.ensembles.http_endpoint
+        while endpoint and not self.stopping.is_set():
+            try:
+                socket.create_connection(endpoint[:2], timeout=1).close()
+                break
+            except OSError:
+                self.stopping.wait(0.2)
+        while not self.stopping.is_set():
+            probe = self.pb_utils.InferenceRequest(model_name="", requested_output_names=[], inputs=[])
+            try:
+                probe.exec()
+                return True
+            except Exception:  # noqa: BLE001 - "BLS is only supported during the 'execute' function"
+                self.stopping.wait(0.1)
+        return False
+
+    def run(self):
+        if not self.wait_for_triton():
+            return
+        self.ensembles.triton_started = True  # admin load/unload may now call Triton
+        while not self.stopping.is_set():
+            try:
+                self.refresh()
+                if not self.server.alive() and not self.stopping.is_set():
+                    self.log("proxy: the HTTP server thread stopped; starting it again")
+                    self.server.restart()
+            except Exception as error:  # noqa: BLE001 - this thread must outlive anything it watches
+                self.log(f"proxy: readiness: {error!r}")
+            self.stopping.wait(self.settings.readiness_interval_s)
+
+    def refresh(self):
+        was_ready = {name for name, ready in self.ensembles.ready.items() if ready}
+        self.ensembles.refresh_readiness()
+        lost = {name for name in was_ready if not self.ensembles.ready.get(name)} - self.ensembles.changing_models
+        for model in lost:  # (a call on several of them is counted once)
+            self.stranded.update(self.ensembles.abort_inflight(model, f"model '{model}' stopped being ready (the "
+                                                                      f"supervisor is recovering it)"))
+        self.stranded = {call for call in self.stranded if not call.done()}
+        threads = self.settings.bls_concurrency
+        self.ensembles.failed = f"{len(self.stranded)} of the {threads} BLS threads wait for ever on dead stubs" \
+            if 2 * len(self.stranded) >= threads else ""

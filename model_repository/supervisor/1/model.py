@@ -1,0 +1,256 @@
+"""The supervisor: finds Python stubs that died and recovers them, in the same way with or without the launcher.
+
+Triton 24.07's Python backend neither notices nor restarts a dead stub (python_backend r24.07 has no health check
+on its execute path): requests to it hang and every readiness endpoint stays 200. This model's thread looks at
+tritonserver's child processes every `interval_s` (a stub's first argument is its model's file, so a zombie names
+its model) and, for a stub that died while its model is READY:
+- reloads that model through Triton's repository API (fresh stubs, a few seconds), then the BLS models that were
+  waiting on it (an export's BLS model calls its tokenizer and encoder, its rerank model the BLS model: their calls
+  to the dead stub never return, so their instances stay blocked for good);
+- restarts tritonserver instead when a reload cannot help: the rate limiter is on (a stub that died mid-execute
+  keeps its resource for good, so nothing can run again), MODEL_CONTROL is not explicit, the dead stub is a BLS
+  caller's (the proxy, an export's BLS or rerank model: tritonserver 2.48 aborts, "terminate called without an
+  active exception", in one reload of such a model in three, and did in tests/test_faults.py), the reload failed, or
+  the proxy says it is not live (its own BLS threads stranded on dead stubs, GET /health/live).
+A restart is a SIGUSR1 to the launcher (TRITON_LAUNCHER_PID, when it is tritonserver's parent), which kills the
+server and starts a new one at once; without the launcher a SIGTERM to tritonserver, which then exits after its
+exit timeout, and the orchestrator starts the container again.
+
+Stubs that exit cleanly (code 0: an unload) and models that are not READY (loading, unloading, failed to load) are
+left to Triton. Everything goes through Triton's HTTP frontend, whose address and admin key are on tritonserver's
+command line, not through pb_utils (whose model calls hold the GIL for their round trip and, in 24.07, corrupt the
+stub's shared memory now and then).
+"""
+import glob
+import http.client
+import json
+import os
+import signal
+import threading
+import time
+from urllib.parse import quote
+
+import triton_python_backend_utils as pb_utils
+
+STUB = b"triton_python_backend_stub"
+SETTINGS = {"interval_s": "SUPERVISOR_INTERVAL_S", "recovery_timeout_s": "SUPERVISOR_RECOVERY_TIMEOUT_S"}
+
+
+def log(message):
+    print(f"supervisor: {message}", flush=True)
+
+
+def server_flags(pid):
+    """tritonserver's `--name=value` / `--name value` flags, from its command line."""
+    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+        argv = handle.read().decode(errors="replace").split("\0")
+    flags = {}
+    for i, arg in enumerate(argv):
+        if arg.startswith("--"):
+            key, equals, value = arg[2:].partition("=")
+            flags[key] = value if equals else (argv[i + 1] if i + 1 < len(argv) else "")
+    return flags
+
+
+def stat(pid):
+    """(state, parent pid, exit code) of a process (/proc/<pid>/stat fields 3, 4 and 52)."""
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        fields = handle.read().rsplit(b")", 1)[1].split()
+    return fields[0].decode(), int(fields[1]), int(fields[49])
+
+
+def stubs(parent):
+    """{pid: (state, exit code, the file it serves)} of the Python stubs whose parent is `parent` (the file is None
+    once it is a zombie: its command line is gone)."""
+    found = {}
+    for entry in glob.glob("/proc/[0-9]*"):
+        pid = int(entry[6:])
+        try:
+            state, ppid, code = stat(pid)
+            if ppid != parent:
+                continue
+            with open(f"{entry}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if state == "Z" or (argv[0].endswith(STUB) and len(argv) > 1):
+            found[pid] = (state, code, argv[1].decode(errors="replace") if len(argv) > 1 else None)
+    return found
+
+
+class Triton:
+    """Triton's own HTTP frontend: readiness, the repository API (restricted: the launcher puts its key on the
+    command line as --http-restricted-api=<apis>:<header>=<key>)."""
+
+    def __init__(self, flags):
+        address = flags.get("http-address", "0.0.0.0")
+        self.host = "127.0.0.1" if address in ("0.0.0.0", "", "::", "[::]") else address
+        self.port = int(flags.get("http-port", "8000"))
+        self.headers = {"Content-Type": "application/json"}
+        apis, _, header = flags.get("http-restricted-api", "").partition(":")
+        if "model-repository" in apis.split(","):
+            name, _, key = header.partition("=")
+            self.headers[name] = key
+
+    def call(self, method, path, body=None, timeout=5.0, port=None):
+        """(status, body), or None when nothing answers. One connection per call: at shutdown Triton waits for open
+        HTTP connections before it unloads."""
+        connection = http.client.HTTPConnection(self.host, port or self.port, timeout=timeout)
+        try:
+            connection.request(method, path, body, {**self.headers, "Connection": "close"})
+            response = connection.getresponse()
+            return response.status, response.read()
+        except (OSError, http.client.HTTPException):
+            return None
+        finally:
+            connection.close()
+
+    def ready(self, model):
+        answer = self.call("GET", f"/v2/models/{quote(model, safe='')}/ready")
+        return answer is not None and answer[0] == 200
+
+    def states(self):
+        """{model: set of its versions' states} from the repository index; None if it does not answer."""
+        answer = self.call("POST", "/v2/repository/index", b"{}")
+        if answer is None or answer[0] != 200:
+            return None
+        states = {}
+        for entry in json.loads(answer[1]):
+            states.setdefault(entry["name"], set()).add(entry.get("state", ""))
+        return states
+
+    def control(self, action, model, timeout):
+        answer = self.call("POST", f"/v2/repository/models/{quote(model, safe='')}/{action}", b"{}", timeout)
+        if answer is None or answer[0] != 200:
+            raise RuntimeError(f"{action} of '{model}' failed: {answer[1][:300] if answer else 'no answer'}")
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.settings = {name: float(os.environ.get(variable) or config["parameters"][name]["string_value"])
+                         for name, variable in SETTINGS.items()}
+        self.repository = os.path.realpath(os.path.dirname(os.path.abspath(args["model_repository"])))
+        self.server = os.getppid()
+        flags = server_flags(self.server)
+        self.triton = Triton(flags)
+        self.reloads_allowed = flags.get("model-control-mode") == "explicit" and \
+            flags.get("rate-limit") != "execution_count"
+        self.models = {}  # stub pid -> model, learnt while the stub lives (a zombie's command line is gone)
+        self.handled = set()
+        self.proxy_not_live = 0  # rounds in a row the proxy said it is not live
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="supervisor", daemon=True)
+        self.thread.start()
+
+    def execute(self, requests):
+        error = pb_utils.TritonError("the supervisor takes no inference requests", pb_utils.TritonError.INVALID_ARG)
+        return [pb_utils.InferenceResponse(error=error) for _ in requests]
+
+    def finalize(self):
+        self.stopping.set()
+        self.thread.join(5.0)
+
+    def run(self):
+        while not self.stopping.wait(self.settings["interval_s"]):
+            try:
+                self.check()
+            except Exception as error:  # noqa: BLE001 - the supervisor must outlive anything it watches
+                log(f"{error!r}")
+
+    def model_of(self, path):
+        relative = os.path.relpath(os.path.realpath(path), self.repository)
+        return None if relative.startswith("..") else relative.split(os.sep)[0]
+
+    def check(self):
+        dead = []
+        for pid, (state, code, path) in stubs(self.server).items():
+            if path:
+                self.models[pid] = self.model_of(path)
+            if state == "Z" and pid not in self.handled and self.models.get(pid):
+                self.handled.add(pid)
+                if code != 0:  # 0: a stub that finished normally (an unload)
+                    dead.append((self.models[pid], pid))
+        if dead:
+            states = self.triton.states() or {}
+            for model, pid in dead:
+                if states.get(model) == {"READY"}:  # else Triton is loading or unloading it, or its load failed
+                    return self.recover(model, pid)
+        self.check_proxy()
+
+    def recover(self, model, pid):
+        started = time.monotonic()
+        why = f"the stub of '{model}' (pid {pid}) died"
+        if model in self.bls_callers() or not self.reloads_allowed:
+            reason = "a BLS caller: reloading it can abort tritonserver 2.48" if model in self.bls_callers() else \
+                "MODEL_CONTROL is not explicit, or the rate limiter keeps the dead stub's resource"
+            return self.restart(f"{why} and cannot be reloaded in place ({reason})")
+        log(f"{why}: reloading '{model}'")
+        try:
+            for name in [model, *self.callers_of(model)]:
+                self.reload(name)
+        except Exception as error:  # noqa: BLE001
+            return self.restart(f"{why} and its reload failed ({error})")
+        log(f"'{model}' reloaded {time.monotonic() - started:.1f} s after its stub was found dead")
+
+    def reload(self, model):
+        """Fresh stubs for `model`. The dead instance's unload never finishes (Triton waits for its stub's answer for
+        ever), but the new version loads beside it once the model stops being ready."""
+        self.triton.control("unload", model, 10.0)
+        deadline = time.monotonic() + self.settings["recovery_timeout_s"]
+        while self.triton.ready(model) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.triton.control("load", model, self.settings["recovery_timeout_s"])
+
+    def exports(self):
+        for path in glob.glob(os.path.join(self.repository, "*", "1", "export.json")):
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    yield json.load(handle)
+            except (OSError, ValueError):
+                continue
+
+    def bls_callers(self):
+        return {"proxy"} | {export.get(key) for export in self.exports() for key in ("bls_model", "rerank_model")}
+
+    def callers_of(self, model):
+        """The BLS models that call `model`, from the exports' export.json files."""
+        callers = []
+        for export in self.exports():
+            if model in (export.get("tokenizer_model"), export.get("encoder_model")):
+                callers += [export.get("bls_model"), export.get("rerank_model")]
+            elif model == export.get("bls_model"):
+                callers.append(export.get("rerank_model"))
+        return [c for c in dict.fromkeys(callers) if c and c != model]
+
+    def check_proxy(self):
+        """The proxy's liveness (its BLS threads stranded on dead stubs): two rounds in a row not live: restart."""
+        if not self.triton.ready("proxy"):
+            return
+        port = os.environ.get("PROXY_PORT") or self.proxy_config_port()
+        answer = self.triton.call("GET", "/health/live", port=int(port), timeout=2.0) if port else None
+        self.proxy_not_live = self.proxy_not_live + 1 if answer is not None and answer[0] == 503 else 0
+        if self.proxy_not_live >= 2:
+            self.proxy_not_live = 0
+            self.restart(f"the proxy is not live ({answer[1].decode(errors='replace')[:200]})")
+
+    def proxy_config_port(self):
+        answer = self.triton.call("GET", "/v2/models/proxy/config")
+        try:
+            return json.loads(answer[1])["parameters"]["port"]["string_value"]
+        except (TypeError, ValueError, KeyError):
+            return None
+
+    def restart(self, reason):
+        launcher = int(os.environ.get("TRITON_LAUNCHER_PID") or 0)
+        try:
+            parent = stat(self.server)[1]
+        except (OSError, ValueError, IndexError):
+            parent = 0
+        if launcher and parent == launcher:
+            log(f"{reason}: asking the launcher to restart tritonserver")
+            os.kill(launcher, signal.SIGUSR1)  # it kills the server at once: the dead stub's calls never finish
+        else:
+            log(f"{reason}: stopping tritonserver (SIGTERM) for the orchestrator to start it again")
+            os.kill(self.server, signal.SIGTERM)
+        self.stopping.set()  # this server is going: nothing more to do here
