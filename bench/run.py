@@ -44,12 +44,13 @@ from local_triton import launch  # noqa: E402
 
 RESULTS = os.path.join(PROJECT, "bench", "results")
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-PERF_MODELS = {"ensemble": "ensemble", "client_tokenization": "embedding", "pytorch_baseline": "pytorch_baseline"}
+PERF_MODELS = {"ensemble": "ensemble", "ensemble_bls": "ensemble_bls", "client_tokenization": "embedding",
+               "pytorch_baseline": "pytorch_baseline"}
 SYSTEMS = {  # workload -> systems measured on it (the ensemble everywhere)
     "queries": ("ensemble", "proxy_http", "kserve_http"),
     "passages": ("ensemble",),
     "mixed": ("ensemble", "client_tokenization", "pytorch_baseline"),
-    "client-batched": ("ensemble", "proxy_http"),
+    "client-batched": ("ensemble", "ensemble_bls", "proxy_http"),
 }
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 ADMIN_KEY = "bench"  # the trace API is restricted; the scratch server runs with this key
@@ -88,19 +89,23 @@ def find_export(args):
 
 
 def make_scratch(source, work_dir, manifest, device):
-    """Copy of the repository (the default export and the proxy) + bench-only models; the project's current model
-    code replaces the export's copy, so code changes are what gets measured."""
+    """Copy of the repository (the default export, the proxy and the supervisor) + bench-only models; the project's
+    current model code replaces the export's copy, so code changes are what gets measured."""
     scratch = os.path.join(work_dir, "repository")
     shutil.rmtree(scratch, ignore_errors=True)
-    for model in ("tokenizer", "embedding", "ensemble", "proxy"):
+    for model in ("tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "proxy", "supervisor"):
         if os.path.exists(os.path.join(source, model)):
             shutil.copytree(os.path.join(source, model), os.path.join(scratch, model),
                             ignore=shutil.ignore_patterns("__pycache__"))
-    # The proxy's config is tracked and model-independent: the current one goes with the current code.
-    shutil.copy2(os.path.join(PROJECT, "model_repository", "proxy", "config.pbtxt"), os.path.join(scratch, "proxy"))
-    for model in ("tokenizer", "proxy"):
+    # The tokenizer's, proxy's and supervisor's configs are tracked and model-independent: the current ones go with
+    # the current code.
+    for model in ("tokenizer", "proxy", "supervisor"):
+        if os.path.exists(os.path.join(scratch, model)):
+            shutil.copy2(os.path.join(PROJECT, "model_repository", model, "config.pbtxt"), os.path.join(scratch, model))
+    for model in ("tokenizer", "ensemble_bls", "rerank", "proxy", "supervisor"):
         for code in glob.glob(os.path.join(PROJECT, "model_repository", model, "1", "*.py")):
-            shutil.copy2(code, os.path.join(scratch, model, "1"))
+            if os.path.exists(os.path.join(scratch, model)):
+                shutil.copy2(code, os.path.join(scratch, model, "1"))
     add_pytorch_baseline(scratch, manifest, device)
     add_probe(scratch)
     return scratch
