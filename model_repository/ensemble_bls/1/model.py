@@ -17,9 +17,11 @@ import triton_python_backend_utils as pb_utils
 TOKENIZER_OUTPUTS = ["input_ids", "attention_mask", "num_tokens", "truncated", "length_group"]
 FROM_TOKENIZER = {"num_tokens", "truncated"}
 PAD_VALUES = {"sparse_indices": -1}  # the encoder pads sparse ids with -1; every other output with 0
-# The tokenizer's per-request errors (its model.py: decode, check). A BLS response's error arrives with code
-# INTERNAL in 24.07 whatever the step said; these are given back their INVALID_ARG (HTTP 400, as via the ensemble).
+# A BLS response's error arrives with code INTERNAL in 24.07 whatever the step said. The tokenizer's per-request
+# errors (its model.py: decode, check) get back their INVALID_ARG (HTTP 400, as via the ensemble), a step's full
+# queue (its max_queue_size) its UNAVAILABLE.
 INPUT_ERROR = re.compile(r"^(text\[\d+\] |the request holds )")
+QUEUE_FULL = "Exceeds maximum queue size"
 
 
 class TritonPythonModel:
@@ -47,7 +49,7 @@ class TritonPythonModel:
                                                                          pb_utils.TritonError.UNAVAILABLE))
 
     def call(self, model, inputs, outputs):
-        """One BLS request; StepError carries a step's error (its message, and INVALID_ARG for bad input)."""
+        """One BLS request; StepError carries a step's error (its message, and the codes above)."""
         request = pb_utils.InferenceRequest(
             model_name=model, inputs=inputs, requested_output_names=outputs,
             # outputs come back in host memory even when the encoder runs on a GPU (as_numpy needs that)
@@ -57,6 +59,8 @@ class TritonPythonModel:
             error = response.error()
             if INPUT_ERROR.match(error.message()):
                 error = pb_utils.TritonError(error.message(), pb_utils.TritonError.INVALID_ARG)
+            elif QUEUE_FULL in error.message():
+                error = pb_utils.TritonError(error.message(), pb_utils.TritonError.UNAVAILABLE)
             raise StepError(error)
         return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
 
