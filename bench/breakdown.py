@@ -169,7 +169,7 @@ def tokenizer_micro(scratch, texts):
         decoded = model.decode(request)
         t1 = time.perf_counter()
         encodings = [model.tokenizer.encode(decoded[0])]
-        model.check(encodings)
+        model.check(encodings, split=False)
         t2 = time.perf_counter()
         lengths = [[len(encodings[0].ids)]]
         groups = module.plan_groups(lengths, model.multiple, model.overhead, model.min_efficiency,

@@ -40,13 +40,14 @@ def expected(sentence_transformer):
     return sentence_transformer.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
 
 
-@pytest.mark.parametrize("protocol", ["grpc", "http"])
-def test_kserve_requests_over_the_queue_bound_are_refused_at_once(bounded_server, expected, protocol):
+@pytest.mark.parametrize("protocol, model", [("grpc", "ensemble"), ("http", "ensemble"), ("grpc", "ensemble_bls")])
+def test_kserve_requests_over_the_queue_bound_are_refused_at_once(bounded_server, expected, protocol, model):
+    """Through the BLS model too: the tokenizer's full queue reaches its clients as UNAVAILABLE, not INTERNAL."""
     url = bounded_server.grpc_url if protocol == "grpc" else bounded_server.http_url
 
     def one(i):
         try:
-            return i, infer(protocol, url, [TEXTS[i]])["embedding"][0]
+            return i, infer(protocol, url, [TEXTS[i]], model=model)["embedding"][0]
         except InferenceServerException as error:
             return i, error
 
@@ -54,7 +55,7 @@ def test_kserve_requests_over_the_queue_bound_are_refused_at_once(bounded_server
         results = list(pool.map(one, range(CLIENTS)))
     refused = [r for _, r in results if isinstance(r, InferenceServerException)]
     answered = [(i, r) for i, r in results if not isinstance(r, InferenceServerException)]
-    print(f"\n{protocol}: {len(answered)} answered, {len(refused)} refused of {CLIENTS} at once")
+    print(f"\n{protocol} {model}: {len(answered)} answered, {len(refused)} refused of {CLIENTS} at once")
     assert refused and answered
     for error in refused:
         assert "Exceeds maximum queue size" in error.message(), error
