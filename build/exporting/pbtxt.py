@@ -1,0 +1,30 @@
+"""The one reader of Triton's config.pbtxt text for the tools beside the serving code (export, bench): the few
+top-level values they need, read with regular expressions (no protobuf schema: Triton's model_config.proto is not
+on PyPI). Serving code never imports this: each model gets its config from Triton as JSON (args["model_config"])."""
+import re
+
+PARAMETER = re.compile(r'key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"\s*\}')
+MAX_BATCH_SIZE = re.compile(r"^max_batch_size:\s*(\d+)", re.M)
+
+
+def read(path):
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def parameters(text):
+    """{key: string_value} of the config's `parameters` entries."""
+    return dict(PARAMETER.findall(text))
+
+
+def parameter(path, key, default=None):
+    """One parameter of the config at `path`; `default` when the file or the parameter is missing."""
+    try:
+        return parameters(read(path)).get(key, default)
+    except OSError:
+        return default
+
+
+def max_batch_size(text):
+    match = MAX_BATCH_SIZE.search(text)
+    return int(match.group(1)) if match else 0
