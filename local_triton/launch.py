@@ -271,6 +271,8 @@ def start(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, e
           extra_env=None, python=sys.executable):
     env = server_env(python)
     env.update(extra_env or {})
+    # The proxy calls Triton's own HTTP frontend (readiness, repository API): where it is, for the models to read.
+    env["TRITON_HTTP_PORT"] = str(http_port)
     admin_key = admin_key_for(env)
     command = server_command(model_repository, http_port, grpc_port, metrics_port, extra_args, python, env,
                              admin_key)

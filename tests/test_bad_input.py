@@ -1,6 +1,7 @@
 """Bad input to the ensemble, over HTTP and gRPC (after Triton's L0_input_validation / L0_nullchar_string /
 test_batch_error): each gets a clear error naming the problem, or a documented result; good requests sent in the
-same moment are unaffected; the server keeps serving afterwards."""
+same moment are unaffected; the server keeps serving afterwards. The error contract is the same for `ensemble_bls`
+(the ensemble's twin for many texts): those tests run against both."""
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,7 +14,8 @@ from tritonclient.utils import InferenceServerException
 from triton_clients import PROTOCOLS, VARIED_TEXTS, client, cosine, error_of, infer, settled_stats, url_for
 
 MAX_TEXT_BYTES = 1024 * 1024  # tokenizer parameter max_text_bytes
-MAX_BATCH_SIZE = 64  # rows per request: the ensemble's max_batch_size
+MAX_BATCH_SIZE = {"ensemble": 64, "ensemble_bls": 256}  # rows per request: each model's max_batch_size
+MODELS = list(MAX_BATCH_SIZE)
 HTTP_BAD_REQUEST = 400
 
 # Rejected by the tokenizer, per request: (texts, key words the message must contain)
@@ -46,28 +48,30 @@ def test_limits_are_the_served_ones(server):
     try:
         tokenizer = connection.get_model_config("tokenizer")
         assert tokenizer["parameters"]["max_text_bytes"]["string_value"] == str(MAX_TEXT_BYTES)
-        assert connection.get_model_config("ensemble")["max_batch_size"] == MAX_BATCH_SIZE
+        for model, rows in MAX_BATCH_SIZE.items():
+            assert connection.get_model_config(model)["max_batch_size"] == rows
     finally:
         connection.close()
 
 
+@pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("case", list(REJECTED))
-def test_rejected_text_names_the_problem(server, protocol, case):
+def test_rejected_text_names_the_problem(server, protocol, case, model):
     texts, key_words = REJECTED[case]
-    error = error_of(protocol, url_for(server, protocol), texts)
+    error = error_of(protocol, url_for(server, protocol), texts, model=model)
     for word in key_words:
         assert word in error.message(), (word, error.message())
     assert _is_client_error(error), (error.status(), error.message())
 
 
-def _raw_request(protocol, url, name, datatype, shape, data):
+def _raw_request(protocol, url, model, name, datatype, shape, data):
     module = httpclient if protocol == "http" else grpcclient
     tensor = module.InferInput(name, shape, datatype)
     tensor.set_data_from_numpy(data)
     connection = client(protocol, url)
     try:
-        connection.infer("ensemble", [tensor])
+        connection.infer(model, [tensor])
     except InferenceServerException as error:
         return error
     finally:
@@ -75,8 +79,9 @@ def _raw_request(protocol, url, name, datatype, shape, data):
     raise AssertionError(f"{protocol}: {name} {datatype} {shape} was accepted")
 
 
+@pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_wrong_datatype_shape_name_and_row_count(server, protocol):
+def test_wrong_datatype_shape_name_and_row_count(server, protocol, model):
     url = url_for(server, protocol)
     cases = [
         (("text", "INT32", [1, 1], np.array([[7]], dtype=np.int32)), ["data-type", "INT32", "BYTES"]),
@@ -86,14 +91,14 @@ def test_wrong_datatype_shape_name_and_row_count(server, protocol):
         (("txt", "BYTES", [1, 1], np.array([[b"a"]], dtype=object)), ["unexpected inference input", "txt"]),
     ]
     for request, key_words in cases:
-        error = _raw_request(protocol, url, *request)
+        error = _raw_request(protocol, url, model, *request)
         for word in key_words:
             assert word in error.message(), (request[:3], error.message())
         assert _is_client_error(error), (error.status(), error.message())
-    no_rows = error_of(protocol, url, [])  # a [0, 1] tensor
+    no_rows = error_of(protocol, url, [], model=model)  # a [0, 1] tensor
     assert "got 0" in no_rows.message() and _is_client_error(no_rows), no_rows.message()
-    too_many = error_of(protocol, url, ["a"] * (MAX_BATCH_SIZE + 1))
-    assert f"batch-size must be <= {MAX_BATCH_SIZE}" in too_many.message(), too_many.message()
+    too_many = error_of(protocol, url, ["a"] * (MAX_BATCH_SIZE[model] + 1), model=model)
+    assert f"batch-size must be <= {MAX_BATCH_SIZE[model]}" in too_many.message(), too_many.message()
     assert _is_client_error(too_many)
 
 
@@ -130,7 +135,7 @@ def test_text_of_exactly_max_text_bytes_is_accepted(server):
     assert at_limit["num_tokens"].reshape(-1).tolist() == [256] and at_limit["truncated"].all()
 
 
-def _burst(protocol, url, requests):
+def _burst(protocol, url, requests, model="ensemble"):
     """Send every request (a list of texts) at the same moment; return results or exceptions, in order."""
     barrier = threading.Barrier(len(requests))
     results = [None] * len(requests)
@@ -140,7 +145,7 @@ def _burst(protocol, url, requests):
         try:
             connection.is_server_live()  # connect before the barrier, so all start together
             barrier.wait(timeout=60)
-            results[i] = infer(protocol, url, requests[i], connection=connection)["embedding"]
+            results[i] = infer(protocol, url, requests[i], model=model, connection=connection)["embedding"]
         except InferenceServerException as error:
             results[i] = error
         finally:
@@ -151,8 +156,9 @@ def _burst(protocol, url, requests):
     return results
 
 
+@pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_bad_requests_do_not_affect_concurrent_good_ones(server, st_embed, protocol):
+def test_bad_requests_do_not_affect_concurrent_good_ones(server, st_embed, protocol, model):
     good = [[t] for t in VARIED_TEXTS[:12]] + [VARIED_TEXTS[12:15]]  # 13 requests, the last with 3 rows
     bad = [texts for texts, _ in REJECTED.values()]
     expected = st_embed(VARIED_TEXTS[:15])
@@ -163,7 +169,7 @@ def test_bad_requests_do_not_affect_concurrent_good_ones(server, st_embed, proto
             requests.append(bad[i // 3])
     assert len(requests) == len(good) + len(bad)
     tokenizer_before = settled_stats(server, "tokenizer")
-    results = _burst(protocol, url_for(server, protocol), requests)
+    results = _burst(protocol, url_for(server, protocol), requests, model)
     tokenizer_after = settled_stats(server, "tokenizer")
     for texts, result in zip(requests, results):
         if texts in bad:
@@ -174,7 +180,8 @@ def test_bad_requests_do_not_affect_concurrent_good_ones(server, st_embed, proto
             assert (cosine(result, expected[indices]) >= 0.9999).all(), texts
     # The burst really shared tokenizer executions (good and bad requests in the same execute).
     executions = int(tokenizer_after["execution_count"]) - int(tokenizer_before["execution_count"])
-    print(f"\n{protocol}: {len(requests)} concurrent requests (good and bad) in {executions} tokenizer executions")
+    print(f"\n{protocol} {model}: {len(requests)} concurrent requests (good and bad) in {executions} tokenizer "
+          f"executions")
     assert executions < len(requests)
 
 

@@ -157,3 +157,32 @@ def test_concurrent_requests_batch_and_match_sequential(server, one_by_one, prot
           f"{executions} executions")
     assert inferences == 64
     assert executions < inferences
+
+
+# ---------------------------------------------------------------- ensemble_bls: the same contract for many texts
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_ensemble_bls_returns_the_ensembles_outputs_for_many_mixed_texts(server, one_by_one, protocol):
+    """32 mixed texts (a few words to over max length) in one request to `ensemble_bls`: the rows of sending each
+    text alone to `ensemble`, in the request's order, num_tokens and truncated included; and the same as `ensemble`
+    on the same request (one tensor padded to its longest text)."""
+    url = url_for(server, protocol)
+    indices = list(range(len(VARIED_TEXTS) - 32, len(VARIED_TEXTS)))[::-1]  # the two over-long texts come first
+    texts = [VARIED_TEXTS[i] for i in indices]
+    names = ["embedding", "num_tokens", "truncated"]
+    bls = infer(protocol, url, texts, model="ensemble_bls", names=names)
+    padded = infer(protocol, url, texts, model="ensemble", names=names)
+    np.testing.assert_allclose(bls["embedding"], one_by_one[0][indices], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(bls["embedding"], padded["embedding"], atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(bls["num_tokens"].reshape(-1), one_by_one[1][indices])
+    np.testing.assert_array_equal(bls["truncated"].reshape(-1), one_by_one[2][indices])
+    assert bls["truncated"].reshape(-1)[:2].all() and bls["num_tokens"].shape == padded["num_tokens"].shape
+
+
+def test_ensemble_bls_splits_a_request_over_the_token_budget_across_encoder_runs(server, one_by_one):
+    """200 texts, two of them over max length: one padded tensor would be 200 x 256 = 51,200 tokens, over the
+    tokenizer's max_batch_tokens (16,384) and the ensemble's 64 rows; ensemble_bls answers it whole, exactly."""
+    indices = [i % len(VARIED_TEXTS) for i in range(200)]
+    result = infer("grpc", server.grpc_url, [VARIED_TEXTS[i] for i in indices], model="ensemble_bls",
+                   names=["embedding", "num_tokens"])
+    np.testing.assert_allclose(result["embedding"], one_by_one[0][indices], atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(result["num_tokens"].reshape(-1), one_by_one[1][indices])

@@ -1,13 +1,15 @@
 """Several embedding models in one server (issue 11), through the real tritonserver and the proxy: all-MiniLM-L6-v2
 (the default export) beside a tiny random XLM-R exported with --name; routing by `model`, interleaved concurrent
-requests, load / unload / delete at run time with memory measured from /proc, broken exports, admin keys, the
-official OpenAI SDK, and LOAD_MODELS.
+requests, load / unload at run time with memory measured from /proc, build/remove_export.py, broken exports, admin
+keys, the official OpenAI SDK, and LOAD_MODELS.
 
 The load/unload timings and the RSS before/after the cycles are printed (pytest -s shows them)."""
 import asyncio
 import os
 import random
 import shutil
+import subprocess
+import sys
 import threading
 import time
 
@@ -15,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import MINILM, TINY_XLMR_MAX_LENGTH, export, start_server, wait_for_proxy
+from conftest import MINILM, PROJECT, TINY_XLMR_MAX_LENGTH, export, start_server, wait_for_proxy
 from local_triton import launch
 from triton_clients import VARIED_TEXTS, cosine
 
@@ -60,8 +62,7 @@ def assert_matches(got, expected, what):
 
 
 def admin(client, action, model, key=ADMIN):
-    method, path = ("DELETE", f"/v1/models/{model}") if action == "delete" else ("POST", f"/v1/models/{model}/{action}")
-    return client.request(method, path, headers=key)
+    return client.post(f"/v1/models/{model}/{action}", headers=key)
 
 
 def admin_ok(client, action, model):
@@ -69,8 +70,21 @@ def admin_ok(client, action, model):
     started = time.perf_counter()
     response = admin(client, action, model)
     assert response.status_code == 200, response.text
-    assert response.json()["status"] == {"load": "loaded", "unload": "unloaded", "delete": "deleted"}[action]
+    assert response.json()["status"] == {"load": "loaded", "unload": "unloaded"}[action]
     return time.perf_counter() - started
+
+
+def remove_export(server, repository, name):
+    """build/remove_export.py against the running server: (exit code, its output)."""
+    result = subprocess.run([sys.executable, os.path.join(PROJECT, "build", "remove_export.py"), name,
+                             "--repository", str(repository), "--triton", f"http://{server.http_url}"],
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "ADMIN_API_KEY": ADMIN_KEY})
+    return result.returncode, result.stdout + result.stderr
+
+
+def remove_ok(server, repository, name):
+    code, output = remove_export(server, repository, name)
+    assert code == 0, output
 
 
 def listed(client):
@@ -305,7 +319,7 @@ def test_unknown_model_is_404(client):
     assert_error(admin(client, "load", "no-such-model"), 404, "model_not_found")
 
 
-@pytest.mark.parametrize("action", ["load", "unload", "delete"])
+@pytest.mark.parametrize("action", ["load", "unload"])
 def test_admin_routes_need_the_admin_key(client, action):
     for key in ({}, {"Authorization": "Bearer wrong"}, USER, {"Authorization": ADMIN_KEY}):  # the last: no scheme
         error = assert_error(admin(client, action, TINY, key), 401, "invalid_api_key", "admin key")
@@ -313,9 +327,12 @@ def test_admin_routes_need_the_admin_key(client, action):
     assert TINY in listed(client)  # nothing happened
 
 
-def test_deleting_a_loaded_model_is_409(client, multi_repository):
-    assert_error(admin(client, "delete", TINY), 409, "model_loaded", "unload it first")
+def test_removing_a_loaded_model_is_refused(client, multi_server, multi_repository):
+    code, output = remove_export(multi_server, multi_repository, TINY)
+    assert code == 1 and "unload it first" in output, output
     assert (multi_repository / TINY / "1" / "export.json").exists()
+    code, output = remove_export(multi_server, multi_repository, "ensemble")
+    assert code == 1 and "default export" in output, output
     assert TINY in listed(client)
 
 
@@ -366,9 +383,9 @@ def test_load_unload_cycles_while_the_other_model_serves(client, multi_server, r
     assert abs(after - before) <= 0.10 * before, (before, after)
 
 
-# ---------------------------------------------------------------- exports after start-up, broken ones, delete
-def test_a_model_exported_after_start_up_is_found_loadable_and_deletable(client, multi_repository, tiny_xlmr_dir,
-                                                                         references):
+# ---------------------------------------------------------------- exports after start-up, broken ones, removal
+def test_a_model_exported_after_start_up_is_found_loadable_and_removable(client, multi_server, multi_repository,
+                                                                         tiny_xlmr_dir, references):
     export(multi_repository, "--model", str(tiny_xlmr_dir), "--name", "late-xlmr", "--pooling", "cls",
            "--max-length", str(TINY_XLMR_MAX_LENGTH))
     time.sleep(2.1)  # unknown ids rescan the repository at most every 2 s
@@ -380,10 +397,11 @@ def test_a_model_exported_after_start_up_is_found_loadable_and_deletable(client,
     assert listed(client)["late-xlmr"]["embedding_size"] == 32
     assert_matches(vectors(embed(client, "late-xlmr", TEXTS[:10])), references[TINY][:10], "late-xlmr")
     print(f"\nexported after start-up, then loaded in {seconds:.2f} s")
-    # Deleting it: refused while loaded; once unloaded, its five folders go and nothing else.
-    assert_error(admin(client, "delete", "late-xlmr"), 409, "model_loaded")
+    # Removing it: refused while loaded; once unloaded, its five folders go and nothing else.
+    assert "unload it first" in remove_export(multi_server, multi_repository, "late-xlmr")[1]
     admin_ok(client, "unload", "late-xlmr")
-    admin_ok(client, "delete", "late-xlmr")
+    remove_ok(multi_server, multi_repository, "late-xlmr")
+    time.sleep(2.1)  # the proxy rescans the repository for unknown ids at most every 2 s
     assert not any((multi_repository / f"late-xlmr{suffix}").exists() for suffix in STEP_SUFFIXES)
     assert (multi_repository / TINY).exists() and (multi_repository / "ensemble").exists()
     assert_error(client.post("/v1/embeddings", json={"input": ["x"], "model": "late-xlmr"}, headers=USER), 404)
@@ -433,7 +451,7 @@ def test_a_broken_model_fails_its_load_with_a_4xx_and_the_others_keep_serving(cl
     assert_error(client.post("/v1/embeddings", json={"input": ["x"], "model": name}, headers=USER), 404)
     # The steps that did load were unloaded again, and the folders can go.
     assert not {f"{name}{suffix}" for suffix in STEP_SUFFIXES[1:]} & stub_models(multi_server)
-    admin_ok(client, "delete", name)
+    remove_ok(multi_server, multi_repository, name)
     assert not (multi_repository / name).exists()
 
 
@@ -447,7 +465,7 @@ def test_triton_stays_ready_after_a_failed_load(client, multi_server, multi_repo
         assert client.get("/health").text == "ok"  # the proxy's own readiness is fine
         assert httpx.get(f"http://{multi_server.http_url}/v2/health/ready", timeout=10).status_code == 200
     finally:
-        admin_ok(client, "delete", "bad-ready")
+        remove_ok(multi_server, multi_repository, "bad-ready")
 
 
 # ---------------------------------------------------------------- LOAD_MODELS, admin routes off
@@ -482,7 +500,7 @@ def test_admin_routes_are_off_without_an_admin_key(multi_repository, multi_serve
             while http.get("/health/live").status_code != 200 and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert listed(http) == {}
-            for action in ("load", "unload", "delete"):
+            for action in ("load", "unload"):
                 for key in ({}, USER, ADMIN):
                     assert_error(admin(http, action, TINY, key), 403, "admin_disabled", "ADMIN_API_KEY")
             assert listed(http) == {}

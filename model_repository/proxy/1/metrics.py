@@ -4,23 +4,21 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from starlette.routing import Match
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 INPUT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
-ROUTES = ("/health", "/health/live", "/metrics", "/v1/embedding", "/v1/embeddings", "/v1/encode", "/embed_sparse",
-          "/v1/rerank", "/v1/models", "/openapi.json", "/docs")
 disable_created_metrics()  # no *_created series: one line per sample is what dashboards read
 CLIENT_CLOSED = 499  # nginx's code for a client that left before its answer: not a server error
 
 
-def route_label(path):
-    """A bounded label set: known routes, model routes by shape, everything else "other"."""
-    if path in ROUTES:
-        return path
-    if path.startswith("/v1/models/"):
-        return "/v1/models/{id}/" + path.rsplit("/", 1)[1] if path.endswith(("/load", "/unload")) \
-            else "/v1/models/{id}"
-    return "/docs" if path.startswith("/docs/") else "other"
+def route_label(app, scope):
+    """The route's template (a bounded label set): the one the router matched, else the one it would match (a
+    request the gate refused before routing), else "other"."""
+    route = scope.get("route")
+    if route is None:
+        route = next((r for r in getattr(app, "routes", ()) if r.matches(scope)[0] == Match.FULL), None)
+    return getattr(route, "path_format", None) or "other"
 
 
 class Metrics:
@@ -39,8 +37,7 @@ class Metrics:
         self.in_flight = Gauge("proxy_requests_in_flight", "HTTP requests being answered now.",
                                registry=self.registry)
 
-    def observe_request(self, path, status, seconds, model):
-        route = route_label(path)
+    def observe_request(self, route, status, seconds, model):
         self.requests.labels(route, str(status), model or "").inc()
         self.latency.labels(route).observe(seconds)
 
@@ -55,10 +52,10 @@ class Metrics:
 
 class MetricsMiddleware:
     """Outermost ASGI layer: counts every answer (errors, 404s and clients that left included) with its latency.
-    Routes put the resolved model id in scope["state"]["model"]."""
+    Routes put the resolved model id in scope["state"]["model"]; `router` is the app whose routes label requests."""
 
-    def __init__(self, app, metrics):
-        self.app, self.metrics = app, metrics
+    def __init__(self, app, metrics, router=None):
+        self.app, self.metrics, self.router = app, metrics, router
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -76,5 +73,5 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_and_note)
         finally:
             self.metrics.in_flight.dec()
-            self.metrics.observe_request(scope["path"], status[0], time.perf_counter() - started,
+            self.metrics.observe_request(route_label(self.router, scope), status[0], time.perf_counter() - started,
                                          scope["state"].get("model"))

@@ -1,12 +1,12 @@
-"""The proxy model: an HTTP server inside Triton (one container ships), calling the exports' models in-process through
-BLS (each export's BLS model for embeddings, its rerank model for /v1/rerank). This file is the Triton glue:
-settings, and TritonPythonModel wiring the parts beside it:
-  app.py        FastAPI routes (OpenAI, seed API, bge-m3 outputs, rerank, admin), over an injected service
-  ensembles.py  the service: model discovery, BLS inference, readiness, load/unload/delete
-  readiness.py  readiness refresh (calls on a model that stops being ready fail at once), the HTTP thread kept alive
+"""The proxy model: an HTTP server inside Triton (one container ships) that translates HTTP to Triton calls on the
+exports' models, in-process through BLS. This file is the Triton glue: settings, and the parts beside it wired up:
+  app.py        the routes (OpenAI, seed API, bge-m3 outputs, rerank, admin) over the Service protocol
+  service.py    the service: BLS calls to each export's BLS, ensemble and rerank models; admin load/unload
+  registry.py   the exports (cards) and their models' readiness;  triton_http.py  Triton's own HTTP API
+  readiness.py  keeps readiness current; calls on a model that stops being ready fail at once
+  guard.py      admission, body limits, disconnects;  server.py  uvicorn in its own thread
+  errors.py, http_errors.py  the service's error kinds and their HTTP answers;  metrics.py, schemas.py
 Dead stubs are the supervisor model's job (model_repository/supervisor), not this one's.
-  server.py     uvicorn in its own thread, with header and keep-alive timeouts
-  metrics.py    Prometheus metrics (prometheus_client);  schemas.py  request/response models
 """
 import json
 import os
@@ -18,8 +18,12 @@ import triton_python_backend_utils as pb_utils
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the modules beside this file win any name clash
-from app import HttpGuard, create_app  # noqa: E402
-from ensembles import Ensembles  # noqa: E402
+from guard import HttpGuard  # noqa: E402
+from registry import Registry  # noqa: E402
+from service import Service  # noqa: E402
+from triton_http import TritonHttp  # noqa: E402
+
+from app import create_app  # noqa: E402
 from metrics import Metrics, MetricsMiddleware  # noqa: E402
 from readiness import Readiness  # noqa: E402
 from server import Server  # noqa: E402
@@ -70,6 +74,10 @@ def read_settings(config):
     # Shared with the launcher (local_triton/launch.py), which starts tritonserver with them.
     settings["api_key"], settings["admin_api_key"] = secret("API_KEY"), secret("ADMIN_API_KEY")
     settings["model_control"] = os.environ.get("MODEL_CONTROL") or "explicit"
+    # Triton's own HTTP frontend (the launcher sets TRITON_HTTP_PORT; tritonserver's default is 8000)
+    address = os.environ.get("TRITON_ADDRESS") or "127.0.0.1"
+    settings["triton_host"] = "127.0.0.1" if address in ("0.0.0.0", "::", "[::]") else address
+    settings["triton_http_port"] = int(os.environ.get("TRITON_HTTP_PORT") or 8000)
     settings["load_models"] = os.environ.get("LOAD_MODELS") or "*"
     try:
         from swagger_ui_bundle import swagger_ui_path  # Swagger UI's assets, served locally (no CDN)
@@ -88,17 +96,20 @@ class TritonPythonModel:
         settings = read_settings(json.loads(args["model_config"]))
         repository = os.path.dirname(os.path.abspath(args["model_repository"]))
         self.executor = ThreadPoolExecutor(settings.bls_concurrency, thread_name_prefix="proxy-bls")
-        self.ensembles = Ensembles(pb_utils, repository, settings, self.executor)
+        triton = TritonHttp(settings.triton_host, settings.triton_http_port, settings.admin_api_key)
+        self.registry = Registry(repository, settings)
+        self.service = Service(pb_utils, self.registry, triton, settings, self.executor)
         self.metrics = Metrics()
-        app = create_app(settings, self.ensembles, self.metrics)
-        self.server = Server(MetricsMiddleware(HttpGuard(app, settings, self.ensembles), self.metrics), settings, log)
+        app = create_app(settings, self.service, self.metrics)
+        self.server = Server(MetricsMiddleware(HttpGuard(app, settings, self.service), self.metrics, app), settings,
+                             log)
         try:
             self.server.start()
         except RuntimeError as error:
             raise pb_utils.TritonModelException(str(error)) from None
-        self.readiness = Readiness(self.ensembles, settings, pb_utils, self.server, log)
-        log(f"proxy: serving http://{settings.host}:{settings.port} for {len(self.ensembles.cards_by_name)} "
-            f"exported model(s) in {repository}; API key {'required' if settings.api_key else 'off'}; admin routes "
+        self.readiness = Readiness(self.service, triton, settings, pb_utils, self.server, log)
+        log(f"proxy: serving http://{settings.host}:{settings.port} for {len(self.registry.cards_by_name)} exported "
+            f"model(s) in {repository}; API key {'required' if settings.api_key else 'off'}; admin routes "
             f"{'on' if settings.admin_api_key else 'off'}")
         # BLS works once initialize() has returned; the readiness thread's first round waits for that.
         self.readiness.start()
@@ -109,7 +120,7 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse(error=error) for _ in requests]
 
     def finalize(self):
-        self.ensembles.draining = True  # new requests: 503 with Retry-After
+        self.registry.draining = True  # new requests: 503 with Retry-After
         self.readiness.stop()
         self.server.stop()  # requests in flight get shutdown_grace_s to finish
         self.executor.shutdown(wait=False, cancel_futures=True)

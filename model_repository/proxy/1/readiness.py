@@ -1,6 +1,6 @@
 """Keeps the proxy's view of the served models current, in its own thread, so requests never wait on it.
 
-Every `readiness_interval_s` it asks Triton which models are ready (Ensembles.refresh_readiness, Triton's HTTP API).
+Every `readiness_interval_s` it asks Triton which models are ready (Service.refresh_readiness, Triton's HTTP API).
 A model that stops being ready while no admin action of the proxy's is changing it is being recovered by the
 supervisor model (model_repository/supervisor: its stub died): the calls waiting on it fail at once (503 with
 Retry-After). Triton neither answers nor cancels such a call, so each keeps one of the proxy's BLS threads for good;
@@ -12,9 +12,9 @@ import threading
 
 
 class Readiness:
-    def __init__(self, ensembles, settings, pb_utils, server, log=print):
-        self.ensembles, self.settings, self.pb_utils, self.server, self.log = \
-            ensembles, settings, pb_utils, server, log
+    def __init__(self, service, triton, settings, pb_utils, server, log=print):
+        self.service, self.triton, self.settings, self.pb_utils, self.server, self.log = \
+            service, triton, settings, pb_utils, server, log
         self.stranded = set()  # BLS calls failed because their model stopped being ready, still not returned
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="proxy-readiness", daemon=True)
@@ -30,10 +30,9 @@ class Readiness:
         """pb_utils' calls (BLS) must wait: during the server's start-up they kill the calling stub. The frontends
         open once start-up is over; then BLS says whether initialize() has returned (it refuses until then), and a
         request for no model is a cheap question."""
-        endpoint = self.ensembles.http_endpoint
-        while endpoint and not self.stopping.is_set():
+        while not self.stopping.is_set():
             try:
-                socket.create_connection(endpoint[:2], timeout=1).close()
+                socket.create_connection((self.triton.host, self.triton.port), timeout=1).close()
                 break
             except OSError:
                 self.stopping.wait(0.2)
@@ -49,7 +48,7 @@ class Readiness:
     def run(self):
         if not self.wait_for_triton():
             return
-        self.ensembles.triton_started = True  # admin load/unload may now call Triton
+        self.service.triton_started = True  # admin load/unload may now call Triton
         while not self.stopping.is_set():
             try:
                 self.refresh()
@@ -61,13 +60,15 @@ class Readiness:
             self.stopping.wait(self.settings.readiness_interval_s)
 
     def refresh(self):
-        was_ready = {name for name, ready in self.ensembles.ready.items() if ready}
-        self.ensembles.refresh_readiness()
-        lost = {name for name in was_ready if not self.ensembles.ready.get(name)} - self.ensembles.changing_models
+        ready = self.service.registry.ready
+        was_ready = {name for name, up in ready.items() if up}
+        self.service.refresh_readiness()
+        lost = {name for name in was_ready if not ready.get(name)} - self.service.changing_models
         for model in lost:  # (a call on several of them is counted once)
-            self.stranded.update(self.ensembles.abort_inflight(model, f"model '{model}' stopped being ready (the "
+            self.stranded.update(self.service.abort_inflight(model, f"model '{model}' stopped being ready (the "
                                                                       f"supervisor is recovering it)"))
         self.stranded = {call for call in self.stranded if not call.done()}
         threads = self.settings.bls_concurrency
-        self.ensembles.failed = f"{len(self.stranded)} of the {threads} BLS threads wait for ever on dead stubs" \
-            if 2 * len(self.stranded) >= threads else ""
+        stranded = len(self.stranded)
+        self.service.registry.failed = f"{stranded} of the {threads} BLS threads wait for ever on dead stubs" \
+            if 2 * stranded >= threads else ""

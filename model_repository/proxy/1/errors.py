@@ -1,0 +1,37 @@
+"""What the serving side reports, in its own terms; app.py maps each kind to an HTTP status (STATUS there)."""
+
+
+class ServiceError(Exception):
+    """message: for the client; code: machine-readable; param: the request field at fault; retry_after: seconds."""
+
+    def __init__(self, message, code, param=None, retry_after=None):
+        super().__init__(message)
+        self.message, self.code, self.param, self.retry_after = message, code, param, retry_after
+
+
+class InvalidInput(ServiceError):
+    """The request's content is wrong (a text the tokenizer refuses, a bad document)."""
+
+
+class NotFound(ServiceError):
+    """No such model, or not loaded."""
+
+
+class Conflict(ServiceError):
+    """The action does not fit the server's state (models load only in explicit mode)."""
+
+
+class LoadFailed(ServiceError):
+    """A model's load failed: Triton's reason is in the message."""
+
+
+class Overloaded(ServiceError):
+    """A bounded queue is full: retry later."""
+
+
+class Unavailable(ServiceError):
+    """A model is not ready (loading, recovering) or Triton is starting or stopping."""
+
+
+class Timeout(ServiceError):
+    """The work did not finish within the request's deadline."""

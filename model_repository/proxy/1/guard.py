@@ -1,0 +1,118 @@
+"""The proxy's gate in front of the routes (HttpGuard)."""
+import asyncio
+import time
+
+from http_errors import ApiError
+
+
+class HttpGuard:
+    """ASGI layer under the metrics: refuses what must never reach a route, and stops work nobody waits for.
+
+    - while shutting down: 503 with Retry-After;
+    - over max_concurrent_requests inference requests at once: 429 with Retry-After, at once (admission control:
+      the excess is refused, not queued until it times out; admin routes are not counted);
+    - a body that is not JSON: 415 (stops cross-site "simple" POSTs), over max_body_bytes: 413, not received within
+      body_timeout_s: 408;
+    - a client that leaves before its answer: the route is cancelled (its Triton call's result is dropped) and the
+      request counts as 499."""
+
+    def __init__(self, app, settings, service):
+        self.app, self.settings, self.service = app, settings, service
+        self.admitted = 0  # inference requests in the app now (one event loop: no lock needed)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if scope["method"] in ("GET", "HEAD", "OPTIONS"):  # probes, metrics, model lists: answered while draining
+            return await self.run(scope, receive, send, None)
+        if self.service.draining:
+            return await self.refuse(send, ApiError(503, "the server is shutting down", "shutting_down",
+                                                    headers={"Retry-After": "1"}))
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
+            return await self.run(scope, receive, send, None)
+        inference = not scope["path"].startswith("/v1/models/")
+        if inference and self.admitted >= self.settings.max_concurrent_requests:
+            return await self.refuse(send, ApiError(
+                429, f"the server is busy: {self.admitted} requests in progress, the limit is "
+                     f"{self.settings.max_concurrent_requests} (setting max_concurrent_requests); retry", "overloaded",
+                headers={"Retry-After": "1", "Connection": "close"}))
+        self.admitted += inference
+        try:
+            try:
+                body = await self.read_body(scope, receive)
+            except ApiError as error:
+                return await self.refuse(send, error)
+            except ConnectionError:
+                return  # client left while sending: nothing to answer
+            return await self.run(scope, receive, send, body)
+        finally:
+            self.admitted -= inference
+
+    async def read_body(self, scope, receive):
+        headers = dict(scope["headers"])
+        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        declared = headers.get(b"content-length", b"")
+        limit = self.settings.max_body_bytes
+        close = {"Connection": "close"}  # refused before its body was read: the connection goes with it
+        if declared.isdigit() and int(declared) > limit:
+            raise ApiError(413, f"request body is over the limit of {limit} bytes (setting max_body_bytes)",
+                           "body_too_large", headers=close)
+        # No body at all (Content-Length 0, or neither it nor chunked: `curl -X POST .../load`) needs no type.
+        empty = declared == b"0" or (not declared and b"transfer-encoding" not in headers)
+        if content_type != b"application/json" and not content_type.endswith(b"+json") and not empty:
+            raise ApiError(415, "send the body as JSON with 'Content-Type: application/json'",
+                           "unsupported_media_type", headers=close)
+        chunks, size = [], 0
+        deadline = time.monotonic() + self.settings.body_timeout_s
+        while True:
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise ApiError(408, f"request body not received within {self.settings.body_timeout_s:g} s "
+                                    f"(setting body_timeout_s)", "body_timeout", headers=close) from None
+            if message["type"] == "http.disconnect":
+                raise ConnectionError
+            size += len(message.get("body", b""))
+            if size > limit:
+                raise ApiError(413, f"request body is over the limit of {limit} bytes (setting max_body_bytes)",
+                               "body_too_large", headers=close)
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+    async def run(self, scope, receive, send, body):
+        """The app, fed the buffered body, racing the client's disconnect."""
+        if body is None:
+            return await self.app(scope, receive, send)
+        replayed, disconnected = [False], asyncio.Event()
+
+        async def replay():
+            if not replayed[0]:
+                replayed[0] = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await disconnected.wait()
+            return {"type": "http.disconnect"}
+
+        async def watch():
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            disconnected.set()
+
+        task, watcher = asyncio.ensure_future(self.app(scope, replay, send)), asyncio.ensure_future(watch())
+        try:
+            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():  # the client left: stop waiting for its answer
+                task.cancel()
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):  # noqa: BLE001 - nobody is left to answer
+                    pass
+            else:
+                task.result()
+        finally:
+            watcher.cancel()
+
+    @staticmethod
+    async def refuse(send, error):
+        response = error.response()
+        await response({"type": "http"}, None, send)

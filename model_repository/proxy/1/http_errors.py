@@ -1,0 +1,49 @@
+"""HTTP errors in OpenAI's shape {"error": {"message", "type", "param", "code"}}, and the status of each of the
+service's error kinds (errors.py)."""
+import errors
+import orjson
+from starlette.responses import Response
+
+ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
+               408: "timeout_error", 429: "rate_limit_error", 503: "service_unavailable", 504: "timeout_error"}
+STATUS = {errors.InvalidInput: 400, errors.NotFound: 404, errors.Conflict: 409, errors.LoadFailed: 422,
+          errors.Overloaded: 429, errors.Unavailable: 503, errors.Timeout: 504}
+MAX_MESSAGE_CHARS = 1000  # an error that quotes a client's value (a 1 MB model id) is cut: no 1 MB error back
+
+
+class ApiError(Exception):
+    def __init__(self, status, message, code=None, param=None, headers=None):
+        super().__init__(message)
+        self.status, self.message, self.code, self.param, self.headers = status, message, code, param, headers
+
+    @classmethod
+    def of(cls, error):
+        """The HTTP answer to a service error."""
+        headers = {"Retry-After": str(error.retry_after)} if error.retry_after else None
+        return cls(STATUS.get(type(error), 500), error.message, error.code, error.param, headers)
+
+    def response(self):
+        kind = ERROR_TYPES.get(self.status, "server_error" if self.status >= 500 else "invalid_request_error")
+        message = self.message if len(self.message) <= MAX_MESSAGE_CHARS else \
+            f"{self.message[:MAX_MESSAGE_CHARS]}... ({len(self.message)} characters, cut)"
+        body = {"error": {"message": message, "type": kind, "param": self.param, "code": self.code}}
+        return Response(orjson.dumps(body), self.status, self.headers, "application/json")
+
+
+def validation_error(error):
+    """pydantic's errors in the API's codes: missing_input, invalid_type, invalid_value, invalid_json."""
+    first = error.errors()[0]
+    location = [str(part) for part in first.get("loc", ()) if part != "body"]
+    param = location[0] if location else None
+    detail = "; ".join(f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}"
+                       for e in error.errors()[:5])
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        return ApiError(400, f"request body is not valid JSON: {first.get('ctx', {}).get('error', '')}",
+                        "invalid_json")
+    if kind == "missing":
+        return ApiError(400, detail, f"missing_{param}" if param in ("input", "inputs", "query", "documents")
+                        else "invalid_parameter", param)
+    if kind in ("literal_error", "enum", "greater_than_equal", "too_short", "too_long"):
+        return ApiError(400, detail, "invalid_value", param)
+    return ApiError(400, detail, "invalid_type", param)

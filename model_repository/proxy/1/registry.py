@@ -1,0 +1,130 @@
+"""The exports the proxy serves, one Card each (build/export.py writes <ensemble>/1/export.json), and which of their
+models Triton has ready. The repository is scanned at start, when an unknown id is asked for (at most every
+RESCAN_S), and around admin actions, so models exported after start-up are found."""
+import glob
+import json
+import os
+import time
+from dataclasses import dataclass
+
+from errors import NotFound, Unavailable
+
+RESCAN_S = 2.0
+
+
+@dataclass(frozen=True)
+class Card:
+    id: str
+    name: str  # the ensemble
+    tokenizer: str
+    encoder: str
+    bls: str  # the ensemble's BLS twin: many texts in length groups
+    rerank: str
+    outputs: tuple[str, ...]
+    embedding_size: int | None
+    colbert_size: int | None
+    max_length: int
+    source: str
+    created: int
+
+    @property
+    def models(self):
+        return self.name, self.tokenizer, self.encoder, self.bls, self.rerank
+
+
+def read_card(repository, name):
+    """The Card of the export whose ensemble is `name`, or None (also for an export older than the BLS and rerank
+    models: export it again)."""
+    path = os.path.join(repository, name, "1", "export.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            manifest = json.load(handle)
+        return Card(manifest["id"], manifest["name"], manifest["tokenizer_model"], manifest["encoder_model"],
+                    manifest["bls_model"], manifest["rerank_model"], tuple(manifest["outputs"]),
+                    manifest.get("embedding_size"), manifest.get("colbert_size"), int(manifest["max_length"]),
+                    manifest["model"], int(os.path.getmtime(path)))
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+class Registry:
+    def __init__(self, repository, settings):
+        self.repository, self.settings = repository, settings
+        self.cards_by_name, self.scanned = {}, 0.0
+        self.ready = {}  # Triton model name -> ready, kept by the readiness thread (no IPC on the request path)
+        # explicit mode: what was meant to be loaded (LOAD_MODELS) and what the admin routes changed since
+        self.startup = {name.strip() for name in settings.load_models.split(",")}
+        self.loaded_by_admin, self.unloaded_by_admin = set(), set()
+        self.failed = ""  # set by the readiness thread when BLS threads are stranded on dead stubs: not live
+        self.draining = False
+        self.scan()
+        if "*" in self.startup:  # what the server loaded at start: the exports there now (later ones wait for a load)
+            self.startup = set(self.cards_by_name)
+
+    def scan(self):
+        cards = {}
+        for manifest in glob.glob(os.path.join(self.repository, "*", "1", "export.json")):
+            card = read_card(self.repository, os.path.basename(os.path.dirname(os.path.dirname(manifest))))
+            if card is not None:
+                cards[card.name] = card
+        self.cards_by_name, self.scanned = cards, time.monotonic()
+        return cards
+
+    def find(self, model_id):
+        for _ in range(2):
+            for card in self.cards_by_name.values():
+                if model_id in (card.id, card.name):
+                    return card
+            if time.monotonic() - self.scanned < RESCAN_S:
+                return None
+            self.scan()
+        return None
+
+    def is_ready(self, card):
+        return all(self.ready.get(name) for name in card.models)
+
+    def expected(self, card):
+        """Whether the model should be loaded now (else asking for it is a 404, as OpenAI answers)."""
+        if card.name in self.unloaded_by_admin:
+            return False
+        return card.name in self.loaded_by_admin or card.name in self.startup
+
+    def default_card(self):
+        if self.settings.default_model:
+            return self.find(self.settings.default_model)
+        ready = [c for c in self.cards_by_name.values() if self.expected(c)]
+        named = [c for c in ready if c.name == "ensemble"]
+        return (named or sorted(ready, key=lambda c: c.name) or [None])[0]
+
+    def resolve(self, model):
+        card = self.find(model) if model else self.default_card()
+        if card is None:
+            if not model:
+                raise Unavailable("no model is served: export one (build/export.py)", "model_not_found")
+            served = ", ".join(sorted(c.id for c in self.cards())) or "none"
+            raise NotFound(f"model '{model}' is not served here (served: {served})", "model_not_found", "model")
+        if not self.is_ready(card):
+            if not self.expected(card):
+                raise NotFound(f"model '{card.id}' is not loaded (POST /v1/models/{card.id}/load)", "model_not_found",
+                               "model")
+            raise Unavailable(f"model '{card.id}' is not ready (loading)", "model_not_ready", "model", retry_after=1)
+        return card
+
+    def cards(self):
+        return sorted((c for c in self.cards_by_name.values() if self.is_ready(c)), key=lambda c: c.id)
+
+    def health(self):
+        if self.draining:
+            return False, "shutting down"
+        if self.failed:
+            return False, self.failed
+        card = self.default_card()
+        if card is None:
+            return False, "no model is served"
+        missing = [m for m in card.models if not self.ready.get(m)]
+        if missing:
+            return False, f"model '{card.id}' is not ready: " + "; ".join(f"{m} is not ready" for m in missing)
+        return True, "ok"
+
+    def live(self):
+        return (False, self.failed) if self.failed else (True, "ok")

@@ -1,0 +1,275 @@
+"""What the routes call (app.Service): each export's models through BLS — its BLS model for embeddings (it cuts many
+texts into length groups inside Triton), its ensemble for one text, its rerank model — and the admin load/unload
+through Triton's repository API. Errors are errors.py's kinds; pb_utils is handed in (tests import this file)."""
+import asyncio
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from errors import Conflict, InvalidInput, LoadFailed, NotFound, Overloaded, ServiceError, Timeout, Unavailable
+
+TEXT_ERROR = re.compile(r"text\[(\d+)\] (.+)", re.S)  # the tokenizer's per-text messages (prefixed by the ensemble)
+RERANK_ERROR = re.compile(r"^(query|documents\[\d+\]|documents|weights) ")  # the rerank model's bad-input messages
+QUEUE_FULL = "exceeds maximum queue size"  # a queue policy's max_queue_size refused it
+NOT_AVAILABLE = ("unknown model", "not ready", "unavailable", "server is stopping", "not found")
+TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values", "sparse_count"),
+           "colbert": ("colbert_vectors", "colbert_length")}
+
+
+@dataclass
+class Embeddings:
+    dense: np.ndarray | None
+    sparse: list | None
+    colbert: list | None
+    tokens: np.ndarray
+    truncated: np.ndarray
+    inference_ms: float
+
+
+@dataclass
+class RerankResult:
+    scores: np.ndarray
+    mode_scores: np.ndarray  # [n, 3]: dense, sparse, ColBERT; NaN where the model does not serve the mode
+    tokens: int
+    query_truncated: bool
+    truncated: np.ndarray
+    inference_ms: float
+
+
+def encoded(texts, param):
+    rows = []
+    for i, text in enumerate(texts):
+        try:
+            rows.append(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            what = param if param == "query" else f"{param}[{i}]"
+            raise InvalidInput(f"{what} is not valid Unicode (lone surrogate)", "invalid_text", param) from None
+    return rows
+
+
+class Service:
+    def __init__(self, pb_utils, registry, triton, settings, executor):
+        self.pb, self.registry, self.triton, self.settings, self.executor = \
+            pb_utils, registry, triton, settings, executor
+        self.bls_rows = {}  # BLS model -> its max_batch_size (Triton's config of it), while it stays ready
+        self.inflight = set()  # (models, abort future, BLS call) of each call in flight
+        self.loop = None  # the HTTP server's event loop, known from the first call
+        self.admin_lock = threading.Lock()
+        self.triton_started = False  # set by the readiness thread once Triton's start-up is over
+        self.changing_models = set()  # models an admin action is changing now: their readiness loss is no fault
+
+    # ---------------------------------------------------------------- the registry's answers
+    draining = property(lambda self: self.registry.draining)
+
+    def cards(self):
+        return self.registry.cards()
+
+    def resolve(self, model):
+        return self.registry.resolve(model)
+
+    def health(self):
+        return self.registry.health()
+
+    def live(self):
+        return self.registry.live()
+
+    def refresh_readiness(self):
+        """From the readiness thread (and after admin actions): one question per model, so requests never wait."""
+        for card in list(self.registry.cards_by_name.values()):
+            for name in card.models:
+                self.registry.ready[name] = bool(self.triton.ready(name))
+                if not self.registry.ready[name]:
+                    self.bls_rows.pop(name, None)
+
+    def abort_inflight(self, model, reason):
+        """From the readiness thread: fail (503) the calls waiting on `model`; returns their BLS calls (futures)."""
+        calls = [(abort, call) for models, abort, call in list(self.inflight) if model in models]
+
+        def abort():
+            for waiting, _ in calls:
+                if not waiting.done():
+                    waiting.set_exception(Unavailable(reason + "; retry", "model_not_ready", retry_after=2))
+        if calls and self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(abort)
+        return [call for _, call in calls]
+
+    # ---------------------------------------------------------------- inference
+    async def embed(self, card, texts, outputs, param):
+        """Several texts through the export's BLS model, in pieces of its max_batch_size; one text through the
+        ensemble (nothing to group, and the BLS hops cost ~1 ms)."""
+        started = time.perf_counter()
+        names = [t for kind in outputs for t in TENSORS[kind]] + ["num_tokens", "truncated"]
+        rows, model = encoded(texts, param), card.bls if len(texts) > 1 else card.name
+        size = self.rows(card.bls) if len(texts) > 1 else 1
+        parts = await asyncio.gather(*(
+            self.infer(card, model, {"text": np.array(rows[first:first + size], dtype=np.object_).reshape(-1, 1)},
+                       names, (param, first)) for first in range(0, len(rows), size)))
+        joined = {name: [row for part in parts for row in part[name]] for name in names}
+        flat = {name: np.concatenate([part[name] for part in parts]) for name in names
+                if name in ("embedding", "sparse_count", "colbert_length", "num_tokens", "truncated")}
+        return Embeddings(
+            dense=flat["embedding"] if "dense" in outputs else None,
+            sparse=[(ids[:int(n)], weights[:int(n)]) for ids, weights, n in
+                    zip(joined["sparse_indices"], joined["sparse_values"], flat["sparse_count"].reshape(-1))]
+            if "sparse" in outputs else None,
+            colbert=[vectors[:int(n)] for vectors, n in zip(joined["colbert_vectors"],
+                                                             flat["colbert_length"].reshape(-1))]
+            if "colbert" in outputs else None,
+            tokens=flat["num_tokens"].reshape(-1).astype(np.int64),
+            truncated=flat["truncated"].reshape(-1).astype(bool),
+            inference_ms=(time.perf_counter() - started) * 1000)
+
+    def rows(self, bls):
+        if bls not in self.bls_rows:
+            config = self.triton.config(bls) or {}
+            self.bls_rows[bls] = max(1, int(config.get("max_batch_size") or 1))
+        return self.bls_rows[bls]
+
+    async def rerank(self, card, query, documents, weights):
+        started = time.perf_counter()
+        inputs = {"query": np.array(encoded([query], "query"), dtype=np.object_),
+                  "documents": np.array(encoded(documents, "documents"), dtype=np.object_),
+                  "weights": np.array(weights, dtype=np.float32)}
+        names = ["scores", "mode_scores", "num_tokens", "query_truncated", "truncated"]
+        result = await self.infer(card, card.rerank, inputs, names, None)
+        return RerankResult(result["scores"], result["mode_scores"], int(result["num_tokens"][0]),
+                            bool(result["query_truncated"][0]), result["truncated"].astype(bool),
+                            (time.perf_counter() - started) * 1000)
+
+    async def infer(self, card, model, inputs, names, rows):
+        """One BLS request to `model` -> {output: array}. rows: (param, first row) to name a bad `text` row in the
+        client's terms; None: the model's messages already do (rerank: `query`, `documents[i]`)."""
+        pb = self.pb
+        request = pb.InferenceRequest(
+            model_name=model, requested_output_names=names,
+            inputs=[pb.Tensor(name, array) for name, array in inputs.items()],
+            # Outputs come back in host memory even when the encoder runs on a GPU (as_numpy needs that).
+            preferred_memory=pb.PreferredMemory(pb.TRITONSERVER_MEMORY_CPU, 0))
+        self.loop = loop = asyncio.get_running_loop()
+        future, abort = loop.run_in_executor(self.executor, request.exec), loop.create_future()
+        entry = (card.models, abort, future)
+        self.inflight.add(entry)
+        try:
+            done, _ = await asyncio.wait({future, abort}, timeout=self.settings.request_timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.inflight.discard(entry)
+        if abort in done:  # its stub died: that call will never return (its thread stays blocked)
+            raise abort.exception()
+        if not done:
+            raise Timeout(f"inference did not finish within {self.settings.request_timeout_s:g} s (setting "
+                          f"request_timeout_s)", "inference_timeout")
+        try:
+            response = future.result()
+        except Exception as error:  # noqa: BLE001 - BLS refused: the model is stopping or not there
+            raise Unavailable(f"model '{card.id}' is not available: {error}", "model_not_ready", retry_after=1) \
+                from None
+        if response.has_error():
+            raise step_error(response.error().message(), card, model, rows)
+        return {name: pb.get_output_tensor_by_name(response, name).as_numpy() for name in names}
+
+    # ---------------------------------------------------------------- admin
+    async def load(self, model_id):
+        return await asyncio.get_running_loop().run_in_executor(None, self.load_now, model_id)
+
+    async def unload(self, model_id):
+        return await asyncio.get_running_loop().run_in_executor(None, self.unload_now, model_id)
+
+    def admin_card(self, model_id):
+        self.registry.scan()
+        card = self.registry.find(model_id)
+        if card is None:
+            raise NotFound(f"no export named '{model_id}' in the model repository", "model_not_found")
+        if self.settings.model_control != "explicit":
+            raise Conflict("models load and unload only with MODEL_CONTROL=explicit", "model_control_off")
+        if not self.triton_started:  # a model call during Triton's start-up kills the calling stub
+            raise Unavailable("tritonserver is still starting: try again in a few seconds", "starting", retry_after=2)
+        return card
+
+    def changing(self, card, change):
+        """Runs change(): meanwhile the card's stubs may exit (unload, or a reload of a changed step), and the
+        readiness thread must not fail their calls: an unload lets them finish."""
+        self.changing_models |= set(card.models)
+        try:
+            change()
+        finally:
+            self.changing_models -= set(card.models)
+            self.refresh_readiness()
+
+    def load_now(self, model_id):
+        with self.admin_lock:
+            card, started = self.admin_card(model_id), time.monotonic()
+            repository = self.registry.repository
+            missing = [m for m in card.models if not os.path.isfile(os.path.join(repository, m, "config.pbtxt"))]
+            if missing:
+                raise LoadFailed(f"model '{card.id}' cannot load: its export is incomplete, the model repository has "
+                                 f"no {', '.join(missing)} (export it again)", "load_failed")
+            self.registry.unloaded_by_admin.discard(card.name)
+            self.registry.loaded_by_admin.add(card.name)
+
+            def load():
+                try:  # the ensemble brings its steps; the BLS callers are no ensemble's steps: loaded on their own
+                    for model in (card.name, card.bls, card.rerank):
+                        self.triton.control("load", model)
+                except RuntimeError as error:  # Triton says why (missing file, bad config...)
+                    self.registry.loaded_by_admin.discard(card.name)
+                    if not self.triton.ready(card.name):  # (a failed reload leaves the old version serving)
+                        # the steps that did load would stay loaded for nothing, stubs and memory included
+                        self.unload_steps([m for m in self.own_steps(card) if self.triton.ready(m)])
+                    raise LoadFailed(f"model '{card.id}' did not load: {error}", "load_failed") from None
+            self.changing(card, load)
+            return time.monotonic() - started
+
+    def unload_now(self, model_id):
+        with self.admin_lock:
+            card, started = self.admin_card(model_id), time.monotonic()
+            self.registry.unloaded_by_admin.add(card.name)  # from now on new requests get 404
+            self.registry.loaded_by_admin.discard(card.name)
+
+            def unload():
+                try:  # Triton lets the requests in flight finish before the models go (each holds its models)
+                    self.triton.control("unload", card.name, unload_dependents=True)
+                    # unload_dependents takes only the steps loaded as the ensemble's dependencies: a step loaded
+                    # explicitly (--load-model=*) stays unless unloaded too (not when another export uses it)
+                    self.unload_steps(self.own_steps(card), also_wait=[card.name])
+                except RuntimeError as error:
+                    raise ServiceError(f"model '{card.id}' did not unload: {error}", "unload_failed") from None
+            self.changing(card, unload)
+            return time.monotonic() - started
+
+    def own_steps(self, card):
+        shared = {m for c in self.registry.cards_by_name.values() if c.name != card.name for m in c.models}
+        return [m for m in (card.tokenizer, card.encoder, card.bls, card.rerank) if m not in shared]
+
+    def unload_steps(self, steps, also_wait=()):
+        """Unload `steps` and wait until Triton holds none of them (an unload answers at once, but the instances
+        finish their requests and finalize first): the repository index says, else readiness."""
+        for step in steps:
+            self.triton.control("unload", step)
+        models, deadline = [*also_wait, *steps], time.monotonic() + self.settings.request_timeout_s
+        while models and time.monotonic() < deadline:
+            states = self.triton.states()
+            if not (any(states.get(m, set()) & {"READY", "LOADING", "UNLOADING"} for m in models) if states is not None
+                    else any(self.triton.ready(m) for m in models)):
+                return
+            time.sleep(0.1)
+
+
+def step_error(message, card, model, rows):
+    """A step's error message as a ServiceError of the right kind."""
+    bad_text = TEXT_ERROR.search(message)
+    if bad_text and rows:
+        param, first = rows
+        return InvalidInput(f"{param}[{first + int(bad_text[1])}] {bad_text[2]}", "invalid_input", param)
+    bad_field = RERANK_ERROR.match(message)
+    if bad_field and not rows:
+        return InvalidInput(message, "invalid_input", bad_field[1].split("[")[0])
+    if QUEUE_FULL in message.lower():  # overload, not a fault
+        return Overloaded(f"the server is busy: model '{model}' has a full queue (its max_queue_size); retry",
+                          "overloaded", retry_after=1)
+    if any(marker in message.lower() for marker in NOT_AVAILABLE):
+        return Unavailable(f"model '{card.id}' is not available: {message}", "model_not_ready", retry_after=1)
+    return ServiceError(f"inference failed: {message}", "inference_failed")
