@@ -16,7 +16,8 @@ ignored by git:
   <encoder>/warmup/*              model_warmup samples (a short and a long text)
   <encoder>/batchstrategy.so      token_budget.c compiled: encoder batches bounded by max_batch_tokens
   <encoder>/configs/gpu.pbtxt     the encoder on a GPU with the CUDA execution provider; configs/gpu-trt.pbtxt with
-                                  TensorRT (Triton --model-config-name, launcher MODEL_CONFIG_NAME; docs/deploying.md)
+                                  TensorRT (Triton --model-config-name, launcher MODEL_CONFIG_NAME; docs/deploying.md),
+                                  rendered from model_repository/embedding/{gpu,gpu-trt}.pbtxt.template
   <tokenizer>/1/tokenizer.json    with the model's max length as its truncation
   <ensemble>/config.pbtxt         rendered from model_repository/ensemble/config.pbtxt.template
   <ensemble>/1/export.json        what was exported (the proxy discovers models by this file)

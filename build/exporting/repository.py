@@ -58,8 +58,8 @@ def triton_dims(dims, hidden_size, colbert_dim):
 
 
 def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max_length):
-    """Render the encoder's, the ensemble's, the BLS model's and the rerank model's config.pbtxt; copy the code of
-    the Python models for a named export."""
+    """Render the encoder's (CPU and GPU), the ensemble's, the BLS model's and the rerank model's configs; copy the
+    code of the Python models for a named export."""
     ensemble, tokenizer, encoder, bls, rerank = names
     declarations = [(name, kind, triton_dims(dims, hidden_size, colbert_dim))
                     for family in outputs for name, kind, dims in OUTPUT_TENSORS[family]]
@@ -69,13 +69,9 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
     budget = tokenizer_parameter("max_batch_tokens")
     values = {"outputs": ",\n".join(lines), "short_tokens": warmup[0], "long_tokens": warmup[1],
               "max_batch_tokens": budget}
-    cpu_config = render(os.path.join(SOURCE_REPOSITORY, "embedding", "config.pbtxt.template"), **values)
     with open(os.path.join(encoder_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
-        handle.write(cpu_config)
-    os.makedirs(os.path.join(encoder_dir, "configs"), exist_ok=True)
-    for variant, text in gpu_variants(cpu_config, max_length, int(budget)).items():
-        with open(os.path.join(encoder_dir, "configs", f"{variant}.pbtxt"), "w", encoding="utf-8") as handle:
-            handle.write(text)
+        handle.write(render(os.path.join(SOURCE_REPOSITORY, "embedding", "config.pbtxt.template"), **values))
+    write_gpu_configs(encoder_dir, values, max_length, int(budget))
     public = lines + ['  { name: "num_tokens", data_type: TYPE_INT32, dims: [ 1 ] }',
                       '  { name: "truncated", data_type: TYPE_BOOL, dims: [ 1 ] }']
     maps = [f'      output_map {{ key: "{n}", value: "{n}" }}' for n, _, _ in declarations]
@@ -101,35 +97,20 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
                         os.path.join(staging, model, "1", "model.py"))
 
 
-GPU_INSTANCES = "instance_group [ { kind: KIND_GPU, count: 1 } ]"
 
-
-def gpu_variants(cpu_config, max_length, max_batch_tokens):
-    """The encoder's configs for GPUs, from its CPU config (a custom configuration replaces config.pbtxt whole).
-    CUDA EP (gpu.pbtxt): the instance pinned to the GPU, no rate limiter (RATE_LIMIT=off on GPUs), one CPU thread
-    for the nodes left on the CPU, the CUDA arena grown by what a batch asks (1 = kSameAsRequested: batch shapes
-    vary). TensorRT (gpu-trt.pbtxt): FP16 engines cached in /cache, one optimization profile covering every batch
-    the token budget allows (onnxruntime 1.18.1 uses the first profile only), so rows x length = max_batch_tokens.
-    Options and the r24.07 source lines that read them: docs/deploying.md. Unmeasured (no GPU was lent)."""
-    header = ("# GPU variant of config.pbtxt (Triton --model-config-name={name}; launcher MODEL_CONFIG_NAME={name}). "
-              "Unmeasured.\n")
-    text = re.sub(r"^instance_group \[.*\]$", GPU_INSTANCES, cpu_config, count=1, flags=re.M)
-    text = re.sub(r'^(parameters \{ key: "intra_op_thread_count" value: \{ string_value: )"0"( \} \}).*$',
-                  r'\1"1"\2', text, count=1, flags=re.M)
-    text += 'parameters { key: "arena_extend_strategy" value: { string_value: "1" } }\n'
+def write_gpu_configs(encoder_dir, values, max_length, max_batch_tokens):
+    """The encoder's configs for GPUs, <encoder>/configs/{gpu,gpu-trt}.pbtxt (Triton --model-config-name, launcher
+    MODEL_CONFIG_NAME), rendered from model_repository/embedding/{gpu,gpu-trt}.pbtxt.template with the CPU config's
+    values. TensorRT gets one optimization profile covering every batch the token budget allows (onnxruntime 1.18.1
+    uses the first profile only), so rows x length = max_batch_tokens. Options: docs/deploying.md. Unmeasured."""
     rows = max(1, min(256, max_batch_tokens // max_length))
-    shapes = {kind: ",".join(f"{name}:{r}x{length}" for name in ("input_ids", "attention_mask"))
+    shapes = {f"{kind}_shapes": ",".join(f"{name}:{r}x{length}" for name in ("input_ids", "attention_mask"))
               for kind, r, length in (("min", 1, 1), ("opt", rows, max(1, max_length // 2)), ("max", rows, max_length))}
-    trt = re.sub(r"^max_batch_size: \d+", f"max_batch_size: {rows}", text, count=1, flags=re.M)
-    trt += "optimization { execution_accelerators { gpu_execution_accelerator: [ {\n  name: \"tensorrt\"\n" + "".join(
-        f'  parameters {{ key: "{key}" value: "{value}" }}\n' for key, value in (
-            ("precision_mode", "FP16"), ("max_workspace_size_bytes", "4294967296"),
-            ("trt_layer_norm_fp32_fallback", "1"),
-            ("trt_engine_cache_enable", "1"), ("trt_engine_cache_path", "/cache"),
-            ("trt_timing_cache_enable", "1"), ("trt_timing_cache_path", "/cache"),
-            ("trt_profile_min_shapes", shapes["min"]), ("trt_profile_opt_shapes", shapes["opt"]),
-            ("trt_profile_max_shapes", shapes["max"]))) + "} ] } }\n"
-    return {"gpu": header.format(name="gpu") + text, "gpu-trt": header.format(name="gpu-trt") + trt}
+    os.makedirs(os.path.join(encoder_dir, "configs"), exist_ok=True)
+    for variant, extra in (("gpu", {}), ("gpu-trt", {"rows": rows, **shapes})):
+        with open(os.path.join(encoder_dir, "configs", f"{variant}.pbtxt"), "w", encoding="utf-8") as handle:
+            handle.write(render(os.path.join(SOURCE_REPOSITORY, "embedding", f"{variant}.pbtxt.template"),
+                                **values, **extra))
 
 
 def tokenizer_parameter(key):
