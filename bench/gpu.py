@@ -47,7 +47,9 @@ def build_repository(work_dir, shape, device, tokenizer_instances, max_batch_tok
     template). Returns the repository path."""
     from tokenizers import Tokenizer
 
-    from bench.run import export_module
+    if os.path.join(PROJECT, "build") not in sys.path:  # `exporting`, not `build.exporting`: pypa owns `build`
+        sys.path.insert(0, os.path.join(PROJECT, "build"))
+    from exporting import repository as export_repository
 
     repository = os.path.join(work_dir, "repository")
     shutil.rmtree(repository, ignore_errors=True)
@@ -83,15 +85,11 @@ def build_repository(work_dir, shape, device, tokenizer_instances, max_batch_tok
             f'instance_group [ {{ kind: {kind}, count: 1, rate_limiter {{ resources [ {{ name: "cores", count: 1 }} ] '
             "priority: 1 } } ]\n"
             + "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in parameters.items()))
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler:  # the token budget, as export builds it
-        subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", os.path.join(encoder_dir, "batchstrategy.so"),
-                        os.path.join(PROJECT, "model_repository", "embedding", "token_budget.c")], check=True)
-    export = export_module()
+    export_repository.build_batch_strategy(encoder_dir)  # the token budget, as export builds it
     ensemble_dir = os.path.join(repository, "ensemble")
     os.makedirs(os.path.join(ensemble_dir, "1"))
     with open(os.path.join(ensemble_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
-        handle.write(export.render(
+        handle.write(export_repository.render(
             os.path.join(PROJECT, "model_repository", "ensemble", "config.pbtxt.template"), tokenizer="tokenizer",
             encoder="embedding",
             outputs=",\n".join([f'  {{ name: "embedding", data_type: TYPE_FP32, dims: [ {shape["hidden"]} ] }}',

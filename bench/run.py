@@ -22,7 +22,6 @@ Steps, in one process:
 """
 import argparse
 import glob
-import importlib.util
 import json
 import os
 import platform
@@ -112,11 +111,13 @@ def make_scratch(source, work_dir, manifest, device):
 
 
 def export_module():
-    """build/export.py, for its resolve_model (the bench is a tool beside the serving code, it may import it)."""
-    spec = importlib.util.spec_from_file_location("triton_embed_export", os.path.join(PROJECT, "build", "export.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """build/exporting/source.py, for its resolve_model (the bench is a tool beside the serving code, it may import
+    it). `exporting` with build/ on sys.path: `build` is pypa's package name."""
+    if os.path.join(PROJECT, "build") not in sys.path:
+        sys.path.insert(0, os.path.join(PROJECT, "build"))
+    from exporting import source
+
+    return source
 
 
 def add_pytorch_baseline(scratch, manifest, device):

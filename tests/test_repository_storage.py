@@ -81,6 +81,10 @@ def test_gpu_variants_parse_as_model_configs(minilm_repository):
         assert not config.instance_group[0].HasField("rate_limiter")
         assert [o.name for o in config.output] == [o.name for o in cpu.output]
         assert config.parameters["max_batch_tokens"].string_value == cpu.parameters["max_batch_tokens"].string_value
+        # Their templates repeat config.pbtxt.template (a custom configuration replaces it whole): shared parts agree.
+        for field in ("backend", "input", "output", "dynamic_batching", "model_warmup"):
+            assert getattr(config, field) == getattr(cpu, field), (variant, field)
+        assert variant == "gpu-trt" or config.max_batch_size == cpu.max_batch_size
     trt = parse(os.path.join(minilm_repository, "embedding", "configs", "gpu-trt.pbtxt"))
     accelerator = trt.optimization.execution_accelerators.gpu_execution_accelerator[0]
     assert accelerator.name == "tensorrt" and accelerator.parameters["precision_mode"] == "FP16"

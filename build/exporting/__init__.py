@@ -1,1 +1,26 @@
-"""build/export.py's parts (import with build/ on sys.path: `build` itself is pypa's package name)."""
+"""build/export.py's parts (import with build/ on sys.path: `build` itself is pypa's package name).
+
+    source.py      where the Hugging Face model is and what it says of itself (pooling, max length, outputs)
+    graph.py       the encoder wrapper (pooling, heads, normalization), ONNX export and finalizing
+    parity.py      the exported graph checked against PyTorch
+    repository.py  the Triton side: names, rendered configs, warm-up and tokenizer files, batchstrategy.so, install
+    pbtxt.py       the one reader of config.pbtxt text
+
+Nothing under model_repository/ imports these: export code is never serving code.
+"""
+import json
+import os
+
+
+def fail(message):
+    """Stop the export with a one-line message (the parts' errors are the command's errors)."""
+    raise SystemExit(f"export: {message}")
+
+
+def read_json(*parts):
+    """The JSON file at os.path.join(*parts), or None when there is none."""
+    path = os.path.join(*parts)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)

@@ -1,0 +1,146 @@
+"""The ONNX graph: the Hugging Face encoder wrapped with its pooling, L2 normalization and bge-m3's heads (so the
+graph returns final, usable outputs), exported with torch.onnx, then finalized for Triton's onnxruntime backend
+(static output dims, IR version, optional fp16, external data above protobuf's 2 GB)."""
+import inspect
+import os
+
+from .source import M3_HEADS
+
+OPSET = 17  # onnxruntime 1.18.1 (tritonserver 24.07) runs opset <= 20 and IR <= 9
+MAX_IR_VERSION = 9
+ONNX_PROTOBUF_LIMIT = 2 * 1024**3
+# Graph outputs of each family: (name, Triton type, dims after the batch dim; "D" = hidden size, "C" = ColBERT dim)
+OUTPUT_TENSORS = {
+    "dense": [("embedding", "TYPE_FP32", ["D"])],
+    "sparse": [("sparse_indices", "TYPE_INT64", [-1]), ("sparse_values", "TYPE_FP32", [-1]),
+               ("sparse_count", "TYPE_INT32", [1])],
+    "colbert": [("colbert_vectors", "TYPE_FP32", [-1, "C"]), ("colbert_length", "TYPE_INT32", [1])],
+}
+
+
+def load_head(folder, kind, hidden_size):
+    import torch
+
+    state = torch.load(os.path.join(folder, M3_HEADS[kind]), map_location="cpu", weights_only=True)
+    out_features = state["weight"].shape[0]
+    head = torch.nn.Linear(hidden_size, out_features)
+    head.load_state_dict(state)
+    return head.eval()
+
+
+def build_encoder(model, pooling, outputs, heads, special_ids):
+    """HF encoder + pooling + normalization (+ bge-m3's heads), so the ONNX graph returns final, usable outputs.
+
+    sparse (FlagEmbedding's lexical weights): relu(sparse_linear(hidden)) per token; special tokens and padding get
+      weight 0; one weight per distinct token id, the maximum over its occurrences; zero weights dropped. Done in
+      the graph with sorts only (opset 17): rank tokens by weight, sort by (id, rank) so each id's run starts with
+      its largest weight, keep run starts, then sort those by weight. Returned padded to the row width:
+      sparse_indices (-1 past sparse_count), sparse_values (0 past it), sparse_count.
+    colbert: normalize(colbert_linear(hidden[:, 1:]) * mask[:, 1:]); colbert_length = real tokens - 1 vectors."""
+    import torch
+
+    takes_token_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+            self.heads = torch.nn.ModuleDict(heads)
+
+        def forward(self, input_ids, attention_mask):
+            extra = {"token_type_ids": torch.zeros_like(input_ids)} if takes_token_type_ids else {}
+            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask, **extra)[0]
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            results = []
+            if "dense" in outputs:
+                if pooling == "cls":
+                    pooled = hidden[:, 0]
+                else:
+                    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                results.append(torch.nn.functional.normalize(pooled, p=2.0, dim=1))
+            if "sparse" in outputs:
+                results += self.sparse(input_ids, attention_mask, hidden)
+            if "colbert" in outputs:
+                vectors = self.heads["colbert"](hidden[:, 1:]) * mask[:, 1:]
+                length = (attention_mask.sum(1, keepdim=True) - 1).to(torch.int32)
+                results += [torch.nn.functional.normalize(vectors, p=2.0, dim=-1), length]
+            return tuple(results)
+
+        def sparse(self, input_ids, attention_mask, hidden):
+            width = input_ids.shape[1]
+            weights = torch.relu(self.heads["sparse"](hidden)).squeeze(-1)
+            keep = attention_mask > 0
+            for token in special_ids:
+                keep = keep & (input_ids != token)
+            weights = weights * keep.to(weights.dtype)
+            by_weight = torch.sort(weights, dim=1, descending=True)[1]
+            positions = torch.arange(width, dtype=input_ids.dtype).unsqueeze(0).expand_as(input_ids)
+            rank = torch.zeros_like(input_ids).scatter(1, by_weight, positions)
+            order = torch.sort(input_ids * width + rank, dim=1)[1]
+            ids, values = torch.gather(input_ids, 1, order), torch.gather(weights, 1, order)
+            run_start = torch.cat([torch.ones_like(ids[:, :1], dtype=torch.bool), ids[:, 1:] != ids[:, :-1]], 1)
+            values, order = torch.sort(values * run_start.to(values.dtype), dim=1, descending=True)
+            ids = torch.gather(ids, 1, order)
+            present = values > 0
+            return [torch.where(present, ids, torch.full_like(ids, -1)), values,
+                    present.sum(1, keepdim=True).to(torch.int32)]
+
+    return Encoder().eval()
+
+
+def output_names(outputs):
+    return [name for kind in outputs for name, _, _ in OUTPUT_TENSORS[kind]]
+
+
+def declared_dims(outputs, hidden_size, colbert_dim):
+    """{output name: dims after the batch dim} with "D" and "C" replaced by the model's sizes (-1 stays dynamic)."""
+    return {name: [{"D": hidden_size, "C": colbert_dim}.get(d, d) for d in dims]
+            for kind in outputs for name, _, dims in OUTPUT_TENSORS[kind]}
+
+
+def export_onnx(encoder, tokenizer, outputs, workdir):
+    import torch
+
+    sample = tokenizer(["export sample", "a second, longer export sample"], padding=True, return_tensors="pt")
+    path = os.path.join(workdir, "model.onnx")
+    axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"}}
+    for kind in outputs:
+        for name, _, dims in OUTPUT_TENSORS[kind]:
+            axes[name] = {0: "batch", **{i + 1: f"{name}_{i}" for i, d in enumerate(dims) if d == -1}}
+    with torch.no_grad():
+        torch.onnx.export(encoder, (sample["input_ids"], sample["attention_mask"]), path,
+                          input_names=["input_ids", "attention_mask"], output_names=output_names(outputs),
+                          dynamic_axes=axes, opset_version=OPSET, do_constant_folding=True, dynamo=False)
+    return path
+
+
+def finalize_onnx(exported, version_dir, fp16, external_data, static_dims):
+    """Fix the declared output shapes (Triton's ORT backend compares them with config.pbtxt exactly), optionally
+    convert to fp16, and save in the layout Triton's ORT backend loads."""
+    import onnx
+
+    model = onnx.load(exported)
+    for output in model.graph.output:
+        for i, dim in enumerate(output.type.tensor_type.shape.dim[1:]):
+            if static_dims[output.name][i] != -1:
+                dim.Clear()
+                dim.dim_value = static_dims[output.name][i]
+    if fp16:
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        model = convert_float_to_float16(model, keep_io_types=True)
+    if model.ir_version > MAX_IR_VERSION:
+        model.ir_version = MAX_IR_VERSION
+    os.makedirs(version_dir, exist_ok=True)
+    size = sum(t.ByteSize() for t in model.graph.initializer)
+    if external_data or size >= ONNX_PROTOBUF_LIMIT:
+        # A directory named model.onnx holding model.onnx + one data file: the ORT backend opens the inner file.
+        folder = os.path.join(version_dir, "model.onnx")
+        os.makedirs(folder)
+        onnx.save_model(model, os.path.join(folder, "model.onnx"), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location="model.onnx.data", size_threshold=1024)
+        return os.path.join(folder, "model.onnx")
+    path = os.path.join(version_dir, "model.onnx")
+    onnx.save_model(model, path)
+    return path
+
