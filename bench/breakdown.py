@@ -16,7 +16,6 @@ import glob
 import importlib.util
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -26,7 +25,8 @@ import urllib.request
 
 import numpy as np
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench import common
+
 TRACED_REQUESTS = 200
 WARMUP_REQUESTS = 30
 
@@ -140,9 +140,7 @@ def tokenizer_micro(scratch, texts):
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         model = module.TritonPythonModel()
-        with open(os.path.join(scratch, "tokenizer", "config.pbtxt"), encoding="utf-8") as handle:
-            parameters = {k: {"string_value": v} for k, v in re.findall(
-                r'key:\s*"(\w+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"', handle.read())}
+        parameters = {k: {"string_value": v} for k, v in common.config_parameters(scratch, "tokenizer").items()}
         model.initialize({"model_config": json.dumps({"parameters": parameters}),
                           "model_repository": os.path.join(scratch, "tokenizer"), "model_version": "1"})
     finally:
@@ -186,11 +184,9 @@ def onnxruntime_micro(scratch, manifest, encodings, pad_id):
     """onnxruntime's run on each query alone ([1, L], padded as the tokenizer pads it): median ms."""
     import onnxruntime as ort
 
-    from bench import run as bench_run
-
-    multiple = int(bench_run.config_parameter(scratch, "tokenizer", "pad_to_multiple_of", "1"))
+    multiple = int(common.config_parameter(scratch, "tokenizer", "pad_to_multiple_of", "1"))
     options = ort.SessionOptions()
-    options.intra_op_num_threads = bench_run.encoder_threads(scratch)
+    options.intra_op_num_threads = common.encoder_threads(scratch)
     session = ort.InferenceSession(os.path.join(scratch, manifest["onnx"]), options,
                                    providers=["CPUExecutionProvider"])
     times = []
@@ -208,10 +204,8 @@ def onnxruntime_micro(scratch, manifest, encodings, pad_id):
 
 def stub_pids(server_pid):
     """{model: pid} of the server's Python-backend stubs."""
-    from local_triton import launch
-
     pids = {}
-    for pid, (_, argv) in launch.children(server_pid).items():
+    for pid, (_, argv) in common.launch.children(server_pid).items():
         if len(argv) > 1 and argv[0].endswith(b"triton_python_backend_stub"):
             pids[os.path.basename(os.path.dirname(os.path.dirname(argv[1].decode())))] = pid
     return pids

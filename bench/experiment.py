@@ -10,19 +10,16 @@ Each --edit is MODEL:REGEX=>REPLACEMENT applied to MODEL/config.pbtxt of the cop
 current model code replaces the copy's.
 """
 import argparse
-import glob
 import os
 import re
-import shutil
 import sys
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
-from bench import loadgen  # noqa: E402
-from bench import run as bench_run  # noqa: E402
-from local_triton import launch  # noqa: E402
+from bench import common, loadgen  # noqa: E402
+from bench import corpus as corpus_lib  # noqa: E402
 
 
 def edit_configs(repository, edits):
@@ -41,33 +38,26 @@ def edit_configs(repository, edits):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--source", default=os.path.join(bench_run.RESULTS, "short"),
+    parser.add_argument("--source", default=os.path.join(common.RESULTS, "short"),
                         help="a bench work dir holding repository/ and data/ (default bench/results/short)")
-    parser.add_argument("--work-dir", default=os.path.join(bench_run.RESULTS, "experiment"))
+    parser.add_argument("--work-dir", default=os.path.join(common.RESULTS, "experiment"))
     parser.add_argument("--workload", default="queries")
     parser.add_argument("--concurrency", default="16,64")
     parser.add_argument("--edit", action="append", default=[], help="MODEL:REGEX=>REPLACEMENT (repeatable)")
     parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args(argv)
 
-    repository = os.path.join(args.work_dir, "repository")
-    shutil.rmtree(repository, ignore_errors=True)
-    shutil.copytree(os.path.join(args.source, "repository"), repository)
-    # The proxy's config is tracked and model-independent: the current one goes with the current code.
-    shutil.copy2(os.path.join(PROJECT, "model_repository", "proxy", "config.pbtxt"), os.path.join(repository, "proxy"))
-    for model in ("tokenizer", "proxy"):
-        for code in glob.glob(os.path.join(PROJECT, "model_repository", model, "1", "*.py")):
-            shutil.copy2(code, os.path.join(repository, model, "1"))
+    source = os.path.join(args.source, "repository")
+    # Every model of the bench run's repository (its bench-only ones too), with the current tracked code and configs.
+    repository = common.scratch_repository(source, os.path.join(args.work_dir, "repository"), os.listdir(source))
     edit_configs(repository, args.edit)
-    ports = [bench_run.free_port() for _ in range(4)]
-    env = {"PROXY_PORT": str(ports[3]), **dict(kv.split("=", 1) for kv in args.server_env)}
+    ports = common.free_ports()
+    env = dict(kv.split("=", 1) for kv in args.server_env)
     data = os.path.join(args.source, "data", f"{args.workload}.json")
-    batch = bench_run.corpus_lib.WORKLOADS[args.workload].texts_per_request
-    http, grpc, metrics = (f"127.0.0.1:{p}" for p in ports[:3])
-    with open(os.path.join(args.work_dir, "tritonserver.log"), "w") as log:
-        server = launch.start(repository, *ports[:3], log_file=log, extra_env=env)
+    batch = corpus_lib.WORKLOADS[args.workload].texts_per_request
+    http, grpc, metrics = (f"127.0.0.1:{ports[name]}" for name in ("http", "grpc", "metrics"))
+    server = common.start_server(repository, ports, os.path.join(args.work_dir, "tritonserver.log"), env)
     try:
-        launch.wait_ready(server, ports[0])
         for concurrency in [int(c) for c in args.concurrency.split(",")]:
             before = {m: loadgen.model_stats(http, m) for m in ("tokenizer", "embedding")}
             row = loadgen.perf_analyzer("ensemble", grpc, data, concurrency, os.path.join(args.work_dir, "perf.csv"),
@@ -82,7 +72,7 @@ def main(argv=None):
                   f"{d['embedding']['mean_batch']:.2f} queue {d['embedding']['queue_ms_per_request']:.0f} ms infer "
                   f"{d['embedding']['compute_infer_ms_per_request']:.1f} ms", flush=True)
     finally:
-        launch.stop(server)
+        common.stop_server(server)
     return 0
 
 

@@ -30,8 +30,8 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
+from bench import common  # noqa: E402
 from bench import corpus as corpus_lib  # noqa: E402
-from local_triton import launch  # noqa: E402
 
 BGE_M3_SHAPE = {"vocab": 250002, "hidden": 1024, "layers": 24, "heads": 16, "ffn": 4096, "positions": 8194}
 TINY_SHAPE = {"vocab": 250002, "hidden": 32, "layers": 2, "heads": 2, "ffn": 64, "positions": 514}
@@ -45,17 +45,13 @@ def progress(message):
 def build_repository(work_dir, shape, device, tokenizer_instances, max_batch_tokens):
     """tokenizer (the project's model + the XLM-R tokenizer), embedding (torch_encoder), ensemble (the project's
     template). Returns the repository path."""
+    from exporting import repository as export_repository  # (bench/common.py put build/ on sys.path)
     from tokenizers import Tokenizer
-
-    if os.path.join(PROJECT, "build") not in sys.path:  # `exporting`, not `build.exporting`: pypa owns `build`
-        sys.path.insert(0, os.path.join(PROJECT, "build"))
-    from exporting import repository as export_repository
 
     repository = os.path.join(work_dir, "repository")
     shutil.rmtree(repository, ignore_errors=True)
     tokenizer_dir = os.path.join(repository, "tokenizer")
-    shutil.copytree(os.path.join(PROJECT, "model_repository", "tokenizer"), tokenizer_dir,
-                    ignore=shutil.ignore_patterns("__pycache__", "tokenizer.json"))
+    common.copy_model(os.path.join(common.TRACKED, "tokenizer"), tokenizer_dir, "tokenizer.json")
     with lzma.open(os.path.join(PROJECT, "tests", "fixtures", "xlmr-tokenizer", "tokenizer.json.xz")) as packed:
         tokenizer = Tokenizer.from_str(packed.read().decode())
     tokenizer.enable_truncation(MAX_LENGTH)
@@ -65,14 +61,14 @@ def build_repository(work_dir, shape, device, tokenizer_instances, max_batch_tok
     with open(config_path, encoding="utf-8") as handle:
         text = handle.read()
     text = text.replace("kind: KIND_CPU, count: 1,", f"kind: KIND_CPU, count: {tokenizer_instances},")
-    text = text.replace('key: "max_batch_tokens" value: { string_value: "16384" }',
+    tracked = common.pbtxt.parameters(text)["max_batch_tokens"]  # the tracked value, whatever it is now
+    text = text.replace(f'key: "max_batch_tokens" value: {{ string_value: "{tracked}" }}',
                         f'key: "max_batch_tokens" value: {{ string_value: "{max_batch_tokens}" }}')
     with open(config_path, "w", encoding="utf-8") as handle:
         handle.write(text)
 
     encoder_dir = os.path.join(repository, "embedding")
-    shutil.copytree(os.path.join(PROJECT, "bench", "models", "torch_encoder"), encoder_dir,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    common.copy_model(os.path.join(PROJECT, "bench", "models", "torch_encoder"), encoder_dir)
     kind = "KIND_GPU" if device == "cuda" else "KIND_CPU"
     parameters = {**shape, "device": device, "max_batch_tokens": max_batch_tokens}
     with open(os.path.join(encoder_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
@@ -207,18 +203,16 @@ def main(argv=None):
         workloads = {name: [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS[name],
                                                                  64 if args.short else 600)]
                      for name in levels}
-        ports = [launch_port() for _ in range(3)]
-        log_path = os.path.join(args.work_dir, "tritonserver.log")
-        with open(log_path, "w", encoding="utf-8") as log_file:
-            server = launch.start(repository, *ports, log_file=log_file,
-                                  extra_env={"RATE_LIMIT": rate_limit, "LOAD_MODELS": "tokenizer,embedding,ensemble"})
+        ports = common.free_ports()
+        server = common.start_server(repository, ports, os.path.join(args.work_dir, "tritonserver.log"),
+                                     {"RATE_LIMIT": rate_limit, "LOAD_MODELS": "tokenizer,embedding,ensemble"},
+                                     timeout_s=900)
         try:
-            launch.wait_ready(server, ports[0], timeout_s=900)
             for name, concurrencies in levels.items():
-                load(ports[0], workloads[name], 4, 1.0)  # warm-up
+                load(ports["http"], workloads[name], 4, 1.0)  # warm-up
                 for concurrency in concurrencies:
                     with GpuSampler() as sampler:
-                        rate, p50, p99, errors = load(ports[0], workloads[name], concurrency, args.seconds)
+                        rate, p50, p99, errors = load(ports["http"], workloads[name], concurrency, args.seconds)
                     util, memory = sampler.summary()
                     row = {"workload": name, "rate_limit": rate_limit, "tokenizers": instances,
                            "max_batch_tokens": budget, "concurrency": concurrency, "texts_per_s": rate,
@@ -226,19 +220,11 @@ def main(argv=None):
                     rows.append(row)
                     progress(json.dumps(row))
         finally:
-            launch.stop(server)
+            common.stop_server(server)
     with open(os.path.join(args.work_dir, "results.json"), "w", encoding="utf-8") as handle:
         json.dump({"rows": rows, "machine": machine, "shape": shape, "device": args.device}, handle, indent=1)
     write_report(args, rows, machine, shape)
     return 0
-
-
-def launch_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_report(args, rows, machine, shape):

@@ -23,15 +23,15 @@ import lzma
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOKENIZER_FIXTURE = os.path.join(PROJECT, "tests", "fixtures", "xlmr-tokenizer")
+from bench import common
+
+TOKENIZER_FIXTURE = os.path.join(common.PROJECT, "tests", "fixtures", "xlmr-tokenizer")
 HEADS = {"sparse": ["sparse_indices", "sparse_values", "sparse_count"],
          "colbert": ["colbert_vectors", "colbert_length"]}
 OUTPUTS = {"dense": ["embedding"], "all": ["embedding"] + HEADS["sparse"] + HEADS["colbert"]}
@@ -81,12 +81,8 @@ def build_model(folder, layers, tokenizer_dir, sample_ids, seed=0):
 
 
 def export(folder, repository, name, outputs, max_length):
-    command = [sys.executable, os.path.join(PROJECT, "build", "export.py"), "--model", folder, "--repository",
-               repository, "--name", name, "--max-length", str(max_length)]
-    command += ["--outputs", outputs] if outputs else []
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"m3_cost: export failed:\n{result.stdout}\n{result.stderr}")
+    options = ["--name", name, "--max-length", str(max_length), *(["--outputs", outputs] if outputs else [])]
+    common.run_export(folder, repository, *options, who="m3_cost")
     with open(os.path.join(repository, name, "1", "export.json"), encoding="utf-8") as handle:
         manifest = json.load(handle)
     return os.path.join(repository, manifest["onnx"])

@@ -21,13 +21,11 @@ Steps, in one process:
   7. the report: targets (ratios to each workload's ceiling), tables, plots (bench/report.py).
 """
 import argparse
-import glob
 import json
 import os
 import platform
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,12 +35,9 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
-from bench import baselines, breakdown, loadgen, report  # noqa: E402
+from bench import baselines, breakdown, common, loadgen, report  # noqa: E402
 from bench import corpus as corpus_lib  # noqa: E402
-from local_triton import launch  # noqa: E402
 
-RESULTS = os.path.join(PROJECT, "bench", "results")
-DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 PERF_MODELS = {"ensemble": "ensemble", "ensemble_bls": "ensemble_bls", "client_tokenization": "embedding",
                "pytorch_baseline": "pytorch_baseline"}
 SYSTEMS = {  # workload -> systems measured on it (the ensemble everywhere)
@@ -61,76 +56,25 @@ def progress(message):
     print(f"[{time.monotonic() - _START:6.1f}s] {message}", flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # ---------------------------------------------------------------- step 1: repository
-def find_export(args):
-    """The repository to benchmark, and whether it is the bench-owned one."""
-    if args.repository:
-        if not glob.glob(os.path.join(args.repository, "*", "1", "export.json")):
-            raise SystemExit(f"bench: {args.repository} holds no export (*/1/export.json)")
-        return os.path.abspath(args.repository), False
-    project = os.path.join(PROJECT, "model_repository")
-    if os.path.exists(os.path.join(project, "ensemble", "1", "export.json")):
-        return project, False
-    owned = os.path.join(RESULTS, "repository")
-    progress(f"no export in model_repository/: exporting {DEFAULT_MODEL} into {os.path.relpath(owned, PROJECT)}")
-    command = [sys.executable, os.path.join(PROJECT, "build", "export.py"), "--repository", owned,
-               "--model", DEFAULT_MODEL, "--skip-if-exported"]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"bench: export failed:\n{result.stdout}{result.stderr}")
-    return owned, True
-
-
 def make_scratch(source, work_dir, manifest, device):
-    """Copy of the repository (the default export, the proxy and the supervisor) + bench-only models; the project's
-    current model code replaces the export's copy, so code changes are what gets measured."""
-    scratch = os.path.join(work_dir, "repository")
-    shutil.rmtree(scratch, ignore_errors=True)
-    for model in ("tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "proxy", "supervisor"):
-        if os.path.exists(os.path.join(source, model)):
-            shutil.copytree(os.path.join(source, model), os.path.join(scratch, model),
-                            ignore=shutil.ignore_patterns("__pycache__"))
-    # The tokenizer's, proxy's and supervisor's configs are tracked and model-independent: the current ones go with
-    # the current code.
-    for model in ("tokenizer", "proxy", "supervisor"):
-        if os.path.exists(os.path.join(scratch, model)):
-            shutil.copy2(os.path.join(PROJECT, "model_repository", model, "config.pbtxt"), os.path.join(scratch, model))
-    for model in ("tokenizer", "ensemble_bls", "rerank", "proxy", "supervisor"):
-        for code in glob.glob(os.path.join(PROJECT, "model_repository", model, "1", "*.py")):
-            if os.path.exists(os.path.join(scratch, model)):
-                shutil.copy2(code, os.path.join(scratch, model, "1"))
+    """The export with the current tracked code and configs (bench/common.py) + the bench-only models."""
+    scratch = common.scratch_repository(source, os.path.join(work_dir, "repository"))
     add_pytorch_baseline(scratch, manifest, device)
     add_probe(scratch)
     return scratch
 
 
-def export_module():
-    """build/exporting/source.py, for its resolve_model (the bench is a tool beside the serving code, it may import
-    it). `exporting` with build/ on sys.path: `build` is pypa's package name."""
-    if os.path.join(PROJECT, "build") not in sys.path:
-        sys.path.insert(0, os.path.join(PROJECT, "build"))
-    from exporting import source
-
-    return source
-
-
 def add_pytorch_baseline(scratch, manifest, device):
     """The same Hugging Face folder in a Python-backend PyTorch model (bench/models/pytorch_baseline)."""
-    resolve_model = export_module().resolve_model
+    from exporting.source import resolve_model  # (bench/common.py put build/ on sys.path)
     target = os.path.join(scratch, "pytorch_baseline")
-    shutil.copytree(os.path.join(PROJECT, "bench", "models", "pytorch_baseline"), target,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    common.copy_model(os.path.join(PROJECT, "bench", "models", "pytorch_baseline"), target)
     with open(os.path.join(target, "config.pbtxt"), encoding="utf-8") as handle:
         text = handle.read()
     values = {"MAX_BATCH_SIZE": 64, "EMBEDDING_SIZE": manifest["embedding_size"],
               "MODEL_PATH": resolve_model(manifest["model"]), "POOLING": manifest.get("pooling", "mean"),
-              "MAX_LENGTH": manifest["max_length"], "DEVICE": device, "THREADS": encoder_threads(scratch)}
+              "MAX_LENGTH": manifest["max_length"], "DEVICE": device, "THREADS": common.encoder_threads(scratch)}
     for key, value in values.items():
         text = text.replace(f"@{key}@", str(value))
     if device == "cuda":
@@ -149,19 +93,6 @@ def add_probe(scratch):
                   count=1, flags=re.M)
     with open(os.path.join(probe, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(text)
-
-
-def config_parameter(repository, model, key, default=None):
-    path = os.path.join(repository, model, "config.pbtxt")
-    if not os.path.exists(path):
-        return default
-    with open(path, encoding="utf-8") as handle:
-        match = re.search(rf'key:\s*"{re.escape(key)}"\s*value:\s*\{{\s*string_value:\s*"([^"]*)"', handle.read())
-    return match.group(1) if match else default
-
-
-def encoder_threads(repository):
-    return int(config_parameter(repository, "embedding", "intra_op_thread_count", "0") or 0)
 
 
 def tuning_snapshot(repository):
@@ -212,7 +143,7 @@ def build_workloads(args, scratch, manifest):
 # ---------------------------------------------------------------- step 3: ceilings
 def measure_ceilings(args, scratch, manifest, workloads):
     onnx_path = os.path.join(scratch, manifest["onnx"])
-    threads = encoder_threads(scratch)
+    threads = common.encoder_threads(scratch)
     with open(os.path.join(scratch, "tokenizer", "1", "tokenizer.json"), encoding="utf-8") as handle:
         pad_id = json.load(handle)["padding"]["pad_id"]
     thread_options = [threads] if threads == 0 or args.device == "cuda" else [threads, 0]
@@ -229,7 +160,6 @@ def measure_ceilings(args, scratch, manifest, workloads):
 def start_server(args, scratch, ports):
     env = {"PROXY_PORT": str(ports["proxy"]), "PROXY_HOST": "127.0.0.1", "ADMIN_API_KEY": ADMIN_KEY,
            **dict(kv.split("=", 1) for kv in args.server_env)}
-    log_path = os.path.join(args.work_dir, "tritonserver.log")
     trace_dir = os.path.join(args.work_dir, "trace")
     shutil.rmtree(trace_dir, ignore_errors=True)
     os.makedirs(trace_dir)
@@ -238,31 +168,11 @@ def start_server(args, scratch, ports):
                "--trace-config", "level=OFF"]
     progress(f"starting tritonserver (HTTP {ports['http']}, gRPC {ports['grpc']}, proxy {ports['proxy']}; "
              f"{' '.join(args.server_env) or 'default settings'})")
-    with open(log_path, "w", encoding="utf-8") as log_file:
-        server = launch.start(scratch, ports["http"], ports["grpc"], ports["metrics"],
-                              extra_args=[*tracing, *args.server_arg], log_file=log_file, extra_env=env)
-    try:
-        launch.wait_ready(server, ports["http"], timeout_s=300)
-    except Exception:
-        launch.stop(server)
-        with open(log_path, encoding="utf-8", errors="replace") as handle:
-            raise SystemExit("bench: tritonserver did not start:\n" + handle.read()[-4000:]) from None
-    wait_for_proxy(ports["proxy"])
+    server = common.start_server(scratch, ports, os.path.join(args.work_dir, "tritonserver.log"), env,
+                                 [*tracing, *args.server_arg])
+    common.wait_for_proxy(ports["proxy"])
     progress("tritonserver ready")
     return server, env
-
-
-def wait_for_proxy(port, timeout_s=60):
-    import urllib.request
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
 
 
 def wrk_scripts(args, workload, manifest, name):
@@ -453,9 +363,9 @@ def parse_args(argv):
     args.stability = 1000 if args.short else 25  # short: no stability check, the first 3 windows count
     args.wrk_seconds = args.wrk_seconds or (2 if args.short else 8)
     args.ceiling_seconds = args.ceiling_seconds or (1.0 if args.short else 4.0)
-    args.output = os.path.abspath(args.output or (os.path.join(RESULTS, "short") if args.short
+    args.output = os.path.abspath(args.output or (os.path.join(common.RESULTS, "short") if args.short
                                                   else os.path.join(PROJECT, "docs")))
-    args.work_dir = os.path.abspath(args.work_dir or os.path.join(RESULTS, args.mode))
+    args.work_dir = os.path.abspath(args.work_dir or os.path.join(common.RESULTS, args.mode))
     args.skip = {s for s in args.skip.split(",") if s}
     return args
 
@@ -465,7 +375,7 @@ def main(argv=None):
     command_line = " ".join(["python -m bench.run", *(argv if argv is not None else sys.argv[1:])])
     os.makedirs(args.output, exist_ok=True)
     os.makedirs(args.work_dir, exist_ok=True)
-    source, owned = find_export(args)
+    source, owned = common.find_export(args.repository, progress)
     with open(os.path.join(source, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
         manifest = json.load(handle)
     scratch = make_scratch(source, args.work_dir, manifest, args.device)
@@ -476,7 +386,7 @@ def main(argv=None):
     if not args.no_breakdown and "queries" in workloads:
         progress("breakdown: micro-benchmarks of the stubs' work on the queries (before the server starts)")
         micro = breakdown.micro_benchmarks(args, scratch, workloads["queries"])
-    ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port(), "proxy": free_port()}
+    ports = common.free_ports()
     server, server_env = start_server(args, scratch, ports)
     probe, times = None, None
     try:
@@ -485,7 +395,7 @@ def main(argv=None):
         if micro:
             times = breakdown.measure(args, ports, server.pid, workloads["queries"], micro, ADMIN_KEY, progress)
     finally:
-        launch.stop(server)
+        common.stop_server(server)
     with open(os.path.join(args.work_dir, "tritonserver.log"), encoding="utf-8", errors="replace") as handle:
         server_log = handle.read()
     run = {
@@ -497,7 +407,7 @@ def main(argv=None):
         "workloads": {name: {k: w.get(k) for k in ("info", "ceiling", "ceiling_sweep", "results")}
                       for name, w in workloads.items()},
         "machine": machine_info(), "versions": versions(server_log), "tuning": tuning_snapshot(scratch),
-        "server_args": [a for a in launch.server_command(scratch, env=server_env, admin_key="KEY")[1:]
+        "server_args": [a for a in common.launch.server_command(scratch, env=server_env, admin_key="KEY")[1:]
                         if not a.startswith(("--model-repository", "--backend-directory", "--http-port",
                                              "--grpc-port", "--metrics-port"))],
         "settings": {"window_s": args.window_s, "min_window_requests": args.min_window_requests,

@@ -15,7 +15,6 @@ import json
 import os
 import platform
 import re
-import shutil
 import statistics
 import sys
 import tempfile
@@ -26,8 +25,7 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
-from bench.run import find_export, free_port  # noqa: E402
-from local_triton import launch  # noqa: E402
+from bench import common  # noqa: E402
 
 SHORT = "how do I reset my password"
 LONG = " ".join(["The committee reviewed the proposal in detail and asked for a revised budget before the vote."] * 12)
@@ -35,9 +33,8 @@ WARMUP_BLOCK = re.compile(r"^model_warmup \[.*?^\]\n", re.S | re.M)
 
 
 def scratch_copy(source, target, warm):
-    for model in ("tokenizer", "embedding", "ensemble", "proxy"):
-        shutil.copytree(os.path.join(source, model), os.path.join(target, model),
-                        ignore=shutil.ignore_patterns("__pycache__"))
+    """The export as it is (its configs and code, not the tracked ones), maybe without warm-up."""
+    common.copy_models(source, target, ("tokenizer", "embedding", "ensemble", "proxy"))
     if not warm:
         for model in ("tokenizer", "embedding"):
             path = os.path.join(target, model, "config.pbtxt")
@@ -60,20 +57,17 @@ def infer_ms(port, text):
 
 def one_start(source, warm, work_dir):
     repository = os.path.join(work_dir, "warm" if warm else "cold")
-    shutil.rmtree(repository, ignore_errors=True)
     scratch_copy(source, repository, warm)
-    ports = [free_port() for _ in range(4)]
-    with open(os.path.join(work_dir, "tritonserver.log"), "w") as log:
-        server = launch.start(repository, *ports[:3], log_file=log, extra_env={"PROXY_PORT": str(ports[3])})
-        try:
-            started = time.monotonic()
-            launch.wait_ready(server, ports[0])
-            ready_s = time.monotonic() - started
-            first = {"short": infer_ms(ports[0], SHORT), "long": infer_ms(ports[0], LONG)}
-            steady = {name: statistics.median(infer_ms(ports[0], text) for _ in range(20))
-                      for name, text in (("short", SHORT), ("long", LONG))}
-        finally:
-            launch.stop(server)
+    ports = common.free_ports()
+    started = time.monotonic()
+    server = common.start_server(repository, ports, os.path.join(work_dir, "tritonserver.log"))
+    ready_s = time.monotonic() - started
+    try:
+        first = {"short": infer_ms(ports["http"], SHORT), "long": infer_ms(ports["http"], LONG)}
+        steady = {name: statistics.median(infer_ms(ports["http"], text) for _ in range(20))
+                  for name, text in (("short", SHORT), ("long", LONG))}
+    finally:
+        common.stop_server(server)
     return {"ready_s": ready_s, "first": first, "steady": steady}
 
 
@@ -105,7 +99,7 @@ def main(argv=None):
     parser.add_argument("--repository", help="an exported repository (default: as bench.run finds one)")
     parser.add_argument("--output", default=os.path.join(PROJECT, "docs", "warm-start.md"))
     args = parser.parse_args(argv)
-    source, _ = find_export(args)
+    source, _ = common.find_export(args.repository)
     runs = {False: [], True: []}
     with tempfile.TemporaryDirectory(prefix="warm-start-") as work_dir:
         for i in range(args.starts):

@@ -1,0 +1,145 @@
+"""What the bench scripts share: free ports, the export to measure and its scratch copy, the tritonserver they
+start, and the configs' parameters. Imports nothing from the other bench modules, so any of them may import it."""
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The project root for local_triton and bench; build/ for exporting (never `import build`: pypa's package name).
+for _path in (PROJECT, os.path.join(PROJECT, "build")):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from exporting import pbtxt  # noqa: E402
+
+from local_triton import launch  # noqa: E402
+
+RESULTS = os.path.join(PROJECT, "bench", "results")
+TRACKED = os.path.join(PROJECT, "model_repository")
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+EXPORTED_MODELS = ("tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "proxy", "supervisor")
+# Model-independent configs, tracked in model_repository/: the current ones go with the current code.
+TRACKED_CONFIGS = ("tokenizer", "proxy", "supervisor")
+TRACKED_CODE = ("tokenizer", "ensemble_bls", "rerank", "proxy", "supervisor")
+
+
+# ---------------------------------------------------------------- ports
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_ports():
+    """Ports for one server: never the defaults, which another server on this machine may hold."""
+    return {name: free_port() for name in ("http", "grpc", "metrics", "proxy")}
+
+
+# ---------------------------------------------------------------- the export and its scratch copy
+def run_export(model, repository, *options, who="bench"):
+    """build/export.py in a subprocess (as a user runs it); SystemExit with its output when it fails."""
+    command = [sys.executable, os.path.join(PROJECT, "build", "export.py"), "--model", model,
+               "--repository", repository, *options]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"{who}: export failed:\n{result.stdout}\n{result.stderr}")
+
+
+def find_export(repository=None, progress=print):
+    """The repository to benchmark, and whether it is the bench-owned one: `repository`, else model_repository/ if
+    it holds an export, else all-MiniLM-L6-v2 exported into bench/results/repository."""
+    if repository:
+        if not glob.glob(os.path.join(repository, "*", "1", "export.json")):
+            raise SystemExit(f"bench: {repository} holds no export (*/1/export.json)")
+        return os.path.abspath(repository), False
+    if os.path.exists(os.path.join(TRACKED, "ensemble", "1", "export.json")):
+        return TRACKED, False
+    owned = os.path.join(RESULTS, "repository")
+    progress(f"no export in model_repository/: exporting {DEFAULT_MODEL} into {os.path.relpath(owned, PROJECT)}")
+    run_export(DEFAULT_MODEL, owned, "--skip-if-exported")
+    return owned, True
+
+
+def copy_model(source, target, *ignore):
+    """A model folder, without bytecode (and without `ignore` patterns)."""
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", *ignore))
+
+
+def copy_models(source, target, models=EXPORTED_MODELS):
+    """A fresh `target` with those of `models` that `source` holds."""
+    shutil.rmtree(target, ignore_errors=True)
+    for model in models:
+        if os.path.exists(os.path.join(source, model)):
+            copy_model(os.path.join(source, model), os.path.join(target, model))
+
+
+def refresh_tracked(repository):
+    """The project's current tracked configs and model code replace the copy's, so code changes are measured."""
+    for model in TRACKED_CONFIGS:
+        if os.path.exists(os.path.join(repository, model)):
+            shutil.copy2(os.path.join(TRACKED, model, "config.pbtxt"), os.path.join(repository, model))
+    for model in TRACKED_CODE:
+        if os.path.exists(os.path.join(repository, model)):
+            for code in glob.glob(os.path.join(TRACKED, model, "1", "*.py")):
+                shutil.copy2(code, os.path.join(repository, model, "1"))
+
+
+def scratch_repository(source, target, models=EXPORTED_MODELS):
+    """A copy of the export at `source` with the current tracked configs and code."""
+    copy_models(source, target, models)
+    refresh_tracked(target)
+    return target
+
+
+# ---------------------------------------------------------------- configs
+def config_parameter(repository, model, key, default=None):
+    """One `parameters` entry of MODEL/config.pbtxt (build/exporting/pbtxt.py reads it)."""
+    return pbtxt.parameter(os.path.join(repository, model, "config.pbtxt"), key, default)
+
+
+def config_parameters(repository, model):
+    """Every `parameters` entry of MODEL/config.pbtxt: {key: string_value}."""
+    return pbtxt.parameters(pbtxt.read(os.path.join(repository, model, "config.pbtxt")))
+
+
+def encoder_threads(repository):
+    """The encoder's intra-op threads (0: onnxruntime's default, all cores)."""
+    return int(config_parameter(repository, "embedding", "intra_op_thread_count", "0") or 0)
+
+
+# ---------------------------------------------------------------- the server
+def start_server(repository, ports, log_path, env=None, extra_args=(), timeout_s=300):
+    """tritonserver (local_triton/launch.py) on `repository`, ready; the proxy on ports["proxy"]. When it does not
+    get ready it is stopped and SystemExit carries its log's tail."""
+    env = {"PROXY_PORT": str(ports["proxy"]), **(env or {})}
+    with open(log_path, "w", encoding="utf-8") as log_file:
+        server = launch.start(repository, ports["http"], ports["grpc"], ports["metrics"], extra_args=list(extra_args),
+                              log_file=log_file, extra_env=env)
+    try:
+        launch.wait_ready(server, ports["http"], timeout_s=timeout_s)
+    except Exception:
+        launch.stop(server)
+        with open(log_path, encoding="utf-8", errors="replace") as handle:
+            raise SystemExit("bench: tritonserver did not start:\n" + handle.read()[-4000:]) from None
+    return server
+
+
+def stop_server(server):
+    launch.stop(server)
+
+
+def wait_for_proxy(port, timeout_s=60):
+    """The proxy answers /health once its own startup is done, after Triton's readiness."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
