@@ -18,6 +18,9 @@ import urllib.error
 import urllib.request
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, PROJECT)
+from local_triton.launch import secret  # noqa: E402 - the launcher's reading of ADMIN_API_KEY(_FILE)
+
 MODEL_KEYS = ("name", "tokenizer_model", "encoder_model", "bls_model", "rerank_model")
 
 
@@ -37,12 +40,8 @@ def find_export(repository, name):
 
 def held_by_triton(url, models):
     """The models Triton holds now; None when no server answers at `url`."""
-    key = os.environ.get("ADMIN_API_KEY") or ""
-    if not key and os.environ.get("ADMIN_API_KEY_FILE"):
-        with open(os.environ["ADMIN_API_KEY_FILE"], encoding="utf-8") as handle:
-            key = handle.read().strip()
     request = urllib.request.Request(f"{url.rstrip('/')}/v2/repository/index", b"{}",
-                                     {"Content-Type": "application/json", "admin-key": key})
+                                     {"Content-Type": "application/json", "admin-key": secret("ADMIN_API_KEY")})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             index = json.loads(response.read())
