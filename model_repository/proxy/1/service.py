@@ -54,7 +54,7 @@ class Service:
     def __init__(self, pb_utils, registry, triton, settings, executor):
         self.pb, self.registry, self.triton, self.settings, self.executor = \
             pb_utils, registry, triton, settings, executor
-        self.bls_rows = {}  # BLS model -> its max_batch_size (Triton's config of it), while it stays ready
+        self.bls_rows = {}  # BLS model -> its max_batch_size (Triton's config of it), kept while it stays ready
         self.inflight = set()  # (models, abort future, BLS call) of each call in flight
         self.loop = None  # the HTTP server's event loop, known from the first call
         self.admin_lock = threading.Lock()
@@ -80,9 +80,12 @@ class Service:
         """From the readiness thread (and after admin actions): one question per model, so requests never wait."""
         for card in list(self.registry.cards_by_name.values()):
             for name in card.models:
-                self.registry.ready[name] = bool(self.triton.ready(name))
-                if not self.registry.ready[name]:
+                ready = bool(self.triton.ready(name))
+                if not ready:
                     self.bls_rows.pop(name, None)
+                elif name == card.bls and name not in self.bls_rows:  # learnt here, off the request path
+                    self.bls_rows[name] = max(1, int((self.triton.config(name) or {}).get("max_batch_size") or 1))
+                self.registry.ready[name] = ready
 
     def abort_inflight(self, model, reason):
         """From the readiness thread: fail (503) the calls waiting on `model`; returns their BLS calls (futures)."""
@@ -103,7 +106,7 @@ class Service:
         started = time.perf_counter()
         names = [t for kind in outputs for t in TENSORS[kind]] + ["num_tokens", "truncated"]
         rows, model = encoded(texts, param), card.bls if len(texts) > 1 else card.name
-        size = self.rows(card.bls) if len(texts) > 1 else 1
+        size = self.bls_rows.get(card.bls, 1) if len(texts) > 1 else 1
         parts = await asyncio.gather(*(
             self.infer(card, model, {"text": np.array(rows[first:first + size], dtype=np.object_).reshape(-1, 1)},
                        names, (param, first)) for first in range(0, len(rows), size)))
@@ -121,12 +124,6 @@ class Service:
             tokens=flat["num_tokens"].reshape(-1).astype(np.int64),
             truncated=flat["truncated"].reshape(-1).astype(bool),
             inference_ms=(time.perf_counter() - started) * 1000)
-
-    def rows(self, bls):
-        if bls not in self.bls_rows:
-            config = self.triton.config(bls) or {}
-            self.bls_rows[bls] = max(1, int(config.get("max_batch_size") or 1))
-        return self.bls_rows[bls]
 
     async def rerank(self, card, query, documents, weights):
         started = time.perf_counter()
