@@ -18,7 +18,9 @@ Steps, in one process:
      a Python-backend PyTorch model on the mixed workload), with Triton's statistics around every run;
   5. padding efficiency of the encoder's batches (ensemble_probe, mixed workload);
   6. where one short request's time goes (bench/breakdown.py: Triton's trace API, micro-benchmarks, py-spy);
-  7. the report: targets (ratios to each workload's ceiling), tables, plots (bench/report.py).
+  7. the serving floor (bench/overhead.py): single texts through a near-zero-cost model's ensemble against an
+     ensemble of two echo models, in their own server;
+  8. the report: targets (ratios to each workload's ceiling), tables, plots (bench/report.py).
 """
 import argparse
 import json
@@ -35,7 +37,7 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
-from bench import baselines, breakdown, common, loadgen, report  # noqa: E402
+from bench import baselines, breakdown, common, loadgen, overhead, report  # noqa: E402
 from bench import corpus as corpus_lib  # noqa: E402
 
 PERF_MODELS = {"ensemble": "ensemble", "ensemble_bls": "ensemble_bls", "client_tokenization": "embedding",
@@ -346,6 +348,8 @@ def parse_args(argv):
     parser.add_argument("--skip", default="", help="comma-separated systems to leave out: ensemble, proxy_http, "
                         "kserve_http, client_tokenization, pytorch_baseline")
     parser.add_argument("--no-breakdown", action="store_true", help="leave out step 6 (where the time goes)")
+    parser.add_argument("--no-overhead", action="store_true", help="leave out step 7 (the serving floor: a "
+                        "near-zero-cost model's ensemble against an echo ensemble, bench/overhead.py)")
     parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a launcher setting for the server (repeatable), e.g. RATE_LIMIT=off")
     parser.add_argument("--server-arg", action="append", default=[], help="extra tritonserver argument")
@@ -398,10 +402,15 @@ def main(argv=None):
         common.stop_server(server)
     with open(os.path.join(args.work_dir, "tritonserver.log"), encoding="utf-8", errors="replace") as handle:
         server_log = handle.read()
+    floor = None
+    if not args.no_overhead:  # its own server: a tiny model's export beside two echo models
+        floor = overhead.measure(os.path.join(args.work_dir, "overhead"), rounds=1 if args.short else 3,
+                                 window_requests=200 if args.short else 2000, max_trials=args.max_trials,
+                                 stability=args.stability, progress=progress)
     run = {
         "mode": args.mode, "command": command_line, "device": args.device, "manifest": manifest,
         "repository": os.path.relpath(source, PROJECT) if source.startswith(PROJECT) else source,
-        "bench_owned_export": owned, "encoder_threads": threads, "probe": probe, "breakdown": times,
+        "bench_owned_export": owned, "encoder_threads": threads, "probe": probe, "breakdown": times, "overhead": floor,
         "client_tokenize_us": baselines.client_tokenization_cost(
             tokenizer, [t["text"] for t in workloads[next(iter(workloads))]["texts"][:200]], 0.5),
         "workloads": {name: {k: w.get(k) for k in ("info", "ceiling", "ceiling_sweep", "results")}

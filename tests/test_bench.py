@@ -18,7 +18,8 @@ def test_short_benchmark_produces_report(minilm_repository, tmp_path):
          "--output", str(output), "--work-dir", str(work)],
         cwd=PROJECT, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "Targets (issue 8)" in result.stdout  # make bench prints the ratios
+    assert "Targets (issues 8 and 15)" in result.stdout  # make bench prints the ratios
+    assert "serving floor: tiny-model ensemble / echo ensemble" in result.stdout
 
     report = (output / "benchmarks.md").read_text()
     for heading in ("## Targets", "## Workloads", "## Where one short request's time goes", "## Every level",
@@ -43,6 +44,9 @@ def test_short_benchmark_produces_report(minilm_repository, tmp_path):
     breakdown = run["breakdown"]
     assert breakdown["requests"] > 10 and all(v >= 0 for v in breakdown["traced"].values())
     assert breakdown["micro"]["onnxruntime"] > 0 and breakdown["micro"]["encode"] > 0
+    floor = run["overhead"]  # the serving floor's pair, measured in its own server
+    assert floor["ensemble"]["requests_per_s"] > 0 and floor["echo_ensemble"]["requests_per_s"] > 0
+    assert floor["ratio"] == floor["ensemble"]["requests_per_s"] / floor["echo_ensemble"]["requests_per_s"]
 
 
 def test_gpu_script_pipeline_runs_on_cpu(tmp_path):
