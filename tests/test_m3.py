@@ -374,6 +374,40 @@ def test_rerank_matches_compute_score(m3_server, flag_model, reference, weights)
 
 
 # ---------------------------------------------------------------- the documentation's snippets, run as written
+def test_rerank_model_over_kserve_grpc_matches_compute_score(m3_server, flag_model):
+    """KServe clients rerank too: the export's rerank model over gRPC (query, documents, weights in; scores out)
+    gives compute_score's numbers, and bad input is INVALID_ARGUMENT naming the field."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    query, documents, weights = "What is the capital of France?", M3_TEXTS[:9], [0.4, 0.2, 0.4]
+    expected = flag_model.compute_score([(query, d) for d in documents], max_query_length=MAX_LENGTH,
+                                        max_passage_length=MAX_LENGTH, weights_for_different_modes=weights)
+
+    def request(query_text, document_texts):
+        tensors = [grpcclient.InferInput("query", [1], "BYTES"),
+                   grpcclient.InferInput("documents", [len(document_texts)], "BYTES"),
+                   grpcclient.InferInput("weights", [3], "FP32")]
+        for tensor, data in zip(tensors, ([query_text.encode()], [d.encode() for d in document_texts], weights)):
+            tensor.set_data_from_numpy(np.array(data, dtype=np.float32 if tensor.name() == "weights" else object))
+        return connection.infer(f"{NAME}_rerank", tensors)
+
+    connection = client("grpc", m3_server.grpc_url)
+    try:
+        result = request(query, documents)
+        scores, modes = result.as_numpy("scores"), result.as_numpy("mode_scores")
+        assert np.abs(scores - np.array(expected["colbert+sparse+dense"])).max() <= SCORE_TOLERANCE
+        for column, mode in enumerate(("dense", "sparse", "colbert")):
+            assert np.abs(modes[:, column] - np.array(expected[mode])).max() <= SCORE_TOLERANCE, mode
+        for bad_query, bad_documents, named in (("  ", documents[:2], "query"), (query, ["fine", ""], "documents[1]")):
+            with pytest.raises(InferenceServerException) as error:
+                request(bad_query, bad_documents)
+            assert str(error.value.status()) == "StatusCode.INVALID_ARGUMENT", error.value
+            assert error.value.message().startswith(named), error.value.message()
+    finally:
+        connection.close()
+
+
 def _snippets(language):
     text = open(DOC, encoding="utf-8").read()
     return re.findall(rf"```{language}\n(.*?)```", text, re.S)
