@@ -17,6 +17,7 @@ QUEUE_FULL = "exceeds maximum queue size"  # a queue policy's max_queue_size ref
 NOT_AVAILABLE = ("unknown model", "not ready", "unavailable", "server is stopping", "not found")
 TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values", "sparse_count"),
            "colbert": ("colbert_vectors", "colbert_length")}
+PER_TOKEN = ("sparse_indices", "sparse_values", "colbert_vectors")
 
 
 @dataclass
@@ -110,9 +111,9 @@ class Service:
         parts = await asyncio.gather(*(
             self.infer(card, model, {"text": np.array(rows[first:first + size], dtype=np.object_).reshape(-1, 1)},
                        names, (param, first)) for first in range(0, len(rows), size)))
-        joined = {name: [row for part in parts for row in part[name]] for name in names}
-        flat = {name: np.concatenate([part[name] for part in parts]) for name in names
-                if name in ("embedding", "sparse_count", "colbert_length", "num_tokens", "truncated")}
+        # per-token outputs are padded per piece (widths differ): kept as rows; the others joined into one array
+        joined = {name: [row for part in parts for row in part[name]] for name in names if name in PER_TOKEN}
+        flat = {name: np.concatenate([part[name] for part in parts]) for name in names if name not in PER_TOKEN}
         return Embeddings(
             dense=flat["embedding"] if "dense" in outputs else None,
             sparse=[(ids[:int(n)], weights[:int(n)]) for ids, weights, n in
