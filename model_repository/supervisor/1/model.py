@@ -16,6 +16,11 @@ A restart is a SIGUSR1 to the launcher (TRITON_LAUNCHER_PID, when it is tritonse
 server and starts a new one at once; without the launcher a SIGTERM to tritonserver, which then exits after its
 exit timeout, and the orchestrator starts the container again.
 
+A hung stub counts as a dead one: it is killed (SIGKILL), and the round after recovers it as above. Hung is a stub
+stopped (state T: SIGSTOP, a debugger) for `stopped_s`, or a model whose requests wait (Triton's metric
+nv_inference_pending_request_count > 0) while it completes no execution (nv_inference_exec_count) for
+`hang_timeout_s`; of several such models at once, those that make no BLS calls go first (their callers only wait).
+
 Stubs that exit cleanly (code 0: an unload) and models that are not READY (loading, unloading, failed to load) are
 left to Triton. Everything goes through Triton's HTTP frontend, whose address and admin key are on tritonserver's
 command line, not through pb_utils (whose model calls hold the GIL for their round trip and, in 24.07, corrupt the
@@ -25,6 +30,7 @@ import glob
 import http.client
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -33,7 +39,10 @@ from urllib.parse import quote
 import triton_python_backend_utils as pb_utils
 
 STUB = b"triton_python_backend_stub"
-SETTINGS = {"interval_s": "SUPERVISOR_INTERVAL_S", "recovery_timeout_s": "SUPERVISOR_RECOVERY_TIMEOUT_S"}
+SETTINGS = {"interval_s": "SUPERVISOR_INTERVAL_S", "recovery_timeout_s": "SUPERVISOR_RECOVERY_TIMEOUT_S",
+            "stopped_s": "SUPERVISOR_STOPPED_S", "hang_timeout_s": "SUPERVISOR_HANG_TIMEOUT_S"}
+METRIC = re.compile(r'^(nv_inference_pending_request_count|nv_inference_exec_count)\{[^}]*model="([^"]+)"[^}]*\} '
+                    r'([0-9.e+]+)$', re.M)
 
 
 def log(message):
@@ -119,10 +128,43 @@ class Triton:
             states.setdefault(entry["name"], set()).add(entry.get("state", ""))
         return states
 
+    def work(self, metrics_port):
+        """{model: (requests waiting, executions completed)} from Triton's metrics; {} when they are off."""
+        answer = self.call("GET", "/metrics", port=metrics_port, timeout=2.0) if metrics_port else None
+        if answer is None or answer[0] != 200:
+            return {}
+        work = {}
+        for name, model, value in METRIC.findall(answer[1].decode(errors="replace")):
+            pending, executions = work.get(model, (0.0, 0.0))  # (summed over the model's versions)
+            work[model] = (pending + float(value), executions) if name == "nv_inference_pending_request_count" \
+                else (pending, executions + float(value))
+        return work
+
     def control(self, action, model, timeout):
         answer = self.call("POST", f"/v2/repository/models/{quote(model, safe='')}/{action}", b"{}", timeout)
         if answer is None or answer[0] != 200:
             raise RuntimeError(f"{action} of '{model}' failed: {answer[1][:300] if answer else 'no answer'}")
+
+
+class HangClock:
+    """When each model last made progress: a model hangs when requests wait for it and it completes no execution
+    for `timeout_s`."""
+
+    def __init__(self, timeout_s):
+        self.timeout_s, self.last = timeout_s, {}  # model -> (executions, when they last changed or nothing waited)
+
+    def update(self, work, now):
+        hung = []
+        for model, (pending, executions) in work.items():
+            seen = self.last.get(model)
+            if seen is None or pending == 0 or executions != seen[0]:
+                self.last[model] = (executions, now)
+            elif now - seen[1] >= self.timeout_s:
+                hung.append(model)
+        return hung
+
+    def reset(self, now):
+        self.last = {model: (executions, now) for model, (executions, _) in self.last.items()}
 
 
 class TritonPythonModel:
@@ -139,6 +181,9 @@ class TritonPythonModel:
         self.models = {}  # stub pid -> model, learnt while the stub lives (a zombie's command line is gone)
         self.handled = set()
         self.proxy_not_live = 0  # rounds in a row the proxy said it is not live
+        self.metrics_port = 0 if flags.get("allow-metrics") == "false" else int(flags.get("metrics-port") or 8002)
+        self.stopped_since = {}  # stub pid -> when it was first seen stopped
+        self.progress = HangClock(self.settings["hang_timeout_s"])
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="supervisor", daemon=True)
         self.thread.start()
@@ -163,7 +208,7 @@ class TritonPythonModel:
         return None if relative.startswith("..") else relative.split(os.sep)[0]
 
     def check(self):
-        dead = []
+        dead, now, alive = [], time.monotonic(), {}
         for pid, (state, code, path) in stubs(self.server).items():
             if path:
                 self.models[pid] = self.model_of(path)
@@ -171,12 +216,36 @@ class TritonPythonModel:
                 self.handled.add(pid)
                 if code != 0:  # 0: a stub that finished normally (an unload)
                     dead.append((self.models[pid], pid))
+            elif state != "Z":
+                alive.setdefault(self.models.get(pid), []).append(pid)
+                if state not in "Tt":
+                    self.stopped_since.pop(pid, None)
+                elif now - self.stopped_since.setdefault(pid, now) >= self.settings["stopped_s"]:
+                    self.kill_hung(self.models.get(pid), [pid], f"stopped (state {state}) for "
+                                                                  f"{now - self.stopped_since.pop(pid):.0f} s")
         if dead:
             states = self.triton.states() or {}
             for model, pid in dead:
                 if states.get(model) == {"READY"}:  # else Triton is loading or unloading it, or its load failed
                     return self.recover(model, pid)
+        hung = self.progress.update(self.triton.work(self.metrics_port), now)
+        callers = self.bls_callers()
+        for model in sorted(hung, key=lambda m: m in callers)[:1]:  # a callee first: its callers only wait for it
+            self.progress.reset(now)
+            self.kill_hung(model, alive.get(model, []), f"had requests waiting and completed no execution for "
+                                                        f"{self.settings['hang_timeout_s']:g} s")
         self.check_proxy()
+
+    def kill_hung(self, model, pids, why):
+        """A hung stub is killed: the next round finds it dead and recovers it like any dead stub."""
+        if not pids:  # not a Python model's (an ensemble waits on its steps; a C++ backend has no stub)
+            return
+        log(f"the stub of '{model}' (pid {', '.join(map(str, pids))}) is hung: {why}; killing it to recover it")
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def recover(self, model, pid):
         started = time.monotonic()
