@@ -9,6 +9,7 @@ own (the tokenizer's `text[i] ...` carry the request's row numbers). Settings: c
 """
 import json
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -41,17 +42,17 @@ class TritonPythonModel:
 
     def answer(self, request):
         try:
-            return pb_utils.InferenceResponse(output_tensors=self.embed(request))
+            return pb_utils.InferenceResponse(output_tensors=self.embed(request, Deadline(request)))
         except StepError as error:
             return pb_utils.InferenceResponse(error=error.triton_error)
         except Exception as error:  # noqa: BLE001 - a step not loaded, stopping...: this request fails, not the batch
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{type(error).__name__}: {error}",
                                                                          pb_utils.TritonError.UNAVAILABLE))
 
-    def call(self, model, inputs, outputs):
+    def call(self, model, inputs, outputs, deadline):
         """One BLS request; StepError carries a step's error (its message, and the codes above)."""
         request = pb_utils.InferenceRequest(
-            model_name=model, inputs=inputs, requested_output_names=outputs,
+            model_name=model, inputs=inputs, requested_output_names=outputs, timeout=deadline.left_us(),
             # outputs come back in host memory even when the encoder runs on a GPU (as_numpy needs that)
             preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0))
         response = request.exec()
@@ -64,10 +65,10 @@ class TritonPythonModel:
             raise StepError(error)
         return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
 
-    def embed(self, request):
+    def embed(self, request, deadline):
         wanted = request.requested_output_names() or list(self.variable_dims)
         text = pb_utils.get_input_tensor_by_name(request, "text")
-        tokens = self.call(self.tokenizer_model, [text], TOKENIZER_OUTPUTS)
+        tokens = self.call(self.tokenizer_model, [text], TOKENIZER_OUTPUTS, deadline)
         encoder_outputs = [name for name in wanted if name not in FROM_TOKENIZER]
         results = {name: tokens[name] for name in wanted if name in FROM_TOKENIZER}
         if not encoder_outputs:
@@ -80,7 +81,8 @@ class TritonPythonModel:
             cut = int(groups[rows[0], 1])
             inputs = [pb_utils.Tensor("input_ids", np.ascontiguousarray(ids[rows, :cut])),
                       pb_utils.Tensor("attention_mask", np.ascontiguousarray(mask[rows, :cut]))]
-            runs.append((rows, cut, self.runs_pool.submit(self.call, self.encoder_model, inputs, encoder_outputs)))
+            runs.append((rows, cut, self.runs_pool.submit(self.call, self.encoder_model, inputs, encoder_outputs,
+                                                          deadline)))
         for rows, cut, run in runs:
             for name, part in run.result().items():
                 if name not in results:
@@ -96,6 +98,27 @@ class TritonPythonModel:
     def finalize(self):
         self.requests_pool.shutdown(wait=False, cancel_futures=True)
         self.runs_pool.shutdown(wait=False, cancel_futures=True)
+
+
+class Deadline:
+    """The request's own timeout (µs; 0: none) and cancellation, checked before each step: work whose client has
+    gone or whose time is up is not started, and each step gets only what is left."""
+
+    def __init__(self, request):
+        self.request, timeout_us = request, request.timeout()
+        self.end = time.monotonic() + timeout_us / 1e6 if timeout_us else None
+
+    def left_us(self):
+        if self.request.is_cancelled():
+            raise StepError(pb_utils.TritonError("the request was cancelled", getattr(
+                pb_utils.TritonError, "CANCELLED", pb_utils.TritonError.UNAVAILABLE)))
+        if self.end is None:
+            return 0
+        left = int((self.end - time.monotonic()) * 1e6)
+        if left <= 0:
+            raise StepError(pb_utils.TritonError("Request timeout expired before its next step",
+                                                 pb_utils.TritonError.UNAVAILABLE))
+        return left
 
 
 class StepError(Exception):

@@ -144,6 +144,7 @@ class Service:
         request = pb.InferenceRequest(
             model_name=model, requested_output_names=names,
             inputs=[pb.Tensor(name, array) for name, array in inputs.items()],
+            timeout=int(self.settings.request_timeout_s * 1e6),  # queued past it in Triton: refused, not run
             # Outputs come back in host memory even when the encoder runs on a GPU (as_numpy needs that).
             preferred_memory=pb.PreferredMemory(pb.TRITONSERVER_MEMORY_CPU, 0))
         self.loop = loop = asyncio.get_running_loop()
@@ -265,6 +266,8 @@ def step_error(message, card, model, rows):
     bad_field = RERANK_ERROR.match(message)
     if bad_field and not rows:
         return InvalidInput(message, "invalid_input", bad_field[1].split("[")[0])
+    if "timeout expired" in message.lower():  # its deadline (request_timeout_s) passed while it was queued
+        return Timeout(f"inference did not start within request_timeout_s: {message}", "inference_timeout")
     if QUEUE_FULL in message.lower():  # overload, not a fault
         return Overloaded(f"the server is busy: model '{model}' has a full queue (its max_queue_size); retry",
                           "overloaded", retry_after=1)
