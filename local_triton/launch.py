@@ -19,7 +19,8 @@ Settings (environment variables; the README's "Security" and "Settings" sections
                           ensemble brings its BLS and rerank models
   RATE_LIMIT              on (default; see model_repository/tokenizer/config.pbtxt) or off
   MODEL_CONFIG_NAME       Triton's --model-config-name: models with configs/<name>.pbtxt load it (e.g. gpu)
-  EXIT_TIMEOUT_S          seconds Triton waits for in-flight requests at shutdown (default 30)
+  EXIT_TIMEOUT_S          the bound of the drain at SIGTERM (see drain()), and of Triton's own wait for
+                          in-flight requests after it (default 30)
 
 Dead Python stubs are the supervisor model's (model_repository/supervisor, which works the same without the
 launcher). The launcher restarts tritonserver when the supervisor asks (SIGUSR1, to the pid in the server's
@@ -42,6 +43,7 @@ import sys
 import sysconfig
 import time
 import urllib.request
+from urllib.parse import quote
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROJECT = os.path.dirname(HERE)
@@ -256,6 +258,20 @@ class Server:
         (503 at the proxy)."""
         return "Z" in self.note_regions().values()
 
+    def repository_api(self, path, timeout=5.0):
+        """Triton's repository API (restricted: the launcher holds its key) -> the decoded answer."""
+        host = "127.0.0.1" if self.address in ("0.0.0.0", "::", "[::]") else self.address
+        request = urllib.request.Request(f"http://{host}:{self.http_port}/v2/repository{path}", b"{}",
+                                         {"Content-Type": "application/json", "admin-key": self.admin_key or ""})
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (our own server)
+            return json.loads(response.read() or b"null")
+
+    def model_states(self):
+        states = {}
+        for entry in self.repository_api("/index"):
+            states.setdefault(entry["name"], set()).add(entry.get("state", ""))
+        return states
+
     def kill(self):
         os.killpg(self.pid, signal.SIGKILL)  # the stubs share its process group (start_new_session)
         self.process.wait()
@@ -279,6 +295,46 @@ def start(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, e
     process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT if log_file else None,
                                start_new_session=True)  # our signal handling decides when it stops
     return Server(process, admin_key, http_port, setting("TRITON_ADDRESS", "127.0.0.1", env))
+
+
+def public_tiers(model_repository):
+    """The models clients call, in the order a drain stops them: the proxy (HTTP, it calls the rest); each export's
+    rerank model (it calls the BLS model); the ensembles and BLS models (they call the steps, which stay until
+    tritonserver stops)."""
+    tiers = [["proxy"], [], []]
+    for path in sorted(glob.glob(os.path.join(model_repository, "*", "1", "export.json"))):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                manifest = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        tiers[1].append(manifest.get("rerank_model"))
+        tiers[2] += [manifest.get("name"), manifest.get("bls_model")]
+    return [[model for model in tier if model] for tier in tiers]
+
+
+def drain(server, model_repository, bound_s, interrupted=lambda: False):
+    """SIGTERM's first phase: stop taking work without cutting any. Triton's own stop refuses every new request at
+    once, the calls an admitted request still has to make to its next step included (a BLS model's encoder runs,
+    the proxy's calls): those requests failed. So the public models are unloaded first, callers before callees:
+    each refuses new requests at once and finishes the admitted ones (the proxy's /health and new requests get 503
+    "shutting down" meanwhile), while the steps they call stay loaded. True when all of it finished within bound_s;
+    then tritonserver has nothing in flight and stops at once."""
+    deadline = time.monotonic() + bound_s
+    try:
+        for tier in public_tiers(model_repository):
+            states = server.model_states()
+            serving = [model for model in tier if "READY" in states.get(model, ())]
+            for model in serving:
+                server.repository_api(f"/models/{quote(model, safe='')}/unload")
+            while any(server.model_states().get(model, set()) & {"READY", "UNLOADING"} for model in serving):
+                if time.monotonic() > deadline or interrupted() or server.poll() is not None:
+                    return False
+                time.sleep(0.1)
+    except (OSError, ValueError, KeyError) as error:  # e.g. MODEL_CONTROL=none: no unloads; Triton's stop alone
+        print(f"launch: drain: {error}", flush=True)
+        return False
+    return True
 
 
 def wait_ready(server, http_port, timeout_s=300.0, address="127.0.0.1"):
@@ -329,11 +385,15 @@ def main(argv=None):
     server = None
 
     def on_signal(signum, _frame):
-        # Only forward the signal: waiting here deadlocks when the signal interrupts the main thread's wait(),
-        # which holds Popen's non-reentrant wait lock. The loop below waits and escalates.
-        if not stopping and server is not None and server.process.poll() is None:
-            print(f"\nlaunch: signal {signum}, stopping tritonserver", flush=True)
+        # Only note it (or forward it): waiting here deadlocks when the signal interrupts the main thread's wait(),
+        # which holds Popen's non-reentrant wait lock. The loop below drains, stops and escalates. Before the server
+        # is ready (nothing admitted yet) and at a second signal, tritonserver is stopped at once.
+        if server is not None and server.process.poll() is None and (not serving or stopping):
+            print(f"\nlaunch: signal {signum}, stopping tritonserver now", flush=True)
             server.process.send_signal(signal.SIGTERM)
+        elif not stopping:
+            print(f"\nlaunch: signal {signum}: draining (new work refused, admitted work finishes), then stopping",
+                  flush=True)
         stopping.append(time.monotonic())
 
     restart = []
@@ -346,8 +406,8 @@ def main(argv=None):
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGUSR1, on_restart)
-    grace = int(setting("EXIT_TIMEOUT_S", "30")) + 30
-    started, failures = False, 0
+    exit_timeout_s = int(setting("EXIT_TIMEOUT_S", "30"))
+    started, failures, serving = False, 0, []
     while True:
         # The supervisor asks for a restart (SIGUSR1) only when the launcher named itself to the server.
         server = start(args.model_repository, args.http_port, args.grpc_port, args.metrics_port, args.extra,
@@ -356,7 +416,7 @@ def main(argv=None):
             wait_ready(server, args.http_port)
             print(f"launch: tritonserver ready: HTTP {args.http_port}, gRPC {args.grpc_port}, "
                   f"metrics {args.metrics_port} on {setting('TRITON_ADDRESS', '127.0.0.1')}", flush=True)
-            started, failures = True, 0
+            started, failures, serving[:] = True, 0, [True]
         except (RuntimeError, TimeoutError) as error:
             if stopping:
                 pass
@@ -374,12 +434,20 @@ def main(argv=None):
                 if stopping:
                     return 1
                 continue
-        checked, dead = time.monotonic(), False
+        checked, dead, drained, terminated = time.monotonic(), False, None, False
         while server.poll() is None:
             now = time.monotonic()
-            # SIGTERM ignored: kill it, as stop() does; a dead stub: see has_dead_stub; a restart was asked for: the
-            # calls on the dead stub never finish
-            if (stopping and now - stopping[0] > (DEAD_STUB_GRACE_S if dead else grace)) or \
+            if stopping and serving and not terminated:
+                if len(stopping) == 1 and not dead:  # (a dead stub's calls never finish: no drain)
+                    drained = drain(server, args.model_repository, exit_timeout_s, lambda: len(stopping) > 1)
+                if server.poll() is None:
+                    server.process.send_signal(signal.SIGTERM)
+                terminated, stopping[0] = True, time.monotonic()  # the escalation below counts from this SIGTERM
+                continue
+            # SIGTERM ignored: kill it, as stop() does (after a drain: nothing is left in flight, only unloads); a
+            # dead stub: see has_dead_stub; a restart was asked for: the calls on the dead stub never finish
+            grace = DEAD_STUB_GRACE_S if dead else 30 if drained else exit_timeout_s + 30
+            if (stopping and now - stopping[0] > grace) or \
                     (restart and now - restart[0][0] > RESTART_GRACE_S):
                 server.kill()
             elif not stopping and not restart and now - checked > 1.0:  # own clock: poll() refreshes server.noted
@@ -387,8 +455,14 @@ def main(argv=None):
                 dead = server.has_dead_stub()  # as it was before a stop began
             time.sleep(0.2)
         server.cleanup()
-        if stopping or (args.no_restart and not restart):
-            return 0 if stopping else server.returncode
+        serving.clear()
+        if stopping:  # clean: everything admitted finished (the drain) and tritonserver exited 0
+            clean = drained is not False and server.returncode == 0
+            detail = "" if clean else f" (not clean: admitted work was cut, or tritonserver exited {server.returncode})"
+            print(f"launch: stopped{detail}", flush=True)
+            return 0 if clean else 1
+        if args.no_restart and not restart:
+            return server.returncode
         why = restart[0][1] if restart else f"it exited by itself (code {server.returncode})"
         print(f"launch: starting tritonserver again: {why}", flush=True)
         restart.clear()

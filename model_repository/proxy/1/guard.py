@@ -27,7 +27,7 @@ class HttpGuard:
             return await self.run(scope, receive, send, None)
         if self.service.draining:
             return await self.refuse(send, ApiError(503, "the server is shutting down", "shutting_down",
-                                                    headers={"Retry-After": "1"}))
+                                                    headers={"Retry-After": "1", "Connection": "close"}))
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.run(scope, receive, send, None)
         inference = not scope["path"].startswith("/v1/models/")

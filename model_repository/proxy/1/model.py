@@ -107,7 +107,7 @@ class TritonPythonModel:
             self.server.start()
         except RuntimeError as error:
             raise pb_utils.TritonModelException(str(error)) from None
-        self.readiness = Readiness(self.service, triton, settings, pb_utils, self.server, log)
+        self.readiness = Readiness(self.service, triton, settings, pb_utils, self.server, log, args["model_name"])
         log(f"proxy: serving http://{settings.host}:{settings.port} for {len(self.registry.cards_by_name)} exported "
             f"model(s) in {repository}; API key {'required' if settings.api_key else 'off'}; admin routes "
             f"{'on' if settings.admin_api_key else 'off'}")

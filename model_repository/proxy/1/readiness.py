@@ -12,9 +12,10 @@ import threading
 
 
 class Readiness:
-    def __init__(self, service, triton, settings, pb_utils, server, log=print):
+    def __init__(self, service, triton, settings, pb_utils, server, log=print, own_model="proxy"):
         self.service, self.triton, self.settings, self.pb_utils, self.server, self.log = \
             service, triton, settings, pb_utils, server, log
+        self.own_model, self.own_ready = own_model, False
         self.stranded = set()  # BLS calls failed because their model stopped being ready, still not returned
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="proxy-readiness", daemon=True)
@@ -60,10 +61,19 @@ class Readiness:
             self.stopping.wait(self.settings.readiness_interval_s)
 
     def refresh(self):
+        # This model is being unloaded (a drain: the launcher's SIGTERM handling, or an admin): stop taking requests
+        # now. Triton runs finalize() only once the BLS calls of the requests in flight are answered.
+        own_ready = self.triton.ready(self.own_model)
+        if self.own_ready and own_ready is False and not self.service.registry.draining:
+            self.log("proxy: this model is being unloaded: new requests get 503, those in flight finish")
+            self.service.registry.draining = True
+        self.own_ready = self.own_ready or bool(own_ready)
         ready = self.service.registry.ready
         was_ready = {name for name, up in ready.items() if up}
         self.service.refresh_readiness()
         lost = {name for name in was_ready if not ready.get(name)} - self.service.changing_models
+        if lost and not self.triton.server_ready():  # tritonserver is stopping: its calls still get answers
+            return
         for model in lost:  # (a call on several of them is counted once)
             self.stranded.update(self.service.abort_inflight(model, f"model '{model}' stopped being ready (the "
                                                                       f"supervisor is recovering it)"))

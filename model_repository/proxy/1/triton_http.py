@@ -35,6 +35,10 @@ class TritonHttp:
         answer = self.call("GET", f"/v2/models/{quote(model, safe='')}/ready")
         return None if answer is None else answer[0] == 200
 
+    def server_ready(self):
+        answer = self.call("GET", "/v2/health/ready")
+        return answer is not None and answer[0] == 200
+
     def config(self, model):
         answer = self.call("GET", f"/v2/models/{quote(model, safe='')}/config")
         return json.loads(answer[1]) if answer is not None and answer[0] == 200 else None
