@@ -17,6 +17,8 @@ import os
 import shutil
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -288,3 +290,49 @@ def test_bad_input_is_invalid_argument_naming_the_field(ce_server, protocol):
         assert error.value.message().startswith(named), error.value.message()
         assert str(error.value.status()) in ("StatusCode.INVALID_ARGUMENT", "400"), error.value.status()
     assert rerank(protocol, ce_server, QUERY, ["still serving"])["scores"].shape == (1,)
+
+
+# ---------------------------------------------------------------- the proxy: /v1/rerank by model kind, /v1/models
+def post(server, path, body):
+    request = urllib.request.Request(server.proxy_url + path, json.dumps(body).encode(),
+                                     {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+def test_proxy_reranks_by_model_kind(ce_server, references):
+    """/v1/rerank on the cross-encoder: the classifier's scores (= CrossEncoder's within 1e-5), best first, top_n,
+    return_documents; on the embedder beside it, bge-m3's score (its per-mode scores); /v1/models says the kinds."""
+    status, body = post(ce_server, "/v1/rerank", {"model": "xr", "query": QUERY, "documents": DOCUMENTS})
+    assert status == 200, body
+    results = body["results"]
+    assert sorted(r["index"] for r in results) == list(range(100)) and "scores" not in results[0]
+    got = np.array([r["relevance_score"] for r in results])
+    assert np.all(np.diff(got) <= 0)
+    assert np.abs(got - references["cross_encoder"][[r["index"] for r in results]]).max() <= TOLERANCE
+    status, top = post(ce_server, "/v1/rerank", {"model": "xr", "query": QUERY, "documents": DOCUMENTS,
+                                                 "top_n": 3, "return_documents": True})
+    assert [r["index"] for r in top["results"]] == [r["index"] for r in results[:3]]
+    assert all(r["document"]["text"] == DOCUMENTS[r["index"]] for r in top["results"])
+
+    status, embedder = post(ce_server, "/v1/rerank", {"model": "emb", "query": QUERY, "documents": DOCUMENTS[:5]})
+    assert status == 200 and set(embedder["results"][0]["scores"]) == {"dense"}, embedder
+    with urllib.request.urlopen(ce_server.proxy_url + "/v1/models", timeout=30) as response:
+        kinds = {m["id"]: m["kind"] for m in json.load(response)["data"]}
+    assert kinds == {"xr": "cross-encoder", "bert2": "cross-encoder", "emb": "embedding"}
+
+
+def test_proxy_bad_rerank_input_names_it(ce_server):
+    cases = [({"query": " ", "documents": ["a"]}, 400, "query"), ({"query": QUERY, "documents": []}, 400, "documents"),
+             ({"query": QUERY, "documents": ["a", ""]}, 400, "documents"),
+             ({"query": QUERY, "documents": ["a"], "weights": [1, 0, 0]}, 400, "weights"),
+             ({"query": QUERY, "documents": ["a", DOCUMENTS[51]], "truncate": False}, 422, "documents")]
+    for body, code, param in cases:
+        status, answer = post(ce_server, "/v1/rerank", {"model": "xr", **body})
+        assert status == code and answer["error"]["param"] == param, (body, answer)
+    assert "documents[1]" in answer["error"]["message"]
+    status, answer = post(ce_server, "/v1/embeddings", {"model": "xr", "input": ["a"]})
+    assert status == 400 and "dense" in answer["error"]["message"]
