@@ -248,6 +248,14 @@ def markdown(run, plot_names):
                 "(bench-only copy of `ensemble` that also returns the padded `attention_mask`): real tokens "
                 f"{probe['real_tokens']:,}, computed {probe['computed_tokens']:,}, **padding efficiency "
                 f"{probe['padding_efficiency']:.3f}**; encoder mean batch {probe['embedding']['mean_batch']:.2f}.", ""]
+    if run.get("rerank"):
+        from bench.rerank import table
+
+        out += ["## Cross-encoder reranking", "",
+                "One query against documents of the mixed corpus per request, sequentially (bench/rerank.py): the "
+                "export's `<name>_rerank` model over KServe gRPC and the proxy's `/v1/rerank`, against onnxruntime "
+                "in-process on the same pairs (same tokenization, sorted by length) at its best batch size. Random "
+                "weights, max length 512.", "", table(run["rerank"]), ""]
     out += ["## onnxruntime ceiling sweeps", "",
             "In the bench process, before the server starts; texts pre-tokenized, sorted by length, cut into batches "
             "padded to their own longest text, run in a stratified order (bit-reversed) for "

@@ -20,7 +20,9 @@ Steps, in one process:
   6. where one short request's time goes (bench/breakdown.py: Triton's trace API, micro-benchmarks, py-spy);
   7. the serving floor (bench/overhead.py): single texts through a near-zero-cost model's ensemble against an
      ensemble of two echo models, in their own server;
-  8. the report: targets (ratios to each workload's ceiling), tables, plots (bench/report.py).
+  8. cross-encoder reranking (bench/rerank.py): one query against 100 documents through the rerank model (KServe
+     gRPC) and /v1/rerank (HTTP) against onnxruntime in-process on the same pairs, in their own server;
+  9. the report: targets (ratios to each workload's ceiling), tables, plots (bench/report.py).
 """
 import argparse
 import json
@@ -39,6 +41,7 @@ if PROJECT not in sys.path:
 
 from bench import baselines, breakdown, common, loadgen, overhead, report  # noqa: E402
 from bench import corpus as corpus_lib  # noqa: E402
+from bench import rerank as rerank_bench  # noqa: E402
 
 PERF_MODELS = {"ensemble": "ensemble", "ensemble_bls": "ensemble_bls", "client_tokenization": "embedding",
                "pytorch_baseline": "pytorch_baseline"}
@@ -350,6 +353,8 @@ def parse_args(argv):
     parser.add_argument("--no-breakdown", action="store_true", help="leave out step 6 (where the time goes)")
     parser.add_argument("--no-overhead", action="store_true", help="leave out step 7 (the serving floor: a "
                         "near-zero-cost model's ensemble against an echo ensemble, bench/overhead.py)")
+    parser.add_argument("--rerank-sizes", help="step 8's cross-encoder shapes, comma-separated (minilm, m3: 24 "
+                        "layers, slow on 2 cores); default minilm, none with --short; empty: leave the step out")
     parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a launcher setting for the server (repeatable), e.g. RATE_LIMIT=off")
     parser.add_argument("--server-arg", action="append", default=[], help="extra tritonserver argument")
@@ -407,10 +412,14 @@ def main(argv=None):
         floor = overhead.measure(os.path.join(args.work_dir, "overhead"), rounds=1 if args.short else 3,
                                  window_requests=200 if args.short else 2000, max_trials=args.max_trials,
                                  stability=args.stability, progress=progress)
+    sizes = tuple(s for s in (args.rerank_sizes if args.rerank_sizes is not None else
+                              "" if args.short else "minilm").split(",") if s)
+    reranking = rerank_bench.measure(os.path.join(args.work_dir, "rerank"), sizes, progress=progress) if sizes else None
     run = {
         "mode": args.mode, "command": command_line, "device": args.device, "manifest": manifest,
         "repository": os.path.relpath(source, PROJECT) if source.startswith(PROJECT) else source,
         "bench_owned_export": owned, "encoder_threads": threads, "probe": probe, "breakdown": times, "overhead": floor,
+        "rerank": reranking,
         "client_tokenize_us": baselines.client_tokenization_cost(
             tokenizer, [t["text"] for t in workloads[next(iter(workloads))]["texts"][:200]], 0.5),
         "workloads": {name: {k: w.get(k) for k in ("info", "ceiling", "ceiling_sweep", "results")}

@@ -4,6 +4,7 @@
     python build/export.py --model sentence-transformers/all-MiniLM-L6-v2   # offline: pip package copy
     python build/export.py --model ./my-model --pooling mean --max-length 512 --repository /tmp/repo
     python build/export.py --model ./e5-small --name e5-small       # a second model beside the first
+    python build/export.py --model BAAI/bge-reranker-v2-m3 --name reranker   # a cross-encoder (kind from config)
 
 One export is five Triton models: a tokenizer (Python), an encoder (ONNX), the ensemble that clients call, its BLS
 twin for many-text requests (length groups as concurrent encoder runs) and the rerank model. Without --name they are
@@ -26,6 +27,12 @@ A named export also copies the tokenizer's config and code, and the BLS and rera
 built in a temporary folder and checked against PyTorch (every output) before it replaces anything in the
 repository.
 
+The kind comes from the model's config: a sequence-classification model (XLM-R, RoBERTa or BERT family) is a
+cross-encoder, exported with --name as the same five models over (query, passage) pairs: NAME (pairs in, `logits`
+and `scores` out), NAME_tokenizer (pair tokenization), NAME_embedding (the classifier), NAME_bls (pairs in length
+groups) and NAME_rerank (query + documents), checked against sentence-transformers' CrossEncoder and
+FlagEmbedding's FlagReranker (build/exporting/cross_encoder.py). Other heads are refused, not exported without them.
+
 The work is done by build/exporting/ (source, graph, parity, repository); this file is the command: its flags and
 the order of the steps.
 """
@@ -41,7 +48,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from exporting import read_json  # noqa: E402
+from exporting import cross_encoder, read_json  # noqa: E402
 from exporting.graph import OPSET, build_encoder, declared_dims, export_onnx, finalize_onnx, load_head  # noqa: E402
 from exporting.parity import parity_check  # noqa: E402
 from exporting.repository import (  # noqa: E402
@@ -53,6 +60,7 @@ from exporting.repository import (  # noqa: E402
     model_names,
     warmup_lengths,
     write_configs,
+    write_cross_encoder_configs,
     write_tokenizer,
     write_warmup,
 )
@@ -102,7 +110,12 @@ def main(argv=None):
 
     folder = resolve_model(args.model)
     config = AutoConfig.from_pretrained(folder)
+    kind = cross_encoder.detect_kind(config)
+    if kind == "cross-encoder":
+        cross_encoder.check_arguments(args)
     tokenizer = AutoTokenizer.from_pretrained(folder)
+    if kind == "cross-encoder":
+        return export_cross_encoder(args, folder, config, tokenizer, repository, started)
     pooling = args.pooling or detect_pooling(folder) or "cls"
     max_length = args.max_length or detect_max_length(folder, config, tokenizer)
     outputs = choose_outputs(folder, args.outputs)
@@ -129,13 +142,55 @@ def main(argv=None):
         write_warmup(staging, names[2], tokenizer, warmup)
         token_budget = build_batch_strategy(os.path.join(staging, names[2]))
         manifest = {
-            "id": args.name or args.model, "name": names[0], "tokenizer_model": names[1], "encoder_model": names[2],
+            "id": args.name or args.model, "kind": "embedding", "name": names[0], "tokenizer_model": names[1],
+            "encoder_model": names[2],
             "bls_model": names[3], "rerank_model": names[4],
             "model": args.model, "model_type": config.model_type, "pooling": pooling, "outputs": outputs,
             "embedding_size": config.hidden_size, "colbert_size": colbert_dim, "max_length": max_length,
             "special_token_ids": special_ids, "fp16": args.fp16, "token_budget_batching": token_budget, "opset": OPSET,
             "onnx": os.path.relpath(onnx_path, staging), "parity": figures,
             "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        with open(os.path.join(staging, names[0], "1", "export.json"), "w", encoding="utf-8") as handle:
+            json.dump(manifest, handle, indent=2)
+        os.makedirs(repository, exist_ok=True)
+        install(staging, repository, names)
+    ensure_proxy(repository)
+    print(f"export: done in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+def export_cross_encoder(args, folder, config, tokenizer, repository, started):
+    """A sequence-classification model: (query, passage) pairs in, logits and scores out; the five models over pairs."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    max_length = args.max_length or detect_max_length(folder, config, tokenizer)
+    model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32,
+                                                               attn_implementation="eager").eval()
+    graph = cross_encoder.build_cross_encoder(model, tokenizer)
+    names = model_names(args.name)
+    labels = config.num_labels
+    print(f"export: {args.model} (cross-encoder, {config.model_type}, {labels} label(s), max length {max_length}) "
+          f"→ {repository} as {names[0]}")
+    warmup = warmup_lengths(max_length)
+    with tempfile.TemporaryDirectory() as workdir:
+        staging = os.path.join(workdir, "repository")
+        exported = cross_encoder.export_onnx(graph, tokenizer, os.path.join(workdir, "model.onnx"), OPSET)
+        onnx_path = finalize_onnx(exported, os.path.join(staging, names[2], "1"), args.fp16, args.external_data,
+                                  {"logits": [labels], "scores": [labels]})
+        figures = cross_encoder.parity_check(folder, tokenizer, onnx_path, max_length, 1e-2 if args.fp16 else 1e-4)
+        write_tokenizer(tokenizer, max_length, os.path.join(staging, names[1], "1"))
+        write_cross_encoder_configs(staging, names, labels, warmup, max_length)
+        write_warmup(staging, names[2], tokenizer, warmup)
+        token_budget = build_batch_strategy(os.path.join(staging, names[2]))
+        manifest = {
+            "id": args.name, "kind": "cross-encoder", "name": names[0], "tokenizer_model": names[1],
+            "encoder_model": names[2], "bls_model": names[3], "rerank_model": names[4], "model": args.model,
+            "model_type": config.model_type, "num_labels": labels, "outputs": ["logits", "scores"],
+            "embedding_size": None, "colbert_size": None, "max_length": max_length, "fp16": args.fp16,
+            "token_budget_batching": token_budget, "opset": OPSET, "onnx": os.path.relpath(onnx_path, staging),
+            "parity": figures, "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         with open(os.path.join(staging, names[0], "1", "export.json"), "w", encoding="utf-8") as handle:
             json.dump(manifest, handle, indent=2)

@@ -36,6 +36,7 @@ class Card:
     max_length: int = 16
     source: str = "fake/source"
     created: int = 0
+    kind: str = "embedding"
 
 
 def fake_vectors(text, dim=DIM):

@@ -17,6 +17,8 @@ RESERVED_NAMES = {"tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank"
 STEP_SUFFIXES = ("_tokenizer", "_embedding", "_bls", "_rerank")
 VALID_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 WARMUP_LONG_TOKENS = 512  # the long warm-up sample: min(this, max length)
+TEXT_INPUT = '  { name: "text", data_type: TYPE_STRING, dims: [ 1 ] }'
+PAIR_INPUTS = TEXT_INPUT + ',\n  { name: "query", data_type: TYPE_STRING, dims: [ 1 ], optional: true }'
 
 
 def model_names(name):
@@ -83,7 +85,7 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
     os.makedirs(os.path.join(staging, bls, "1"), exist_ok=True)
     with open(os.path.join(staging, bls, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render(os.path.join(SOURCE_REPOSITORY, "ensemble_bls", "config.pbtxt.template"),
-                            tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(public)))
+                            tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(public), inputs=TEXT_INPUT))
     os.makedirs(os.path.join(staging, rerank, "1"), exist_ok=True)
     with open(os.path.join(staging, rerank, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render(os.path.join(SOURCE_REPOSITORY, "rerank", "config.pbtxt.template"), bls=bls,
@@ -96,6 +98,36 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
         shutil.copyfile(os.path.join(SOURCE_REPOSITORY, folder, "1", "model.py"),
                         os.path.join(staging, model, "1", "model.py"))
 
+
+
+def write_cross_encoder_configs(staging, names, labels, warmup, max_length):
+    """A cross-encoder's models: the encoder (logits and scores out), the pair ensemble, the BLS model over pairs,
+    the rerank model (query + documents) and the tokenizer; code copied as for a named embedding export."""
+    ensemble, tokenizer, encoder, bls, rerank = names
+    declared = [f'  {{ name: "{n}", data_type: TYPE_FP32, dims: [ {labels} ] }}' for n in ("logits", "scores")]
+    public = declared + ['  { name: "num_tokens", data_type: TYPE_INT32, dims: [ 1 ] }',
+                         '  { name: "truncated", data_type: TYPE_BOOL, dims: [ 1 ] }',
+                         '  { name: "query_truncated", data_type: TYPE_BOOL, dims: [ 1 ] }']
+    budget = tokenizer_parameter("max_batch_tokens")
+    values = {"outputs": ",\n".join(declared), "short_tokens": warmup[0], "long_tokens": warmup[1],
+              "max_batch_tokens": budget}
+    renders = [(encoder, "embedding/config.pbtxt.template", values),
+               (ensemble, "ensemble/pairs.pbtxt.template", {"tokenizer": tokenizer, "encoder": encoder,
+                                                            "outputs": ",\n".join(public)}),
+               (bls, "ensemble_bls/config.pbtxt.template", {"tokenizer": tokenizer, "encoder": encoder,
+                                                            "outputs": ",\n".join(public), "inputs": PAIR_INPUTS}),
+               (rerank, "rerank/cross_encoder.pbtxt.template", {"bls": bls, "label": 0 if labels == 1 else labels - 1})]
+    for model, template, fill in renders:
+        os.makedirs(os.path.join(staging, model, "1"), exist_ok=True)
+        with open(os.path.join(staging, model, "config.pbtxt"), "w", encoding="utf-8") as handle:
+            handle.write(render(os.path.join(SOURCE_REPOSITORY, template), **fill))
+    write_gpu_configs(os.path.join(staging, encoder), values, max_length, int(budget))
+    shutil.copytree(os.path.join(SOURCE_REPOSITORY, "tokenizer"), os.path.join(staging, tokenizer), dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "tokenizer.json"))
+    shutil.copyfile(os.path.join(SOURCE_REPOSITORY, "ensemble_bls", "1", "model.py"),
+                    os.path.join(staging, bls, "1", "model.py"))
+    shutil.copyfile(os.path.join(SOURCE_REPOSITORY, "rerank", "cross_encoder.py"),
+                    os.path.join(staging, rerank, "1", "model.py"))
 
 
 def write_gpu_configs(encoder_dir, values, max_length, max_batch_tokens):

@@ -6,6 +6,9 @@ share a padded width (its grouping.py, the same cost model as for the ensemble);
 its own request, all at once; the rows come back in the request's order. Outputs with a per-token dimension
 (sparse, ColBERT) are padded to the request's longest row, as the ensemble returns them. Errors are the steps'
 own (the tokenizer's `text[i] ...` carry the request's row numbers). Settings: config.pbtxt, read once here.
+
+A cross-encoder export's BLS model takes (query, text) pairs: the input `query` per row, or the request parameter
+`query` for every row (its rerank model sends one query so); both go to the tokenizer as they came.
 """
 import json
 import re
@@ -16,12 +19,12 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 TOKENIZER_OUTPUTS = ["input_ids", "attention_mask", "num_tokens", "truncated", "length_group"]
-FROM_TOKENIZER = {"num_tokens", "truncated"}
+FROM_TOKENIZER = {"num_tokens", "truncated", "query_truncated"}
 PAD_VALUES = {"sparse_indices": -1}  # the encoder pads sparse ids with -1; every other output with 0
 # A BLS response's error arrives with code INTERNAL in 24.07 whatever the step said. The tokenizer's per-request
 # errors (its model.py: decode, check) get back their INVALID_ARG (HTTP 400, as via the ensemble), a step's full
 # queue (its max_queue_size) its UNAVAILABLE.
-INPUT_ERROR = re.compile(r"^(text\[\d+\] |the request holds )")
+INPUT_ERROR = re.compile(r"^(text\[\d+\] |query(\[\d+\])? |the request holds )")
 QUEUE_FULL = "Exceeds maximum queue size"
 
 
@@ -33,6 +36,7 @@ class TritonPythonModel:
         self.encoder_model = parameters["encoder_model"]
         # per output: which dimensions (after the row) follow the padded width: those grow to the request's width
         self.variable_dims = {o["name"]: [i for i, d in enumerate(o["dims"]) if int(d) == -1] for o in config["output"]}
+        self.tokenizer_outputs = TOKENIZER_OUTPUTS + [n for n in self.variable_dims if n == "query_truncated"]
         threads = int(parameters.get("bls_threads") or 32)
         self.requests_pool = ThreadPoolExecutor(threads, thread_name_prefix="bls-request")
         self.runs_pool = ThreadPoolExecutor(threads, thread_name_prefix="bls-run")
@@ -49,10 +53,11 @@ class TritonPythonModel:
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{type(error).__name__}: {error}",
                                                                          pb_utils.TritonError.UNAVAILABLE))
 
-    def call(self, model, inputs, outputs, deadline):
+    def call(self, model, inputs, outputs, deadline, parameters=None):
         """One BLS request; StepError carries a step's error (its message, and the codes above)."""
         request = pb_utils.InferenceRequest(
-            model_name=model, inputs=inputs, requested_output_names=outputs, timeout=deadline.left_us(),
+            model_name=model, inputs=inputs, requested_output_names=outputs, parameters=parameters or {},
+            timeout=deadline.left_us(),
             # outputs come back in host memory even when the encoder runs on a GPU (as_numpy needs that)
             preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0))
         response = request.exec()
@@ -67,8 +72,11 @@ class TritonPythonModel:
 
     def embed(self, request, deadline):
         wanted = request.requested_output_names() or list(self.variable_dims)
-        text = pb_utils.get_input_tensor_by_name(request, "text")
-        tokens = self.call(self.tokenizer_model, [text], TOKENIZER_OUTPUTS, deadline)
+        inputs = [pb_utils.get_input_tensor_by_name(request, name) for name in ("text", "query")]
+        inputs = [tensor for tensor in inputs if tensor is not None]
+        query = json.loads(request.parameters() or "{}").get("query")
+        tokens = self.call(self.tokenizer_model, inputs, self.tokenizer_outputs, deadline,
+                           None if query is None else {"query": query})
         encoder_outputs = [name for name in wanted if name not in FROM_TOKENIZER]
         results = {name: tokens[name] for name in wanted if name in FROM_TOKENIZER}
         if not encoder_outputs:

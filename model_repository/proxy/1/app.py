@@ -30,7 +30,7 @@ MODES = ("dense", "sparse", "colbert")  # the rerank model's mode_scores columns
 class Service(Protocol):
     """What the routes need from the serving side. Card: id, name, outputs, embedding_size, colbert_size,
     max_length, source, created. embed -> dense [n, d] | None, sparse [(ids, weights)] | None, colbert [[m, c]] |
-    None, tokens [n], truncated [n], inference_ms. rerank -> scores [n], mode_scores [n, 3], tokens,
+    None, tokens [n], truncated [n], inference_ms. rerank -> scores [n], mode_scores [n, 3] | None, tokens,
     query_truncated, truncated [n], inference_ms. Failures raise errors.ServiceError kinds."""
 
     draining: bool
@@ -257,9 +257,10 @@ async def embed_sparse(request: Request, body: schemas.EmbedSparseRequest):
 
 @router.post("/v1/rerank", dependencies=USER, response_model=schemas.RerankResponse, responses=ERRORS)
 async def rerank(request: Request, body: schemas.RerankRequest):
-    """Scores each document against the query with the export's rerank model: bge-m3's combined score, as
-    FlagEmbedding's compute_score ('colbert+sparse+dense' with `weights`); models without sparse/ColBERT outputs use
-    what they serve."""
+    """Scores each document against the query with the export's rerank model, by the model's kind: a cross-encoder's
+    relevance (CrossEncoder.predict, FlagReranker.compute_score normalized); for an embedding model bge-m3's
+    combined score, as FlagEmbedding's compute_score ('colbert+sparse+dense' with `weights`; models without
+    sparse/ColBERT outputs use what they serve)."""
     settings = request.app.state.settings
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
     if not body.query.strip():
@@ -270,7 +271,11 @@ async def rerank(request: Request, body: schemas.RerankRequest):
     check_texts(request, documents, "documents")
     card = select(request, body.model)
     served = [mode for mode in MODES if mode in card.outputs]
-    if not served:
+    if card.kind == "cross-encoder":
+        if body.weights is not None:
+            raise ApiError(400, f"weights: model '{card.id}' is a cross-encoder; weights are for bge-m3's modes",
+                           "invalid_value", "weights")
+    elif not served:
         raise ApiError(400, f"model '{card.id}' serves none of dense, sparse, colbert", "output_not_served")
     result = await request.app.state.service.rerank(card, body.query, documents, body.weights or (1.0, 1.0, 1.0))
     if not body.truncate and (result.query_truncated or result.truncated.any()):
@@ -282,7 +287,8 @@ async def rerank(request: Request, body: schemas.RerankRequest):
     scores = result.scores.tolist()
     order = sorted(range(len(documents)), key=lambda i: -scores[i])[:body.top_n or len(documents)]
     results = [{"index": i, "relevance_score": scores[i],
-                "scores": {mode: float(result.mode_scores[i, MODES.index(mode)]) for mode in served},
+                **({"scores": {mode: float(result.mode_scores[i, MODES.index(mode)]) for mode in served}}
+                   if result.mode_scores is not None else {}),
                 **({"document": {"text": documents[i]}} if body.return_documents else {})} for i in order]
     return json_response({"results": results, "model": card.id, "usage": usage(result.tokens)},
                          timing_headers(truncated, result.inference_ms))
@@ -292,7 +298,7 @@ async def rerank(request: Request, body: schemas.RerankRequest):
 def card_json(card):
     return {"id": card.id, "object": "model", "created": card.created, "owned_by": "triton-embed",
             "embedding_size": card.embedding_size, "max_input_tokens": card.max_length,
-            "outputs": list(card.outputs), "source": card.source}
+            "outputs": list(card.outputs), "source": card.source, "kind": card.kind}
 
 
 @router.get("/v1/models", dependencies=USER, response_model=schemas.ModelList, responses=ERRORS)

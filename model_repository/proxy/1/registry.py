@@ -26,6 +26,7 @@ class Card:
     max_length: int
     source: str
     created: int
+    kind: str = "embedding"  # or "cross-encoder": its rerank model scores pairs with the classifier
 
     @property
     def models(self):
@@ -42,7 +43,7 @@ def read_card(repository, name):
         return Card(manifest["id"], manifest["name"], manifest["tokenizer_model"], manifest["encoder_model"],
                     manifest["bls_model"], manifest["rerank_model"], tuple(manifest["outputs"]),
                     manifest.get("embedding_size"), manifest.get("colbert_size"), int(manifest["max_length"]),
-                    manifest["model"], int(os.path.getmtime(path)))
+                    manifest["model"], int(os.path.getmtime(path)), manifest.get("kind", "embedding"))
     except (OSError, ValueError, KeyError):
         return None
 

@@ -116,7 +116,9 @@ class SparseEntry(BaseModel):
 class RerankResult(BaseModel):
     index: int
     relevance_score: float
-    scores: dict[str, float] = Field(description="the dense, sparse and colbert scores that were combined")
+    scores: dict[str, float] | None = Field(
+        None, description="embedding models: the dense, sparse and colbert scores that were combined (not for a "
+                          "cross-encoder, whose relevance_score is its classifier's)")
     document: RerankDocument | None = None
 
 
@@ -135,6 +137,9 @@ class ModelCard(BaseModel):
     max_input_tokens: int
     outputs: list[str]
     source: str = Field(description="the Hugging Face model it was exported from")
+    kind: Literal["embedding", "cross-encoder"] = Field(
+        "embedding", description="embedding: embeds texts (and reranks with bge-m3's score); cross-encoder: reranks "
+                                 "only, scoring each (query, document) pair")
 
 
 class ModelList(BaseModel):

@@ -33,7 +33,7 @@ class Embeddings:
 @dataclass
 class RerankResult:
     scores: np.ndarray
-    mode_scores: np.ndarray  # [n, 3]: dense, sparse, ColBERT; NaN where the model does not serve the mode
+    mode_scores: np.ndarray | None  # [n, 3]: dense, sparse, ColBERT (NaN: a mode not served); None: cross-encoder
     tokens: int
     query_truncated: bool
     truncated: np.ndarray
@@ -127,13 +127,16 @@ class Service:
             inference_ms=(time.perf_counter() - started) * 1000)
 
     async def rerank(self, card, query, documents, weights):
+        """A cross-encoder's rerank model: the classifier's scores (mode_scores None); else bge-m3's combined one."""
         started = time.perf_counter()
         inputs = {"query": np.array(encoded([query], "query"), dtype=np.object_),
-                  "documents": np.array(encoded(documents, "documents"), dtype=np.object_),
-                  "weights": np.array(weights, dtype=np.float32)}
-        names = ["scores", "mode_scores", "num_tokens", "query_truncated", "truncated"]
+                  "documents": np.array(encoded(documents, "documents"), dtype=np.object_)}
+        cross = card.kind == "cross-encoder"
+        if not cross:
+            inputs["weights"] = np.array(weights, dtype=np.float32)
+        names = ["scores", "logits" if cross else "mode_scores", "num_tokens", "query_truncated", "truncated"]
         result = await self.infer(card, card.rerank, inputs, names, None)
-        return RerankResult(result["scores"], result["mode_scores"], int(result["num_tokens"][0]),
+        return RerankResult(result["scores"], None if cross else result["mode_scores"], int(result["num_tokens"][0]),
                             bool(result["query_truncated"][0]), result["truncated"].astype(bool),
                             (time.perf_counter() - started) * 1000)
 

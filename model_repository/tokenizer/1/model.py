@@ -1,6 +1,11 @@
 """Tokenizer step of the ensemble: `text` (one string per row) -> input_ids, attention_mask, num_tokens,
 truncated.
 
+Pairs (cross-encoders): with a `query` per row (input `query`), or one query for every row (request parameter
+`query`, so a caller with one query and many documents sends it once), each row is the pair (query, text), cut with
+FlagReranker's rule: the query alone to query_max_length, then the text so the pair fits max_length. `truncated`
+says the pair was cut, `query_truncated` (when asked for) that its query was.
+
 A caller that runs the encoder itself (the BLS model beside the ensemble) asks for the output `length_group`:
 then the request is one piece padded to its longest row, is not held to max_batch_tokens, and each row is told
 its length group (group index, padded width) for the caller to send as separate encoder runs.
@@ -72,6 +77,11 @@ class TritonPythonModel:
         self.tokenizer.no_padding()  # padding is done per length group
         self.tokenizer.enable_truncation(self.max_length)
         self.special_tokens = len(self.tokenizer.encode("").ids)  # what a text with no content becomes
+        self.pair_special_tokens = self.tokenizer.num_special_tokens_to_add(True)
+        self.query_max_length = int(_parameter(config, "query_max_length") or self.max_length * 3 // 4)
+        if not 0 < self.query_max_length <= self.max_length - self.pair_special_tokens - 1:
+            raise pb_utils.TritonModelException(f"query_max_length {self.query_max_length} must leave room for a "
+                                                f"passage in max_length {self.max_length}")
         self.multiple = max(1, int(_parameter(config, "pad_to_multiple_of")))
         self.overhead = float(_parameter(config, "batch_overhead_tokens"))
         self.min_efficiency = float(_parameter(config, "min_padding_efficiency"))
@@ -83,35 +93,75 @@ class TritonPythonModel:
                                                 f"max_length {self.max_length} padded to {self.multiple}")
 
     def decode(self, request):
-        """The request's texts, or ValueError naming the first bad row. Messages never echo the text."""
+        """(texts, queries, shared): the request's texts, per row its query (None: single texts), and whether one
+        query (the parameter) serves every row; or ValueError naming the first bad row. Messages never echo the text."""
         raw = pb_utils.get_input_tensor_by_name(request, "text").as_numpy().reshape(-1)
-        total = sum(len(item) for item in raw)
+        queries = pb_utils.get_input_tensor_by_name(request, "query")
+        queries = None if queries is None else queries.as_numpy().reshape(-1)
+        shared = json.loads(request.parameters() or "{}").get("query")
+        if shared is not None:
+            queries = np.array([shared.encode() if isinstance(shared, str) else shared], dtype=np.object_)
+        total = sum(len(item) for item in raw) + (0 if queries is None else sum(len(item) for item in queries))
         if total > self.max_request_bytes:
             raise ValueError(f"the request holds {total} bytes of text, over the limit of {self.max_request_bytes} "
                              f"(tokenizer parameter max_request_bytes)")
-        texts = []
-        for row, item in enumerate(raw):
-            if isinstance(item, MalformedText):
-                raise ValueError(f"text[{row}] is malformed: its length prefix says {item.declared} bytes but "
-                                 f"{len(item)} follow")
-            item = item if isinstance(item, bytes) else str(item).encode()
-            if len(item) > self.max_text_bytes:
-                raise ValueError(f"text[{row}] is {len(item)} bytes, over the limit of {self.max_text_bytes} "
-                                 f"(tokenizer parameter max_text_bytes)")
-            try:
-                text = item.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise ValueError(f"text[{row}] is not valid UTF-8 (byte {error.start})") from None
-            if not text.strip():
-                raise ValueError(f"text[{row}] is empty" + (" (whitespace only)" if text else ""))
-            texts.append(text)
-        return texts
+        texts = [self.decode_row(item, f"text[{row}]") for row, item in enumerate(raw)]
+        if queries is None:
+            return texts, None, False
+        if shared is not None:
+            return texts, [self.decode_row(queries[0], "query")] * len(texts), True
+        return texts, [self.decode_row(item, f"query[{row}]") for row, item in enumerate(queries)], False
 
-    def check(self, encodings, split):
-        """Per-request checks that need the tokens: content, and the padded size against the token budget (unless
-        the caller splits the request into runs itself)."""
+    def decode_row(self, item, label):
+        if isinstance(item, MalformedText):
+            raise ValueError(f"{label} is malformed: its length prefix says {item.declared} bytes but {len(item)} "
+                             f"follow")
+        item = item if isinstance(item, bytes) else str(item).encode()
+        if len(item) > self.max_text_bytes:
+            raise ValueError(f"{label} is {len(item)} bytes, over the limit of {self.max_text_bytes} "
+                             f"(tokenizer parameter max_text_bytes)")
+        try:
+            text = item.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{label} is not valid UTF-8 (byte {error.start})") from None
+        if not text.strip():
+            raise ValueError(f"{label} is empty" + (" (whitespace only)" if text else ""))
+        return text
+
+    def pairs(self, queries, passages, shared):
+        """(query, passage) rows -> (pair encodings, query cut per row), FlagReranker's rule, or ValueError."""
+        encoded = {}
+        for row, query in enumerate(queries):
+            if query not in encoded:
+                encoding = self.tokenizer.encode(query, add_special_tokens=False)
+                if not encoding.ids:
+                    raise ValueError(("query" if shared else f"query[{row}]") +
+                                     " has no content tokens (only whitespace, control or zero-width characters)")
+                cut = len(encoding.ids) > self.query_max_length or bool(encoding.overflowing)
+                if len(encoding.ids) > self.query_max_length:
+                    encoding.truncate(self.query_max_length)
+                encoded[query] = (encoding, cut)
+        parts = self.tokenizer.encode_batch(passages, add_special_tokens=False)
+        encodings, query_cut = [], []
+        for row, (query, passage) in enumerate(zip(queries, parts)):
+            if not passage.ids:
+                raise ValueError(f"text[{row}] has no content tokens (only whitespace, control or zero-width "
+                                 f"characters)")
+            query_encoding, cut = encoded[query]
+            room = self.max_length - len(query_encoding.ids) - self.pair_special_tokens
+            passage_cut = len(passage.ids) > room or bool(passage.overflowing)
+            if len(passage.ids) > room:
+                passage.truncate(room)
+            pair = self.tokenizer.post_process(query_encoding, passage, add_special_tokens=True)
+            encodings.append(pair)
+            query_cut.append((cut, cut or passage_cut))
+        return encodings, query_cut
+
+    def check(self, encodings, split, pairs):
+        """Per-request checks that need the tokens: content (pairs: checked in pairs()), and the padded size against
+        the token budget (unless the caller splits the request into runs itself)."""
         for row, encoding in enumerate(encodings):
-            if len(encoding.ids) <= self.special_tokens:
+            if not pairs and len(encoding.ids) <= self.special_tokens:
                 raise ValueError(f"text[{row}] has no content tokens (only whitespace, control or zero-width "
                                  f"characters)")
         if split:
@@ -127,61 +177,67 @@ class TritonPythonModel:
         request.get_response_sender().send(pb_utils.InferenceResponse(error=error), flags=FINAL)
 
     def execute(self, requests):
-        texts, spans = [], []  # all good texts, and (request index, first text, text count) per good request
+        texts, spans = [], []  # single texts of all requests; per good request (index, first text, count, pairs)
         for i, request in enumerate(requests):
             try:
-                decoded = self.decode(request)
+                decoded, queries, shared = self.decode(request)
+                pairs = None if queries is None else self.pairs(queries, decoded, shared)
             except ValueError as error:
                 self.reject(request, str(error))
                 continue
-            spans.append((i, len(texts), len(decoded)))
-            texts.extend(decoded)
-        if not texts:
-            return None
+            spans.append((i, len(texts), len(decoded), pairs))
+            if pairs is None:
+                texts.extend(decoded)
         # encode() avoids encode_batch's thread-pool hand-off for the common single-text execute.
-        encodings = self.tokenizer.encode_batch(texts) if len(texts) > 1 else [self.tokenizer.encode(texts[0])]
+        encodings = self.tokenizer.encode_batch(texts) if len(texts) > 1 else [self.tokenizer.encode(t) for t in texts]
         accepted = []
-        for i, start, count in spans:
+        for i, start, count, pairs in spans:
             split = "length_group" in requests[i].requested_output_names()
+            mine, flags = pairs if pairs else (encodings[start:start + count], None)
             try:
-                self.check(encodings[start:start + count], split)
+                self.check(mine, split, pairs is not None)
             except ValueError as error:
                 self.reject(requests[i], str(error))
                 continue
             if split:  # goes out at once: its caller, not the encoder's batcher, groups its rows
-                self.send_split(requests[i], encodings[start:start + count])
+                self.send_split(requests[i], mine, flags)
                 continue
-            accepted.append((i, encodings[start:start + count]))
-        lengths = [[len(e.ids) for e in request_encodings] for _, request_encodings in accepted]
+            accepted.append((i, mine, flags))
+        lengths = [[len(e.ids) for e in request_encodings] for _, request_encodings, _ in accepted]
         for group, width in plan_groups(lengths, self.multiple, self.overhead, self.min_efficiency,
                                         self.max_batch_tokens):
             for k in group:
-                i, request_encodings = accepted[k]
-                self.send(requests[i], request_encodings, lengths[k], width)
+                i, request_encodings, flags = accepted[k]
+                self.send(requests[i], request_encodings, flags, lengths[k], width)
         return None
 
-    def send_split(self, request, encodings):
+    def send_split(self, request, encodings, flags):
         lengths = [len(e.ids) for e in encodings]
         groups = np.zeros((len(lengths), 2), dtype=np.int32)  # per row: (group index, the group's padded width)
         plan = plan_groups([[n] for n in lengths], self.multiple, self.overhead, self.min_efficiency,
                            self.max_batch_tokens)
         for index, (rows, width) in enumerate(plan):
             groups[rows] = (index, width)
-        self.send(request, encodings, lengths, round_up(max(lengths), self.multiple),
+        self.send(request, encodings, flags, lengths, round_up(max(lengths), self.multiple),
                   [pb_utils.Tensor("length_group", groups)])
 
-    def send(self, request, encodings, lengths, width, extra=()):
+    def send(self, request, encodings, flags, lengths, width, extra=()):
+        """flags: per pair row (query cut, pair cut); None for single texts."""
         rows = len(encodings)
         input_ids = np.full((rows, width), self.pad_id, dtype=np.int64)
         attention_mask = np.zeros((rows, width), dtype=np.int64)
         for row, encoding in enumerate(encodings):
             input_ids[row, :lengths[row]] = encoding.ids
             attention_mask[row, :lengths[row]] = 1
+        truncated = [f[1] for f in flags] if flags else [bool(e.overflowing) for e in encodings]
         outputs = [
             pb_utils.Tensor("input_ids", input_ids),
             pb_utils.Tensor("attention_mask", attention_mask),
             pb_utils.Tensor("num_tokens", np.array(lengths, dtype=np.int32).reshape(rows, 1)),
-            pb_utils.Tensor("truncated", np.array([bool(e.overflowing) for e in encodings]).reshape(rows, 1)),
+            pb_utils.Tensor("truncated", np.array(truncated, dtype=bool).reshape(rows, 1)),
             *extra,
         ]
+        if "query_truncated" in request.requested_output_names():
+            query_cut = [f[0] for f in flags] if flags else [False] * rows
+            outputs.append(pb_utils.Tensor("query_truncated", np.array(query_cut, dtype=bool).reshape(rows, 1)))
         request.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=outputs), flags=FINAL)

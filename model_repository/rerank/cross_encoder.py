@@ -1,0 +1,86 @@
+"""A cross-encoder export's rerank model (build/export.py copies this file into <name>_rerank/1/model.py; the
+rerank model beside it, 1/model.py, is bge-m3's). `query` and `documents` in, one relevance score per document
+out, the classifier's own (sentence-transformers CrossEncoder.predict, FlagEmbedding FlagReranker.compute_score):
+`logits` unnormalized, `scores` with the sigmoid (normalize=True).
+
+The pairs are scored by the export's BLS model (length groups), the query sent once per call (the request
+parameter `query`: the tokenizer pairs it with every document). Its errors name `text[i]`, reported here as
+`documents[i]`; the query's are `query ...`. Settings: config.pbtxt, read once here.
+"""
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+ROW_ERROR = re.compile(r"^text\[(\d+)\]")
+INPUT_ERROR = re.compile(r"^(text\[\d+\] |query |the request holds )")
+OUTPUTS = ["logits", "scores", "num_tokens", "truncated", "query_truncated"]
+
+
+class RequestError(Exception):
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.triton_error = pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG if code is None else code)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        parameters = {key: value["string_value"] for key, value in config["parameters"].items()}
+        self.pairs_model = parameters["pairs_model"]
+        self.label = int(parameters["label"])
+        self.texts_per_call = int(parameters["texts_per_call"])
+        self.pool = ThreadPoolExecutor(16, thread_name_prefix="rerank-call")
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            try:
+                responses.append(pb_utils.InferenceResponse(output_tensors=self.rerank(request)))
+            except RequestError as error:
+                responses.append(pb_utils.InferenceResponse(error=error.triton_error))
+            except Exception as error:  # noqa: BLE001 - the pair model not loaded, stopping...
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    f"{type(error).__name__}: {error}", pb_utils.TritonError.UNAVAILABLE)))
+        return responses
+
+    def rerank(self, request):
+        query = pb_utils.get_input_tensor_by_name(request, "query").as_numpy().reshape(-1)
+        documents = pb_utils.get_input_tensor_by_name(request, "documents").as_numpy().reshape(-1)
+        if len(query) != 1:
+            raise RequestError(f"query must hold one text, not {len(query)}")
+        if len(documents) == 0:
+            raise RequestError("documents is empty: send at least one document")
+        raw = query[0] if isinstance(query[0], bytes) else str(query[0]).encode()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise RequestError(f"query is not valid UTF-8 (byte {error.start})") from None
+        calls = [self.pool.submit(self.score, documents[start:start + self.texts_per_call], start, text)
+                 for start in range(0, len(documents), self.texts_per_call)]
+        parts = [call.result() for call in calls]
+        out = {name: np.concatenate([part[name] for part in parts]) for name in OUTPUTS}
+        return [pb_utils.Tensor("scores", out["scores"][:, self.label].astype(np.float32)),
+                pb_utils.Tensor("logits", out["logits"][:, self.label].astype(np.float32)),
+                pb_utils.Tensor("num_tokens", np.array([out["num_tokens"].sum()], dtype=np.int32)),
+                pb_utils.Tensor("query_truncated", np.array([bool(out["query_truncated"].any())])),
+                pb_utils.Tensor("truncated", out["truncated"].reshape(-1).copy())]
+
+    def score(self, documents, first, query):
+        """documents[first:...] paired with the query -> {output: rows}; errors name the query or documents[i]."""
+        request = pb_utils.InferenceRequest(
+            model_name=self.pairs_model, requested_output_names=OUTPUTS, parameters={"query": query},
+            inputs=[pb_utils.Tensor("text", documents.astype(np.object_).reshape(-1, 1))],
+            preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0))
+        response = request.exec()
+        if response.has_error():
+            message = response.error().message()
+            renamed = ROW_ERROR.sub(lambda match: f"documents[{first + int(match[1])}]", message, count=1)
+            # the BLS model's 400s keep INVALID_ARG here; other errors (a step not ready) say UNAVAILABLE
+            raise RequestError(renamed, None if INPUT_ERROR.match(message) else pb_utils.TritonError.UNAVAILABLE)
+        return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in OUTPUTS}
+
+    def finalize(self):
+        self.pool.shutdown(wait=False, cancel_futures=True)
