@@ -131,7 +131,7 @@ def tokenizer_micro(scratch, texts):
 
     fake.Tensor = Tensor
     fake.InferenceResponse = lambda output_tensors=None, error=None: output_tensors
-    fake.get_input_tensor_by_name = lambda request, name: request.inputs[name]
+    fake.get_input_tensor_by_name = lambda request, name: request.inputs.get(name)  # None: an optional input
     saved = sys.modules.get("triton_python_backend_utils")
     sys.modules["triton_python_backend_utils"] = fake
     try:
@@ -160,14 +160,17 @@ def tokenizer_micro(scratch, texts):
         def get_response_sender(self):
             return Sender()
 
+        def parameters(self):
+            return "{}"
+
     timings = {"decode": [], "encode": [], "grouping": [], "response": []}
     for text in texts:
         request = Request(text.encode())
         t0 = time.perf_counter()
-        decoded = model.decode(request)
+        decoded, _, _ = model.decode(request)
         t1 = time.perf_counter()
         encodings = [model.tokenizer.encode(decoded[0])]
-        model.check(encodings, split=False)
+        model.check(encodings, split=False, pairs=False)
         t2 = time.perf_counter()
         lengths = [[len(encodings[0].ids)]]
         groups = module.plan_groups(lengths, model.multiple, model.overhead, model.min_efficiency,
