@@ -151,13 +151,18 @@ def main(argv=None):
             "onnx": os.path.relpath(onnx_path, staging), "parity": figures,
             "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        with open(os.path.join(staging, names[0], "1", "export.json"), "w", encoding="utf-8") as handle:
-            json.dump(manifest, handle, indent=2)
-        os.makedirs(repository, exist_ok=True)
-        install(staging, repository, names)
+        install_export(staging, repository, names, manifest, started)
+    return 0
+
+
+def install_export(staging, repository, names, manifest, started):
+    """The staged export, its manifest beside the ensemble, moved into the repository (with the proxy)."""
+    with open(os.path.join(staging, names[0], "1", "export.json"), "w", encoding="utf-8") as handle:
+        json.dump(manifest, handle, indent=2)
+    os.makedirs(repository, exist_ok=True)
+    install(staging, repository, names)
     ensure_proxy(repository)
     print(f"export: done in {time.monotonic() - started:.1f} s")
-    return 0
 
 
 def export_cross_encoder(args, folder, config, tokenizer, repository, started):
@@ -192,12 +197,7 @@ def export_cross_encoder(args, folder, config, tokenizer, repository, started):
             "token_budget_batching": token_budget, "opset": OPSET, "onnx": os.path.relpath(onnx_path, staging),
             "parity": figures, "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        with open(os.path.join(staging, names[0], "1", "export.json"), "w", encoding="utf-8") as handle:
-            json.dump(manifest, handle, indent=2)
-        os.makedirs(repository, exist_ok=True)
-        install(staging, repository, names)
-    ensure_proxy(repository)
-    print(f"export: done in {time.monotonic() - started:.1f} s")
+        install_export(staging, repository, names, manifest, started)
     return 0
 
 

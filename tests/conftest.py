@@ -134,6 +134,16 @@ def start_server(repository, log_dir, extra_env=None, extra_args=()):
     return server
 
 
+def serve_until_done(repository, log_dir, extra_env=None):
+    """A module fixture's body: a server once its proxy is healthy, stopped afterwards whatever happened."""
+    running = start_server(repository, log_dir, extra_env=extra_env)
+    try:
+        wait_for_proxy(running)
+        yield running
+    finally:
+        launch.stop(running.process)
+
+
 def wait_for_proxy(server, timeout_s=60):
     """The proxy answers /health 200 once its readiness thread has seen the default model ready."""
     import time

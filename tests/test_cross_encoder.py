@@ -23,8 +23,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import PROJECT, export, start_server, tiny_xlmr, wait_for_proxy
-from local_triton import launch
+from conftest import PROJECT, export, serve_until_done, tiny_xlmr
 from triton_clients import PROTOCOLS, VARIED_TEXTS, client, url_for
 
 MAX_LENGTH = 128
@@ -92,12 +91,7 @@ def repository(tmp_path_factory, xlmr_ce, bert_ce, xlmr_tokenizer_dir):
 
 @pytest.fixture(scope="module")
 def ce_server(repository, tmp_path_factory):
-    running = start_server(repository, tmp_path_factory.mktemp("ce_server"), extra_env={"PROXY_DEFAULT_MODEL": "emb"})
-    try:
-        wait_for_proxy(running)
-        yield running
-    finally:
-        launch.stop(running.process)
+    yield from serve_until_done(repository, tmp_path_factory.mktemp("ce_server"), {"PROXY_DEFAULT_MODEL": "emb"})
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from conftest import PROJECT, export, start_server, tiny_xlmr, wait_for_proxy
-from local_triton import launch
+from conftest import PROJECT, export, serve_until_done, tiny_xlmr
 from triton_clients import PROTOCOLS, VARIED_TEXTS, client, cosine, infer, outputs, text_input, url_for
 
 NAME = "m3"
@@ -86,13 +85,7 @@ def m3_repository(m3_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def m3_server(m3_repository, tmp_path_factory):
-    running = start_server(m3_repository, tmp_path_factory.mktemp("m3_server"),
-                           extra_env={"PROXY_DEFAULT_MODEL": NAME})
-    try:
-        wait_for_proxy(running)
-        yield running
-    finally:
-        launch.stop(running.process)
+    yield from serve_until_done(m3_repository, tmp_path_factory.mktemp("m3_server"), {"PROXY_DEFAULT_MODEL": NAME})
 
 
 @pytest.fixture(scope="module")

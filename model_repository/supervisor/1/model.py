@@ -229,7 +229,7 @@ class TritonPythonModel:
                 if states.get(model) == {"READY"}:  # else Triton is loading or unloading it, or its load failed
                     return self.recover(model, pid)
         hung = self.progress.update(self.triton.work(self.metrics_port), now)
-        callers = self.bls_callers()
+        callers = self.bls_callers() if hung else set()  # (reads the exports' files: only when needed)
         for model in sorted(hung, key=lambda m: m in callers)[:1]:  # a callee first: its callers only wait for it
             self.progress.reset(now)
             self.kill_hung(model, alive.get(model, []), f"had requests waiting and completed no execution for "
