@@ -21,5 +21,6 @@ def test_readme_perf_analyzer_command_runs(server):
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     throughputs = re.findall(r"Concurrency: (\d+), throughput: ([\d.]+) infer/sec", result.stdout)
-    assert [int(c) for c, _ in throughputs] == [1, 5, 9] and all(float(t) > 0 for _, t in throughputs)
+    assert [int(c) for c, _ in throughputs] == [1, 5, 9] and all(float(t) > 0 for _, t in throughputs), \
+        result.stdout[-3000:] + result.stderr[-2000:]
     assert "Composing models:" in result.stdout and "compute infer" in result.stdout  # the server-side split

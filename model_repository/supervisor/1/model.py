@@ -184,6 +184,7 @@ class TritonPythonModel:
         self.metrics_port = 0 if flags.get("allow-metrics") == "false" else int(flags.get("metrics-port") or 8002)
         self.stopped_since = {}  # stub pid -> when it was first seen stopped
         self.progress = HangClock(self.settings["hang_timeout_s"])
+        self.scraped = 0.0  # when Triton's metrics were last read
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="supervisor", daemon=True)
         self.thread.start()
@@ -228,7 +229,10 @@ class TritonPythonModel:
             for model, pid in dead:
                 if states.get(model) == {"READY"}:  # else Triton is loading or unloading it, or its load failed
                     return self.recover(model, pid)
-        hung = self.progress.update(self.triton.work(self.metrics_port), now)
+        # Triton's metrics: read a tenth of hang_timeout_s apart, not every round (each read renders every metric)
+        scraped = now - self.scraped >= self.settings["hang_timeout_s"] / 10
+        self.scraped = now if scraped else self.scraped
+        hung = self.progress.update(self.triton.work(self.metrics_port), now) if scraped else []
         callers = self.bls_callers() if hung else set()  # (reads the exports' files: only when needed)
         for model in sorted(hung, key=lambda m: m in callers)[:1]:  # a callee first: its callers only wait for it
             self.progress.reset(now)
