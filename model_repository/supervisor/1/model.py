@@ -214,9 +214,10 @@ class TritonPythonModel:
             if path:
                 self.models[pid] = self.model_of(path)
             if state == "Z" and pid not in self.handled and self.models.get(pid):
-                self.handled.add(pid)
                 if code != 0:  # 0: a stub that finished normally (an unload)
                     dead.append((self.models[pid], pid))
+                else:
+                    self.handled.add(pid)
             elif state != "Z":
                 alive.setdefault(self.models.get(pid), []).append(pid)
                 if state not in "Tt":
@@ -224,11 +225,11 @@ class TritonPythonModel:
                 elif now - self.stopped_since.setdefault(pid, now) >= self.settings["stopped_s"]:
                     self.kill_hung(self.models.get(pid), [pid], f"stopped (state {state}) for "
                                                                   f"{now - self.stopped_since.pop(pid):.0f} s")
-        if dead:
-            states = self.triton.states() or {}
-            for model, pid in dead:
-                if states.get(model) == {"READY"}:  # else Triton is loading or unloading it, or its load failed
-                    return self.recover(model, pid)
+        states = self.triton.states() if dead else {}
+        for model, pid in dead if states is not None else ():  # (Triton did not answer: asked again next round)
+            self.handled.add(pid)
+            if states.get(model) == {"READY"}:  # else Triton is loading or unloading it, or its load failed
+                return self.recover(model, pid)
         # Triton's metrics: read a tenth of hang_timeout_s apart, not every round (each read renders every metric)
         scraped = now - self.scraped >= self.settings["hang_timeout_s"] / 10
         self.scraped = now if scraped else self.scraped
