@@ -9,6 +9,11 @@ All requests of one execute are encoded together, then cut into length groups (g
 padded to its group's width and the responses go out group by group, so the encoder's dynamic batcher receives
 each group as a run of equal shapes. A bad request gets its own INVALID_ARG error (HTTP 400 / gRPC
 INVALID_ARGUMENT); the rest of the batch is unaffected. Settings: config.pbtxt parameters, read once here.
+
+Prompts (prompts.json beside tokenizer.json, from the model's config_sentence_transformers.json): the request
+parameter `prompt_name`, or `input_type` (a prompt name, or query / document and Cohere's names for them), picks
+the prompt prepended to every text of the request, as SentenceTransformer.encode(prompt_name=...) does; none named:
+the model's default prompt. Token counts and truncation include it.
 """
 import json
 import os
@@ -24,6 +29,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from grouping import plan_groups, round_up  # noqa: E402
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+# input_type values that are not prompt names: the prompt names they stand for, first found wins
+INPUT_TYPES = {"query": ("query",), "search_query": ("query",), "document": ("document", "passage"),
+               "search_document": ("document", "passage"), "passage": ("passage", "document"),
+               "classification": ("classification",), "clustering": ("clustering",)}
 
 
 class MalformedText(bytes):
@@ -72,6 +81,13 @@ class TritonPythonModel:
         self.tokenizer.no_padding()  # padding is done per length group
         self.tokenizer.enable_truncation(self.max_length)
         self.special_tokens = len(self.tokenizer.encode("").ids)  # what a text with no content becomes
+        prompts = {}
+        if os.path.exists(os.path.join(here, "prompts.json")):
+            with open(os.path.join(here, "prompts.json"), encoding="utf-8") as handle:
+                prompts = json.load(handle)
+        self.prompts = prompts.get("prompts") or {}
+        self.default_prompt = prompts.get("default_prompt_name")
+        self.prompt_tokens = {name: len(self.tokenizer.encode(text).ids) for name, text in self.prompts.items()}
         self.multiple = max(1, int(_parameter(config, "pad_to_multiple_of")))
         self.overhead = float(_parameter(config, "batch_overhead_tokens"))
         self.min_efficiency = float(_parameter(config, "min_padding_efficiency"))
@@ -81,6 +97,26 @@ class TritonPythonModel:
         if self.max_batch_tokens < round_up(self.max_length, self.multiple):
             raise pb_utils.TritonModelException(f"max_batch_tokens {self.max_batch_tokens} must hold one text of "
                                                 f"max_length {self.max_length} padded to {self.multiple}")
+
+    def prompt(self, request):
+        """The prompt name the request's parameters pick (or the default; None: no prompt), or ValueError."""
+        parameters = json.loads(request.parameters() or "{}")
+        name, kind = parameters.get("prompt_name"), parameters.get("input_type")
+        names = ", ".join(self.prompts) or "none"
+        if name is not None and kind is not None:
+            raise ValueError("prompt_name and input_type: give one of them, not both")
+        if name is not None:
+            if name not in self.prompts:
+                raise ValueError(f"prompt_name {json.dumps(name)} is not one of this model's prompts ({names})")
+            return name
+        if kind is not None:
+            if kind in self.prompts:
+                return kind
+            if kind not in INPUT_TYPES:
+                raise ValueError(f"input_type {json.dumps(kind)} is not one of {', '.join(INPUT_TYPES)} or this "
+                                 f"model's prompts ({names})")
+            return next((p for p in INPUT_TYPES[kind] if p in self.prompts), self.default_prompt)
+        return self.default_prompt
 
     def decode(self, request):
         """The request's texts, or ValueError naming the first bad row. Messages never echo the text."""
@@ -107,11 +143,20 @@ class TritonPythonModel:
             texts.append(text)
         return texts
 
-    def check(self, encodings, split):
-        """Per-request checks that need the tokens: content, and the padded size against the token budget (unless
-        the caller splits the request into runs itself)."""
+    def decode_with_prompt(self, request):
+        """(the request's texts with its prompt prepended, the token count of the prompt alone), or ValueError."""
+        name = self.prompt(request)
+        texts = self.decode(request)
+        if name is None:
+            return texts, self.special_tokens
+        return [self.prompts[name] + text for text in texts], self.prompt_tokens[name]
+
+    def check(self, encodings, split, empty=None):
+        """Per-request checks that need the tokens: content (more tokens than `empty`, what the prompt alone
+        gives), and the padded size against the token budget (unless the caller splits the request into runs
+        itself)."""
         for row, encoding in enumerate(encodings):
-            if len(encoding.ids) <= self.special_tokens:
+            if len(encoding.ids) <= (self.special_tokens if empty is None else empty):
                 raise ValueError(f"text[{row}] has no content tokens (only whitespace, control or zero-width "
                                  f"characters)")
         if split:
@@ -130,21 +175,21 @@ class TritonPythonModel:
         texts, spans = [], []  # all good texts, and (request index, first text, text count) per good request
         for i, request in enumerate(requests):
             try:
-                decoded = self.decode(request)
+                decoded, empty = self.decode_with_prompt(request)
             except ValueError as error:
                 self.reject(request, str(error))
                 continue
-            spans.append((i, len(texts), len(decoded)))
+            spans.append((i, len(texts), len(decoded), empty))
             texts.extend(decoded)
         if not texts:
             return None
         # encode() avoids encode_batch's thread-pool hand-off for the common single-text execute.
         encodings = self.tokenizer.encode_batch(texts) if len(texts) > 1 else [self.tokenizer.encode(texts[0])]
         accepted = []
-        for i, start, count in spans:
+        for i, start, count, empty in spans:
             split = "length_group" in requests[i].requested_output_names()
             try:
-                self.check(encodings[start:start + count], split)
+                self.check(encodings[start:start + count], split, empty)
             except ValueError as error:
                 self.reject(requests[i], str(error))
                 continue
