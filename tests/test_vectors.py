@@ -6,6 +6,7 @@ Matryoshka `dimensions` against SentenceTransformer.encode(truncate_dim=...), pr
 The prompt and Matryoshka model is a tiny random BERT with MiniLM's tokenizer, saved as a sentence-transformers
 folder with e5-style prompts ("query: ", "passage: ", default "passage") and `matryoshka_dimensions` [8, 16] in its
 config.json (prompts are tokens: random weights show whether they were applied)."""
+import base64
 import json
 import os
 import shutil
@@ -196,3 +197,78 @@ def test_dimensions_on_a_model_that_is_not_matryoshka(server, protocol):
     assert full.shape == (1, 384)
     message = error_of(server, protocol, TEXTS[:1], model="ensemble", parameters={"prompt_name": "query"})
     assert "prompt_name \"query\"" in message and "none" in message
+
+
+# ---------------------------------------------------------------- the same over HTTP (the proxy translates)
+@pytest.fixture(scope="module")
+def e5_http(e5_server):
+    import httpx
+
+    from conftest import wait_for_proxy
+
+    wait_for_proxy(e5_server)
+    with httpx.Client(base_url=e5_server.proxy_url, timeout=60) as http:
+        yield http
+
+
+def test_cohere_embed_gives_several_types_of_a_prompted_matryoshka_vector(e5_http, e5_server, e5):
+    """/v2/embed: input_type search_query ("query: "), output_dimension 16, float + int8 + binary + base64 at once:
+    what ensemble_bls gives a KServe client for the same parameters, and SentenceTransformer's vector."""
+    body = {"texts": TEXTS[:4], "input_type": "search_query", "output_dimension": 16,
+            "embedding_types": ["float", "int8", "binary", "base64"]}
+    response = e5_http.post("/v2/embed", json=body)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert set(result["embeddings"]) == {"float", "int8", "binary", "base64"} and result["texts"] == TEXTS[:4]
+    names = ("embedding", "embedding_int8", "embedding_binary", "num_tokens")
+    kserve = request(e5_server, "grpc", TEXTS[:4], names=names, parameters={"dimensions": 16, "input_type": "query"})
+    floats = np.asarray(result["embeddings"]["float"], dtype=np.float32)
+    np.testing.assert_allclose(floats, kserve["embedding"], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(floats, e5.encode(TEXTS[:4], prompt_name="query", truncate_dim=16,
+                                                 normalize_embeddings=True), atol=1e-5, rtol=0)
+    decoded = np.stack([np.frombuffer(base64.b64decode(v), "<f4") for v in result["embeddings"]["base64"]])
+    np.testing.assert_array_equal(decoded, floats)
+    np.testing.assert_array_equal(np.asarray(result["embeddings"]["int8"]), kserve["embedding_int8"])
+    np.testing.assert_array_equal(np.asarray(result["embeddings"]["binary"]), kserve["embedding_binary"])
+    assert result["meta"]["billed_units"]["input_tokens"] == int(kserve["num_tokens"].sum())
+
+
+@pytest.mark.parametrize("texts", [TEXTS[:1], TEXTS[:3]])  # one text goes to the ensemble, several to ensemble_bls
+def test_openai_encoding_format_dimensions_and_prompt_name(e5_http, e5_server, texts):
+    for fmt in ("float", "uint8", "ubinary"):
+        body = {"input": texts, "encoding_format": fmt, "dimensions": 8, "prompt_name": "query"}
+        response = e5_http.post("/v1/embeddings", json=body)
+        assert response.status_code == 200, response.text
+        got = np.asarray([item["embedding"] for item in response.json()["data"]])
+        name = "embedding" if fmt == "float" else f"embedding_{fmt}"
+        want = request(e5_server, "http", texts, names=(name,), parameters={"dimensions": 8, "prompt_name": "query"})
+        np.testing.assert_allclose(got, want[name], atol=1e-6, rtol=0, err_msg=fmt)
+    # a prompt alone on one text: the ensemble's answer (the tokenizer applies it)
+    one = e5_http.post("/v1/embeddings", json={"input": texts[0], "input_type": "query"}).json()["data"][0]
+    plain = request(e5_server, "http", texts[:1], model="ensemble", parameters={"prompt_name": "query"})
+    np.testing.assert_allclose(one["embedding"], plain["embedding"][0], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("route, body, param, words", [
+    ("/v1/embeddings", {"input": ["a b"], "dimensions": 12}, "dimensions", ["8, 16, 32"]),
+    ("/v1/embeddings", {"input": "a b", "prompt_name": "title"}, "prompt_name", ["query", "passage"]),
+    ("/v2/embed", {"texts": ["a b"], "input_type": "poem"}, "input_type", ["search_query"]),
+    ("/v2/embed", {"texts": ["a b"], "embedding_types": ["int4"]}, "embedding_types", ["int8", "ubinary"]),
+    ("/v1/embeddings", {"input": "a b", "encoding_format": "int4"}, "encoding_format", ["int8", "ubinary"]),
+])
+def test_http_bad_combinations_are_400_naming_the_cause(e5_http, route, body, param, words):
+    response = e5_http.post(route, json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param or param in error["message"], error
+    assert all(word in response.text for word in words), response.text
+
+
+def test_http_dimensions_on_a_model_that_is_not_matryoshka(server):
+    import httpx
+
+    from conftest import wait_for_proxy
+
+    wait_for_proxy(server)
+    response = httpx.post(server.proxy_url + "/v2/embed", json={"texts": ["hi"], "output_dimension": 128}, timeout=60)
+    assert response.status_code == 400 and "not Matryoshka" in response.text and "384" in response.text
