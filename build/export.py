@@ -20,6 +20,9 @@ ignored by git:
                                   TensorRT (Triton --model-config-name, launcher MODEL_CONFIG_NAME; docs/deploying.md),
                                   rendered from model_repository/embedding/{gpu,gpu-trt}.pbtxt.template
   <tokenizer>/1/tokenizer.json    with the model's max length as its truncation
+  <tokenizer>/1/prompts.json      the model's prompts (config_sentence_transformers.json), prepended on request
+  <bls>/1/vectors.json            the widths served (Matryoshka) and the int8/uint8 ranges calibrated per width
+                                  on build/calibration/corpus.txt (its README.md: provenance)
   <ensemble>/config.pbtxt         rendered from model_repository/ensemble/config.pbtxt.template
   <ensemble>/1/export.json        what was exported (the proxy discovers models by this file)
   <bls>/config.pbtxt, <rerank>/config.pbtxt   rendered from model_repository/{ensemble_bls,rerank}/config.pbtxt.template
@@ -65,6 +68,14 @@ from exporting.repository import (  # noqa: E402
     write_warmup,
 )
 from exporting.source import M3_HEADS, choose_outputs, detect_max_length, detect_pooling, resolve_model  # noqa: E402
+from exporting.vectors import (  # noqa: E402
+    CALIBRATION_CORPUS,
+    calibrate,
+    detect_dimensions,
+    detect_prompts,
+    write_prompts,
+    write_vectors,
+)
 
 DEFAULT_MODEL = "BAAI/bge-m3"
 
@@ -80,6 +91,10 @@ def parse_args(argv):
                         "config, else cls")
     parser.add_argument("--max-length", type=int, help="tokens per text; longer texts are truncated "
                         "(default: the model's own limit)")
+    parser.add_argument("--matryoshka-dims", help="comma-separated widths the model was trained to be truncated to "
+                        "(default: its config's matryoshka_dimensions; none: only its full size)")
+    parser.add_argument("--calibration-corpus", default=CALIBRATION_CORPUS, help="texts, one per line, whose "
+                        "embeddings give the int8/uint8 ranges (default: build/calibration/corpus.txt)")
     parser.add_argument("--repository", default=SOURCE_REPOSITORY, help="model repository (default %(default)s)")
     parser.add_argument("--fp16", action="store_true", help="store weights in fp16 (GPU serving)")
     parser.add_argument("--external-data", action="store_true",
@@ -127,6 +142,12 @@ def main(argv=None):
     model = AutoModel.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
     encoder = build_encoder(model, pooling, outputs, heads, special_ids)
     names = model_names(args.name)
+    prompts, default_prompt = detect_prompts(folder)
+    dimensions = detect_dimensions(folder, config, args.matryoshka_dims, config.hidden_size)
+    calibration = None
+    if "dense" in outputs:
+        calibration = calibrate(encoder, tokenizer, max_length, dimensions, prompts.get(default_prompt, ""),
+                                args.calibration_corpus)
     print(f"export: {args.model} ({config.model_type}, {pooling} pooling, max length {max_length}, "
           f"dim {config.hidden_size}, outputs {','.join(outputs)}) → {repository} as {names[0]}")
 
@@ -138,6 +159,8 @@ def main(argv=None):
                                   os.path.join(staging, names[2], "1"), args.fp16, args.external_data, static_dims)
         figures = parity_check(encoder, tokenizer, onnx_path, outputs, max_length, 0.999 if args.fp16 else 0.9999)
         write_tokenizer(tokenizer, max_length, os.path.join(staging, names[1], "1"))
+        write_prompts(os.path.join(staging, names[1], "1"), prompts, default_prompt)
+        write_vectors(os.path.join(staging, names[3], "1"), dimensions, calibration)
         write_configs(staging, names, outputs, config.hidden_size, colbert_dim, warmup, max_length)
         write_warmup(staging, names[2], tokenizer, warmup)
         token_budget = build_batch_strategy(os.path.join(staging, names[2]))
@@ -147,7 +170,10 @@ def main(argv=None):
             "bls_model": names[3], "rerank_model": names[4],
             "model": args.model, "model_type": config.model_type, "pooling": pooling, "outputs": outputs,
             "embedding_size": config.hidden_size, "colbert_size": colbert_dim, "max_length": max_length,
-            "special_token_ids": special_ids, "fp16": args.fp16, "token_budget_batching": token_budget, "opset": OPSET,
+            "special_token_ids": special_ids, "dimensions": dimensions, "prompts": prompts,
+            "default_prompt_name": default_prompt,
+            "calibration": calibration and {k: v for k, v in calibration.items() if k != "ranges"},
+            "fp16": args.fp16, "token_budget_batching": token_budget, "opset": OPSET,
             "onnx": os.path.relpath(onnx_path, staging), "parity": figures,
             "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }

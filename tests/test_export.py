@@ -88,7 +88,7 @@ def test_reexport_over_another_model_is_consistent(xlmr_repository, minilm_repos
     # Tokenizer files: the XLM-R one replaced MiniLM's (the planted vocab.txt is gone), the code stays.
     tokenizer_dir = os.path.join(xlmr_repository, "tokenizer", "1")
     files = set(os.listdir(tokenizer_dir)) - {"__pycache__"}
-    assert files == {"model.py", "grouping.py", "tokenizer.json"}, files
+    assert files == {"model.py", "grouping.py", "tokenizer.json", "prompts.json"}, files  # prompts.json: none here
     tokenizer = json.load(open(os.path.join(tokenizer_dir, "tokenizer.json"), encoding="utf-8"))
     assert tokenizer["model"]["type"] == "Unigram" and len(tokenizer["model"]["vocab"]) == 250002
     assert tokenizer["padding"]["pad_id"] == 1 and tokenizer["truncation"]["max_length"] == TINY_XLMR_MAX_LENGTH

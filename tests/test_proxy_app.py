@@ -69,8 +69,12 @@ class FakeService:
     def live(self):
         return True, "ok"
 
-    async def embed(self, card, texts, outputs, param):
+    async def embed(self, card, texts, outputs, param, parameters=None):
         self.calls.append((card.id, list(texts), outputs))
+        width = (parameters or {}).get("dimensions")
+        if width not in (None, DIM):  # the BLS model's message
+            raise errors.InvalidInput(f"dimensions {width} is not served; dimensions must be {DIM}: this model is "
+                                      f"not Matryoshka", "invalid_value", "dimensions")
         for i, text in enumerate(texts):
             if text == "BAD":  # what the tokenizer's per-text errors become
                 raise errors.InvalidInput(f"{param}[{i}] is not valid UTF-8 (byte 0)", "invalid_input", param)
@@ -239,7 +243,7 @@ def test_rerank_errors_name_the_query_or_the_document(client, body, status, para
     (b'{"input": ["fine", "   "]}', 400, "empty_input", ["input[1] is empty"]),
     (b'{"input": ["fine", 3]}', 400, "invalid_type", ["input"]),
     (b'{"input": [1, 2, 3]}', 400, "invalid_input", ["token arrays"]),
-    (b'{"input": "x", "encoding_format": "int8"}', 400, "invalid_value", ["encoding_format"]),
+    (b'{"input": "x", "encoding_format": "int4"}', 400, "invalid_value", ["encoding_format"]),
     (b'{"input": "x", "dimensions": 128}', 400, "invalid_value", ["dimensions", str(DIM)]),
     (b'{"input": "x", "dimensions": "x"}', 400, "invalid_type", ["dimensions"]),
     (b'{"input": "x", "model": 5}', 400, "invalid_type", ["model"]),
@@ -341,10 +345,10 @@ def test_requests_over_max_concurrent_requests_get_429_at_once():
     release, held = asyncio.Event(), []
     original = client.service.embed
 
-    async def held_embed(card, texts, outputs, param):
+    async def held_embed(card, texts, outputs, param, parameters=None):
         held.append(texts)
         await release.wait()
-        return await original(card, texts, outputs, param)
+        return await original(card, texts, outputs, param, parameters)
     client.service.embed = held_embed
 
     async def scenario():
@@ -396,7 +400,8 @@ def test_openapi_document_comes_from_the_models(client):
     request = spec["paths"]["/v1/embeddings"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert request["$ref"].endswith("/EmbeddingsRequest")
     schema = spec["components"]["schemas"]["EmbeddingsRequest"]
-    assert schema["required"] == ["input"] and schema["properties"]["encoding_format"]["enum"] == ["float", "base64"]
+    assert schema["required"] == ["input"] and schema["properties"]["encoding_format"]["enum"] == [
+        "float", "base64", "int8", "uint8", "binary", "ubinary"]
 
 
 def test_no_hand_written_schema_or_metrics_remain():

@@ -19,6 +19,9 @@ VALID_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 WARMUP_LONG_TOKENS = 512  # the long warm-up sample: min(this, max length)
 TEXT_INPUT = '  { name: "text", data_type: TYPE_STRING, dims: [ 1 ] }'
 PAIR_INPUTS = TEXT_INPUT + ',\n  { name: "query", data_type: TYPE_STRING, dims: [ 1 ], optional: true }'
+# The BLS model's quantized forms of `embedding` (sentence_transformers.quantization.quantize_embeddings' precisions)
+QUANTIZED_OUTPUTS = [("embedding_int8", "TYPE_INT8"), ("embedding_uint8", "TYPE_UINT8"),
+                     ("embedding_binary", "TYPE_INT8"), ("embedding_ubinary", "TYPE_UINT8")]
 
 
 def model_names(name):
@@ -83,9 +86,15 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
                             tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(public),
                             output_maps="\n".join(maps)))
     os.makedirs(os.path.join(staging, bls, "1"), exist_ok=True)
+    # The BLS model's vectors are as wide as the request's `dimensions` (Matryoshka), in the types it asks for.
+    bls_outputs = [line.replace(f"dims: [ {hidden_size} ]", "dims: [ -1 ]") if '"embedding"' in line else line
+                   for line in public]
+    if "dense" in outputs:
+        bls_outputs += [f'  {{ name: "{n}", data_type: {t}, dims: [ -1 ] }}' for n, t in QUANTIZED_OUTPUTS]
     with open(os.path.join(staging, bls, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render(os.path.join(SOURCE_REPOSITORY, "ensemble_bls", "config.pbtxt.template"),
-                            tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(public), inputs=TEXT_INPUT))
+                            tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(bls_outputs),
+                            inputs=TEXT_INPUT))
     os.makedirs(os.path.join(staging, rerank, "1"), exist_ok=True)
     with open(os.path.join(staging, rerank, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render(os.path.join(SOURCE_REPOSITORY, "rerank", "config.pbtxt.template"), bls=bls,

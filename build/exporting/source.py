@@ -39,9 +39,10 @@ def detect_pooling(folder):
     for module in read_json(folder, "modules.json") or []:
         if module.get("type", "").endswith("Pooling"):
             config = read_json(folder, module.get("path", ""), "config.json") or {}
-            if config.get("pooling_mode_cls_token"):
+            mode = config.get("pooling_mode")  # sentence-transformers >= 5 writes one key
+            if config.get("pooling_mode_cls_token") or mode == "cls":
                 return "cls"
-            if config.get("pooling_mode_mean_tokens"):
+            if config.get("pooling_mode_mean_tokens") or mode == "mean":
                 return "mean"
             fail(f"unsupported pooling in {module.get('path')}/config.json: {config}; use --pooling")
     return None

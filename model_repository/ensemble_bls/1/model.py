@@ -7,10 +7,17 @@ its own request, all at once; the rows come back in the request's order. Outputs
 (sparse, ColBERT) are padded to the request's longest row, as the ensemble returns them. Errors are the steps'
 own (the tokenizer's `text[i] ...` carry the request's row numbers). Settings: config.pbtxt, read once here.
 
+Vectors for a store (request parameters and outputs): `dimensions` (a width from vectors.json, which export writes:
+the Matryoshka widths) truncates `embedding` and re-normalizes it; `embedding_int8`, `embedding_uint8`,
+`embedding_binary`, `embedding_ubinary` are that vector quantized exactly as sentence_transformers'
+quantize_embeddings does, int8 / uint8 with the width's ranges calibrated at export. `prompt_name` and `input_type`
+go to the tokenizer, which prepends the prompt.
+
 A cross-encoder export's BLS model takes (query, text) pairs: the input `query` per row, or the request parameter
 `query` for every row (its rerank model sends one query so); both go to the tokenizer as they came.
 """
 import json
+import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,8 +31,25 @@ PAD_VALUES = {"sparse_indices": -1}  # the encoder pads sparse ids with -1; ever
 # A BLS response's error arrives with code INTERNAL in 24.07 whatever the step said. The tokenizer's per-request
 # errors (its model.py: decode, check) get back their INVALID_ARG (HTTP 400, as via the ensemble), a step's full
 # queue (its max_queue_size) its UNAVAILABLE.
-INPUT_ERROR = re.compile(r"^(text\[\d+\] |query(\[\d+\])? |the request holds )")
+INPUT_ERROR = re.compile(r"^(text\[\d+\] |query(\[\d+\])? |the request holds |prompt_name |input_type |prompts apply )")
 QUEUE_FULL = "Exceeds maximum queue size"
+QUANTIZED = {"embedding_int8": "int8", "embedding_uint8": "uint8", "embedding_binary": "binary",
+             "embedding_ubinary": "ubinary"}
+VECTORS = {"embedding", *QUANTIZED}  # their -1 dimension is the request's width, not a per-token one
+PROMPT_PARAMETERS = ("prompt_name", "input_type")
+
+
+def quantize(vectors, precision, ranges):
+    """sentence_transformers.quantization.quantize_embeddings(vectors, precision, ranges), line for line."""
+    if precision == "binary":
+        return (np.packbits(vectors > 0, axis=-1) - 128).astype(np.int8)
+    if precision == "ubinary":
+        return np.packbits(vectors > 0, axis=-1)
+    starts = ranges[0, :]
+    steps = (ranges[1, :] - starts) / 255
+    steps = np.where(steps == 0, 1, steps)
+    q_vals = np.clip(np.floor((vectors - starts) / steps), 0, 255)
+    return q_vals.astype(np.uint8) if precision == "uint8" else (q_vals - 128).astype(np.int8)
 
 
 class TritonPythonModel:
@@ -35,8 +59,18 @@ class TritonPythonModel:
         self.tokenizer_model = parameters["tokenizer_model"]
         self.encoder_model = parameters["encoder_model"]
         # per output: which dimensions (after the row) follow the padded width: those grow to the request's width
-        self.variable_dims = {o["name"]: [i for i, d in enumerate(o["dims"]) if int(d) == -1] for o in config["output"]}
-        self.tokenizer_outputs = TOKENIZER_OUTPUTS + [n for n in self.variable_dims if n == "query_truncated"]
+        self.outputs = [o["name"] for o in config["output"]]
+        self.variable_dims = {o["name"]: [i for i, d in enumerate(o["dims"]) if int(d) == -1] for o in config["output"]
+                              if o["name"] not in VECTORS}
+        self.tokenizer_outputs = TOKENIZER_OUTPUTS + [n for n in self.outputs if n == "query_truncated"]
+        path = os.path.join(args["model_repository"], args["model_version"], "vectors.json")
+        vectors = {}
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                vectors = json.load(handle)
+        self.dimensions = vectors.get("dimensions") or []
+        ranges = (vectors.get("calibration") or {}).get("ranges", {})
+        self.ranges = {int(width): np.asarray(r, dtype=np.float32) for width, r in ranges.items()}
         threads = int(parameters.get("bls_threads") or 32)
         self.requests_pool = ThreadPoolExecutor(threads, thread_name_prefix="bls-request")
         self.runs_pool = ThreadPoolExecutor(threads, thread_name_prefix="bls-run")
@@ -70,14 +104,53 @@ class TritonPythonModel:
             raise StepError(error)
         return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
 
+    def options(self, request):
+        """(dimensions or None, the tokenizer's parameters: prompt, pairs' shared query) from the request's
+        parameters; StepError names a bad one."""
+        parameters = json.loads(request.parameters() or "{}")
+        prompt = {key: parameters[key] for key in PROMPT_PARAMETERS if key in parameters}
+        for key, value in prompt.items():
+            if not isinstance(value, str):
+                raise invalid(f"{key} must be a string, not {json.dumps(value)}")
+        if "query" in parameters:
+            prompt["query"] = parameters["query"]
+        width = parameters.get("dimensions")
+        if width is None:
+            return None, prompt
+        allowed = ", ".join(map(str, self.dimensions))
+        if isinstance(width, str) and width.strip().isdigit():
+            width = int(width)
+        if not isinstance(width, int) or isinstance(width, bool) or width not in self.dimensions:
+            detail = f"one of this model's Matryoshka widths: {allowed}" if len(self.dimensions) > 1 else \
+                f"{allowed}: this model is not Matryoshka and gives only its full size"
+            raise invalid(f"dimensions {json.dumps(width)} is not served; dimensions must be {detail}")
+        return (None if width == max(self.dimensions) else width), prompt
+
+    def vectors(self, results, wanted, width):
+        """`embedding` at the request's width (truncated, re-normalized) and its quantized forms."""
+        dense = results.get("embedding")
+        if dense is None:
+            return
+        if width is not None:
+            dense = dense[:, :width]
+            dense = (dense / np.maximum(np.linalg.norm(dense, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+            results["embedding"] = dense
+        for name in wanted:
+            if name in QUANTIZED:
+                ranges = self.ranges.get(dense.shape[1])
+                if ranges is None and QUANTIZED[name].endswith("int8"):
+                    raise invalid(f"{name}: no calibrated ranges for width {dense.shape[1]}: re-run build/export.py")
+                results[name] = quantize(dense, QUANTIZED[name], ranges)
+
     def embed(self, request, deadline):
-        wanted = request.requested_output_names() or list(self.variable_dims)
+        wanted = request.requested_output_names() or self.outputs
+        dimensions, parameters = self.options(request)
         inputs = [pb_utils.get_input_tensor_by_name(request, name) for name in ("text", "query")]
         inputs = [tensor for tensor in inputs if tensor is not None]
-        query = json.loads(request.parameters() or "{}").get("query")
-        tokens = self.call(self.tokenizer_model, inputs, self.tokenizer_outputs, deadline,
-                           None if query is None else {"query": query})
-        encoder_outputs = [name for name in wanted if name not in FROM_TOKENIZER]
+        tokens = self.call(self.tokenizer_model, inputs, self.tokenizer_outputs, deadline, parameters)
+        encoder_outputs = [name for name in wanted if name not in FROM_TOKENIZER and name not in VECTORS]
+        if VECTORS & set(wanted):
+            encoder_outputs.append("embedding")  # the quantized forms are computed here from it
         results = {name: tokens[name] for name in wanted if name in FROM_TOKENIZER}
         if not encoder_outputs:
             return [pb_utils.Tensor(name, array) for name, array in results.items()]
@@ -95,12 +168,13 @@ class TritonPythonModel:
             for name, part in run.result().items():
                 if name not in results:
                     shape = list(part.shape)
-                    for dim in self.variable_dims[name]:
+                    for dim in self.variable_dims.get(name, ()):
                         shape[dim + 1] += width - cut  # sparse: `width` ids; ColBERT: `width - 1` vectors
                     shape[0] = len(ids)
                     results[name] = np.full(shape, PAD_VALUES.get(name, 0), dtype=part.dtype)
                 target = results[name]
                 target[(rows, *(slice(0, n) for n in part.shape[1:]))] = part
+        self.vectors(results, wanted, dimensions)
         return [pb_utils.Tensor(name, results[name]) for name in wanted]
 
     def finalize(self):
@@ -133,3 +207,8 @@ class StepError(Exception):
     def __init__(self, triton_error):
         super().__init__(triton_error.message())
         self.triton_error = triton_error
+
+
+def invalid(message):
+    """A bad request parameter: INVALID_ARG (HTTP 400) naming it."""
+    return StepError(pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))

@@ -8,6 +8,7 @@ metrics (create_app).
 """
 import base64
 import hmac
+import uuid
 from typing import Protocol
 
 import numpy as np
@@ -43,7 +44,7 @@ class Service(Protocol):
 
     def live(self): ...
 
-    async def embed(self, card, texts, outputs, param): ...
+    async def embed(self, card, texts, outputs, param, parameters=None): ...
 
     async def rerank(self, card, query, documents, weights): ...
 
@@ -131,8 +132,8 @@ def need(card, output, route):
                             f"export it with --outputs {output}", "output_not_served", "model")
 
 
-async def embed(request, card, texts, outputs, param, truncate):
-    result = await request.app.state.service.embed(card, texts, outputs, param)
+async def embed(request, card, texts, outputs, param, truncate, parameters=None):
+    result = await request.app.state.service.embed(card, texts, outputs, param, parameters)
     if not truncate and result.truncated.any():
         i = int(np.argmax(result.truncated))
         raise ApiError(422, f"{param}[{i}] is longer than the model's maximum of {card.max_length} tokens (truncate "
@@ -149,6 +150,17 @@ def usage(tokens):
 def timing_headers(truncated, inference_ms):
     # TEI sends the same: ms spent in Triton; the rest of a request's latency is the proxy's own.
     return {"X-Truncated-Inputs": str(int(truncated)), "X-Inference-Time": f"{inference_ms:.3f}"}
+
+
+def vector_rows(result, kind):
+    """The vectors of one embedding type: numpy rows (orjson writes them as lists), or base64 little-endian
+    float32 strings."""
+    if kind == "base64":
+        return [base64.b64encode(row.astype("<f4", copy=False).tobytes()).decode("ascii") for row in result.dense]
+    return np.ascontiguousarray(result.dense, dtype=np.float32) if kind == "float" else result.quantized[kind]
+
+
+QUANTIZED = ("int8", "uint8", "binary", "ubinary")
 
 
 def as_list(value):
@@ -174,7 +186,8 @@ async def live(request: Request):
 # ---------------------------------------------------------------- embeddings
 @router.post("/v1/embeddings", dependencies=USER, response_model=schemas.EmbeddingsResponse, responses=ERRORS)
 async def embeddings(request: Request, body: schemas.EmbeddingsRequest):
-    """OpenAI-compatible embeddings (`encoding_format` float, or base64 little-endian float32)."""
+    """OpenAI-compatible embeddings (`encoding_format` float, base64 little-endian float32, or int8 / uint8 / binary
+    / ubinary as the BLS model quantizes them); `dimensions`, `input_type`, `prompt_name` go to the models."""
     texts = as_list(body.input)
     if not texts:
         raise ApiError(400, "'input' must be a string or a non-empty list of strings", "invalid_input", "input")
@@ -182,18 +195,32 @@ async def embeddings(request: Request, body: schemas.EmbeddingsRequest):
         raise ApiError(400, "token arrays are not supported: send text", "invalid_input", "input")
     card = select(request, body.model)
     need(card, "dense", "/v1/embeddings")
-    if body.dimensions is not None and body.dimensions != card.embedding_size:
-        raise ApiError(400, f"dimensions: this model only returns {card.embedding_size} dimensions", "invalid_value",
-                       "dimensions")
-    result = await embed(request, card, check_texts(request, texts, "input"), ("dense",), "input", body.truncate)
-    if body.encoding_format == "base64":
-        vectors = [base64.b64encode(row.astype("<f4", copy=False).tobytes()).decode("ascii") for row in result.dense]
-    else:
-        vectors = np.ascontiguousarray(result.dense, dtype=np.float32)
+    outputs = ("dense", body.encoding_format) if body.encoding_format in QUANTIZED else ("dense",)
+    parameters = {"dimensions": body.dimensions, "input_type": body.input_type, "prompt_name": body.prompt_name}
+    result = await embed(request, card, check_texts(request, texts, "input"), outputs, "input", body.truncate,
+                         parameters)
+    vectors = vector_rows(result, body.encoding_format)
     flags = result.truncated.tolist()
     data = [{"object": "embedding", "index": i, "embedding": vectors[i], "truncated": flags[i]}
             for i in range(len(texts))]
     return json_response({"object": "list", "data": data, "model": card.id, "usage": usage(result.tokens.sum())},
+                         timing_headers(result.truncated.sum(), result.inference_ms))
+
+
+@router.post("/v2/embed", dependencies=USER, response_model=schemas.CohereEmbedResponse, responses=ERRORS)
+async def cohere_embed(request: Request, body: schemas.CohereEmbedRequest):
+    """Cohere's embed v2: `texts`, `input_type`, `embedding_types` (several at once), `output_dimension`."""
+    card = select(request, body.model)
+    need(card, "dense", "/v2/embed")
+    kinds = list(dict.fromkeys(body.embedding_types))
+    parameters = {"dimensions": body.output_dimension, "input_type": body.input_type, "prompt_name": body.prompt_name}
+    result = await embed(request, card, check_texts(request, body.texts, "texts"),
+                         ("dense", *(k for k in kinds if k in QUANTIZED)), "texts", body.truncate == "END", parameters)
+    tokens = int(result.tokens.sum())
+    return json_response({"id": str(uuid.uuid4()), "embeddings": {kind: vector_rows(result, kind) for kind in kinds},
+                          "texts": body.texts, "meta": {"api_version": {"version": "2"},
+                                                        "billed_units": {"input_tokens": tokens}},
+                          "response_type": "embeddings_by_type"},
                          timing_headers(result.truncated.sum(), result.inference_ms))
 
 

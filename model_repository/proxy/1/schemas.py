@@ -19,10 +19,27 @@ class EmbeddingsRequest(Request):
     input: Text | list[Text] | list[int] | list[list[int]] = Field(
         description="a text or a list of texts (token arrays are refused: send text)")
     model: str | None = Field(None, description="served model id; default: the server's default model")
-    encoding_format: Literal["float", "base64"] = Field("float", description="base64: little-endian float32")
-    dimensions: int | None = Field(None, description="only the model's own size is accepted")
+    encoding_format: Literal["float", "base64", "int8", "uint8", "binary", "ubinary"] = Field(
+        "float", description="base64: little-endian float32; int8 / uint8: calibrated scalar quantization; binary / "
+        "ubinary: sign bits packed 8 per value (sentence_transformers' quantize_embeddings)")
+    dimensions: int | None = Field(None, description="a Matryoshka width the model declares (or its own size)")
+    input_type: str | None = Field(None, description="query, document, or one of the model's prompt names")
+    prompt_name: str | None = Field(None, description="one of the model's prompts (config_sentence_transformers)")
     user: str | None = None
     truncate: bool = Field(True, description="false: an input over the model's max tokens is an error (422)")
+
+
+class CohereEmbedRequest(Request):
+    """Cohere's `POST /v2/embed`."""
+    texts: list[Text] = Field(min_length=1)
+    model: str | None = None
+    input_type: str | None = Field(None, description="search_query, search_document, query, document, or one of "
+                                   "the model's prompt names (none: the model's default prompt)")
+    embedding_types: list[Literal["float", "base64", "int8", "uint8", "binary", "ubinary"]] = Field(
+        ["float"], min_length=1)
+    output_dimension: int | None = Field(None, description="a Matryoshka width the model declares")
+    prompt_name: str | None = None
+    truncate: Literal["NONE", "END"] = Field("END", description="NONE: an input over the max tokens is a 422")
 
 
 class SeedItem(Request):
@@ -73,7 +90,7 @@ class Usage(BaseModel):
 class EmbeddingItem(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: list[float] | str
+    embedding: list[float] | list[int] | str
     truncated: bool
 
 
@@ -82,6 +99,23 @@ class EmbeddingsResponse(BaseModel):
     data: list[EmbeddingItem]
     model: str
     usage: Usage
+
+
+class CohereEmbeddings(BaseModel):
+    float: list[list[float]] | None = None
+    base64: list[str] | None = None
+    int8: list[list[int]] | None = None
+    uint8: list[list[int]] | None = None
+    binary: list[list[int]] | None = None
+    ubinary: list[list[int]] | None = None
+
+
+class CohereEmbedResponse(BaseModel):
+    id: str
+    embeddings: CohereEmbeddings
+    texts: list[str]
+    meta: dict
+    response_type: Literal["embeddings_by_type"] = "embeddings_by_type"
 
 
 class SeedResult(BaseModel):

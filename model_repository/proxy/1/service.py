@@ -6,17 +6,20 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from errors import Conflict, InvalidInput, LoadFailed, NotFound, Overloaded, ServiceError, Timeout, Unavailable
 
 TEXT_ERROR = re.compile(r"text\[(\d+)\] (.+)", re.S)  # the tokenizer's per-text messages (prefixed by the ensemble)
+PARAMETER_ERROR = re.compile(r"(dimensions|prompt_name|input_type) ")  # the BLS model's and tokenizer's
 RERANK_ERROR = re.compile(r"^(query|documents\[\d+\]|documents|weights) ")  # the rerank model's bad-input messages
 QUEUE_FULL = "exceeds maximum queue size"  # a queue policy's max_queue_size refused it
 NOT_AVAILABLE = ("unknown model", "not ready", "unavailable", "server is stopping", "not found")
 TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values", "sparse_count"),
-           "colbert": ("colbert_vectors", "colbert_length")}
+           "colbert": ("colbert_vectors", "colbert_length"), "int8": ("embedding_int8",),
+           "uint8": ("embedding_uint8",), "binary": ("embedding_binary",), "ubinary": ("embedding_ubinary",)}
+QUANTIZED = ("int8", "uint8", "binary", "ubinary")  # the BLS model's outputs (not the ensemble's)
 PER_TOKEN = ("sparse_indices", "sparse_values", "colbert_vectors")
 
 
@@ -28,6 +31,7 @@ class Embeddings:
     tokens: np.ndarray
     truncated: np.ndarray
     inference_ms: float
+    quantized: dict = field(default_factory=dict)  # embedding type -> [rows, width] array
 
 
 @dataclass
@@ -101,16 +105,19 @@ class Service:
         return [call for _, call in calls]
 
     # ---------------------------------------------------------------- inference
-    async def embed(self, card, texts, outputs, param):
+    async def embed(self, card, texts, outputs, param, parameters=None):
         """Several texts through the export's BLS model, in pieces of its max_batch_size; one text through the
-        ensemble (nothing to group, and the BLS hops cost ~1 ms)."""
+        ensemble (nothing to group, and the BLS hops cost ~1 ms) unless it needs the BLS model's quantized outputs
+        or `dimensions`. parameters: the request parameters (dimensions, prompt_name, input_type), passed on."""
         started = time.perf_counter()
         names = [t for kind in outputs for t in TENSORS[kind]] + ["num_tokens", "truncated"]
-        rows, model = encoded(texts, param), card.bls if len(texts) > 1 else card.name
-        size = self.bls_rows.get(card.bls, 1) if len(texts) > 1 else 1
+        parameters = {key: value for key, value in (parameters or {}).items() if value is not None}
+        bls = len(texts) > 1 or "dimensions" in parameters or any(kind in QUANTIZED for kind in outputs)
+        rows, model = encoded(texts, param), card.bls if bls else card.name
+        size = self.bls_rows.get(card.bls, 1) if bls else 1
         parts = await asyncio.gather(*(
             self.infer(card, model, {"text": np.array(rows[first:first + size], dtype=np.object_).reshape(-1, 1)},
-                       names, (param, first)) for first in range(0, len(rows), size)))
+                       names, (param, first), parameters) for first in range(0, len(rows), size)))
         # per-token outputs are padded per piece (widths differ): kept as rows; the others joined into one array
         joined = {name: [row for part in parts for row in part[name]] for name in names if name in PER_TOKEN}
         flat = {name: np.concatenate([part[name] for part in parts]) for name in names if name not in PER_TOKEN}
@@ -124,7 +131,8 @@ class Service:
             if "colbert" in outputs else None,
             tokens=flat["num_tokens"].reshape(-1).astype(np.int64),
             truncated=flat["truncated"].reshape(-1).astype(bool),
-            inference_ms=(time.perf_counter() - started) * 1000)
+            inference_ms=(time.perf_counter() - started) * 1000,
+            quantized={kind: flat[TENSORS[kind][0]] for kind in outputs if kind in QUANTIZED})
 
     async def rerank(self, card, query, documents, weights):
         """A cross-encoder's rerank model: the classifier's scores (mode_scores None); else bge-m3's combined one."""
@@ -140,12 +148,12 @@ class Service:
                             bool(result["query_truncated"][0]), result["truncated"].astype(bool),
                             (time.perf_counter() - started) * 1000)
 
-    async def infer(self, card, model, inputs, names, rows):
+    async def infer(self, card, model, inputs, names, rows, parameters=None):
         """One BLS request to `model` -> {output: array}. rows: (param, first row) to name a bad `text` row in the
         client's terms; None: the model's messages already do (rerank: `query`, `documents[i]`)."""
         pb = self.pb
         request = pb.InferenceRequest(
-            model_name=model, requested_output_names=names,
+            model_name=model, requested_output_names=names, parameters=parameters or {},
             inputs=[pb.Tensor(name, array) for name, array in inputs.items()],
             timeout=int(self.settings.request_timeout_s * 1e6),  # queued past it in Triton: refused, not run
             # Outputs come back in host memory even when the encoder runs on a GPU (as_numpy needs that).
@@ -266,6 +274,9 @@ def step_error(message, card, model, rows):
     if bad_text and rows:
         param, first = rows
         return InvalidInput(f"{param}[{first + int(bad_text[1])}] {bad_text[2]}", "invalid_input", param)
+    bad_parameter = PARAMETER_ERROR.search(message)
+    if bad_parameter and rows:
+        return InvalidInput(message[bad_parameter.start():], "invalid_value", bad_parameter[1])
     bad_field = RERANK_ERROR.match(message)
     if bad_field and not rows:
         return InvalidInput(message, "invalid_input", bad_field[1].split("[")[0])

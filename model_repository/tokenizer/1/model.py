@@ -14,6 +14,11 @@ All requests of one execute are encoded together, then cut into length groups (g
 padded to its group's width and the responses go out group by group, so the encoder's dynamic batcher receives
 each group as a run of equal shapes. A bad request gets its own INVALID_ARG error (HTTP 400 / gRPC
 INVALID_ARGUMENT); the rest of the batch is unaffected. Settings: config.pbtxt parameters, read once here.
+
+Prompts (prompts.json beside tokenizer.json, from the model's config_sentence_transformers.json): the request
+parameter `prompt_name`, or `input_type` (a prompt name, or query / document and Cohere's names for them), picks
+the prompt prepended to every text of the request, as SentenceTransformer.encode(prompt_name=...) does; none named:
+the model's default prompt. Token counts and truncation include it.
 """
 import json
 import os
@@ -29,6 +34,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from grouping import plan_groups, round_up  # noqa: E402
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+# input_type values that are not prompt names: the prompt names they stand for, first found wins
+INPUT_TYPES = {"query": ("query",), "search_query": ("query",), "document": ("document", "passage"),
+               "search_document": ("document", "passage"), "passage": ("passage", "document"),
+               "classification": ("classification",), "clustering": ("clustering",)}
 
 
 class MalformedText(bytes):
@@ -82,6 +91,13 @@ class TritonPythonModel:
         if not 0 < self.query_max_length <= self.max_length - self.pair_special_tokens - 1:
             raise pb_utils.TritonModelException(f"query_max_length {self.query_max_length} must leave room for a "
                                                 f"passage in max_length {self.max_length}")
+        prompts = {}
+        if os.path.exists(os.path.join(here, "prompts.json")):
+            with open(os.path.join(here, "prompts.json"), encoding="utf-8") as handle:
+                prompts = json.load(handle)
+        self.prompts = prompts.get("prompts") or {}
+        self.default_prompt = prompts.get("default_prompt_name")
+        self.prompt_tokens = {name: len(self.tokenizer.encode(text).ids) for name, text in self.prompts.items()}
         self.multiple = max(1, int(_parameter(config, "pad_to_multiple_of")))
         self.overhead = float(_parameter(config, "batch_overhead_tokens"))
         self.min_efficiency = float(_parameter(config, "min_padding_efficiency"))
@@ -91,6 +107,26 @@ class TritonPythonModel:
         if self.max_batch_tokens < round_up(self.max_length, self.multiple):
             raise pb_utils.TritonModelException(f"max_batch_tokens {self.max_batch_tokens} must hold one text of "
                                                 f"max_length {self.max_length} padded to {self.multiple}")
+
+    def prompt(self, request):
+        """The prompt name the request's parameters pick (or the default; None: no prompt), or ValueError."""
+        parameters = json.loads(request.parameters() or "{}")
+        name, kind = parameters.get("prompt_name"), parameters.get("input_type")
+        names = ", ".join(self.prompts) or "none"
+        if name is not None and kind is not None:
+            raise ValueError("prompt_name and input_type: give one of them, not both")
+        if name is not None:
+            if name not in self.prompts:
+                raise ValueError(f"prompt_name {json.dumps(name)} is not one of this model's prompts ({names})")
+            return name
+        if kind is not None:
+            if kind in self.prompts:
+                return kind
+            if kind not in INPUT_TYPES:
+                raise ValueError(f"input_type {json.dumps(kind)} is not one of {', '.join(INPUT_TYPES)} or this "
+                                 f"model's prompts ({names})")
+            return next((p for p in INPUT_TYPES[kind] if p in self.prompts), self.default_prompt)
+        return self.default_prompt
 
     def decode(self, request):
         """(texts, queries, shared): the request's texts, per row its query (None: single texts), and whether one
@@ -157,11 +193,23 @@ class TritonPythonModel:
             query_cut.append((cut, cut or passage_cut))
         return encodings, query_cut
 
-    def check(self, encodings, split, pairs):
-        """Per-request checks that need the tokens: content (pairs: checked in pairs()), and the padded size against
-        the token budget (unless the caller splits the request into runs itself)."""
+    def decode_with_prompt(self, request):
+        """decode()'s (texts, queries, shared) with the request's prompt prepended to single texts, and the token
+        count of a text with no content (the prompt alone counts as none)."""
+        name = self.prompt(request)
+        texts, queries, shared = self.decode(request)
+        if queries is not None and name is not None:
+            raise ValueError(f"prompts apply to single texts, not to pairs (prompt {json.dumps(name)})")
+        if name is None:
+            return texts, queries, shared, self.special_tokens
+        return [self.prompts[name] + text for text in texts], None, False, self.prompt_tokens[name]
+
+    def check(self, encodings, split, pairs, empty):
+        """Per-request checks that need the tokens: content (single texts: more tokens than `empty`, what the
+        prompt alone gives; pairs: checked in pairs()), and the padded size against the token budget (unless the
+        caller splits the request into runs itself)."""
         for row, encoding in enumerate(encodings):
-            if not pairs and len(encoding.ids) <= self.special_tokens:
+            if not pairs and len(encoding.ids) <= empty:
                 raise ValueError(f"text[{row}] has no content tokens (only whitespace, control or zero-width "
                                  f"characters)")
         if split:
@@ -177,25 +225,25 @@ class TritonPythonModel:
         request.get_response_sender().send(pb_utils.InferenceResponse(error=error), flags=FINAL)
 
     def execute(self, requests):
-        texts, spans = [], []  # single texts of all requests; per good request (index, first text, count, pairs)
+        texts, spans = [], []  # single texts of all requests; per good request (index, first text, count, pairs, tokens of an empty text)
         for i, request in enumerate(requests):
             try:
-                decoded, queries, shared = self.decode(request)
+                decoded, queries, shared, empty = self.decode_with_prompt(request)
                 pairs = None if queries is None else self.pairs(queries, decoded, shared)
             except ValueError as error:
                 self.reject(request, str(error))
                 continue
-            spans.append((i, len(texts), len(decoded), pairs))
+            spans.append((i, len(texts), len(decoded), pairs, empty))
             if pairs is None:
                 texts.extend(decoded)
         # encode() avoids encode_batch's thread-pool hand-off for the common single-text execute.
         encodings = self.tokenizer.encode_batch(texts) if len(texts) > 1 else [self.tokenizer.encode(t) for t in texts]
         accepted = []
-        for i, start, count, pairs in spans:
+        for i, start, count, pairs, empty in spans:
             split = "length_group" in requests[i].requested_output_names()
             mine, flags = pairs if pairs else (encodings[start:start + count], None)
             try:
-                self.check(mine, split, pairs is not None)
+                self.check(mine, split, pairs is not None, empty)
             except ValueError as error:
                 self.reject(requests[i], str(error))
                 continue
