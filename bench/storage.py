@@ -289,9 +289,50 @@ def serving_cost(url, passages, widths, batch, concurrency, rounds):
         progress(f"serving cost round {round_ + 1}/{rounds}: " +
                  ", ".join(f"{name} {values[-1]:.0f}" for name, values in runs.items()))
     base = runs[f"float32@{max(widths)}"]
-    return {name: {"texts_per_s": statistics.median(values),
-                   "ratio": statistics.median(v / b for v, b in zip(values, base)), "runs": values}
-            for name, values in runs.items()}
+    found = {}
+    for name, values in runs.items():
+        ratios = sorted(v / b for v, b in zip(values, base))
+        found[name] = {"texts_per_s": statistics.median(values), "ratio": statistics.median(ratios),
+                       "ratio_quartiles": [ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]],
+                       "runs": values}
+    return found
+
+
+def postprocess_cost(repository, widths, rows=32, repeats=200):
+    """Microseconds the BLS model's own code (model.py's `vectors`: truncate, re-normalize, quantize) spends on one
+    request of `rows` texts for each option, in this process: the only work that differs between the options."""
+    import types
+
+    import numpy as np
+
+    fake = types.ModuleType("triton_python_backend_utils")
+    saved = sys.modules.get("triton_python_backend_utils")
+    sys.modules["triton_python_backend_utils"] = fake
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "storage_bls_model", os.path.join(PROJECT, "model_repository", "ensemble_bls", "1", "model.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        if saved is None:
+            del sys.modules["triton_python_backend_utils"]
+        else:
+            sys.modules["triton_python_backend_utils"] = saved
+    model = module.TritonPythonModel.__new__(module.TritonPythonModel)
+    model.ranges = {w: ranges_of(repository, w) for w in widths}
+    full = max(widths)
+    dense = np.random.default_rng(0).standard_normal((rows, full)).astype(np.float32)
+    dense /= np.linalg.norm(dense, axis=1, keepdims=True)
+    found = {}
+    for kind, width in cost_options(widths):
+        times = []
+        for _ in range(repeats):
+            results = {"embedding": dense}
+            started = time.perf_counter()
+            model.vectors(results, [OUTPUTS[kind]], None if width == full else width)
+            times.append(time.perf_counter() - started)
+        found[f"{kind}@{width}"] = statistics.median(times) * 1e6
+    return found
 
 
 # ---------------------------------------------------------------- step 6: report
@@ -302,9 +343,26 @@ def table(rows, cost, widths):
     for row in rows:
         name = f"{row['type']}@{row['width']}"
         served = cost.get(name) if row["type"] in TYPES else None
-        lines.append(f"| {row['type']} | {row['width']} | {row['bytes']} | {4 * full / row['bytes']:.0f}x smaller "
+        smaller = round(4 * full / row["bytes"], 1)
+        lines.append(f"| {row['type']} | {row['width']} | {row['bytes']} | {smaller:g}x smaller "
                      f"| {row['similarity']} | {row['recall']:.3f} | "
-                     f"{format(served['ratio'], '.2f') if served else '—'} |")
+                     f"{cost_cell(served)} |")
+    return "\n".join(lines)
+
+
+def cost_cell(served):
+    if not served:
+        return "—"
+    low, high = served.get("ratio_quartiles", (served["ratio"], served["ratio"]))
+    return f"{served['ratio']:.2f} ({low:.2f}-{high:.2f})"
+
+
+def cost_table(cost, postprocess, rows):
+    lines = [f"| option | texts/s (median) | vs float32 (median, quartiles) | BLS post-processing, µs / {rows} texts |",
+             "|---|---:|---:|---:|"]
+    for name, served in cost.items():
+        lines.append(f"| {name} | {served['texts_per_s']:.0f} | {cost_cell(served)} | "
+                     f"{postprocess.get(name, float('nan')):.1f} |")
     return "\n".join(lines)
 
 
@@ -351,6 +409,8 @@ def plot(rows, path):
 def report(results, output):
     """The table (printed and written into OUTPUT/storage.md) and OUTPUT/storage.png from results.json's data."""
     markdown = table(results["recall"], results["cost"], results["widths"])
+    if results.get("postprocess_us"):
+        markdown += "\n\n" + cost_table(results["cost"], results["postprocess_us"], results["batch"])
     print(markdown)
     write_table(os.path.join(output, "storage.md"), markdown)
     plot(results["recall"], os.path.join(output, "storage.png"))
@@ -380,8 +440,10 @@ def parse_args(argv):
                         "MiniLM's full 384)")
     parser.add_argument("--batch", type=int, default=32, help="texts per request")
     parser.add_argument("--concurrency", type=int, default=2, help="requests in flight")
-    parser.add_argument("--cost-texts", type=int, default=512, help="passages per serving-cost measurement")
-    parser.add_argument("--cost-rounds", type=int, default=3)
+    parser.add_argument("--cost-texts", type=int, default=128, help="passages per serving-cost measurement")
+    parser.add_argument("--cost-rounds", type=int, default=15, help="serving-cost rounds (every option once each)")
+    parser.add_argument("--cost-only", action="store_true", help="measure the serving cost again, keeping the "
+                        "recall of WORK_DIR/results.json")
     parser.add_argument("--repository", help="an export of MiniLM with these widths (default: exported into "
                         "WORK_DIR/repository)")
     parser.add_argument("--work-dir", default=os.path.join(common.RESULTS, "storage"))
@@ -411,27 +473,33 @@ def main(argv=None):
                                  env={"LOAD_MODELS": "ensemble"})
     url = f"127.0.0.1:{ports['grpc']}"
     try:
-        progress(f"server ready; embedding {len(corpus['queries']) + len(corpus['passages'])} texts at widths "
-                 f"{widths} (all five outputs per request)")
+        if not args.cost_only:
+            progress(f"server ready; embedding {len(corpus['queries']) + len(corpus['passages'])} texts at widths "
+                     f"{widths} (all five outputs per request)")
         vectors = {}
-        for width in widths:
+        for width in ([] if args.cost_only else widths):
             started = time.perf_counter()
             q = embed(url, corpus["queries"], width, list(OUTPUTS.values()), args.batch, args.concurrency)
             p = embed(url, corpus["passages"], width, list(OUTPUTS.values()), args.batch, args.concurrency)
             vectors[width] = {kind: (q[OUTPUTS[kind]], p[OUTPUTS[kind]]) for kind in TYPES}
             progress(f"width {width}: {len(q['embedding']) + len(p['embedding'])} texts in "
                      f"{time.perf_counter() - started:.0f}s")
-        check_widths(vectors, widths)
+        if not args.cost_only:
+            check_widths(vectors, widths)
         cost_texts = corpus["passages"][:args.cost_texts]
         cost = serving_cost(url, cost_texts, widths, args.batch, args.concurrency, args.cost_rounds)
     finally:
         common.stop_server(server)
-    rows = recall(vectors, repository, widths)
+    if args.cost_only:
+        with open(os.path.join(args.work_dir, "results.json"), encoding="utf-8") as handle:
+            rows = json.load(handle)["recall"]
+    else:
+        rows = recall(vectors, repository, widths)
     results = {"model": MODEL, "queries": len(corpus["queries"]), "passages": len(corpus["passages"]),
                "corpus_sha256": corpus["sha256"], "sources": corpus["sources"], "widths": widths, "k": K,
                "rescore": RESCORE, "batch": args.batch, "concurrency": args.concurrency,
                "cost_texts": len(cost_texts), "cost_rounds": args.cost_rounds, "cpus": os.cpu_count(),
-               "recall": rows, "cost": cost}
+               "recall": rows, "cost": cost, "postprocess_us": postprocess_cost(repository, widths, args.batch)}
     with open(os.path.join(args.work_dir, "results.json"), "w", encoding="utf-8") as handle:
         json.dump(results, handle, indent=1)
     report(results, args.output)

@@ -84,6 +84,7 @@ def test_storage_benchmark_on_a_slice(tmp_path):
     assert set(run["cost"]) == {"float32@384", "int8@384", "uint8@384", "binary@384", "ubinary@384", "float32@64"}
     assert run["cost"]["float32@384"]["ratio"] == 1.0
     assert all(c["texts_per_s"] > 0 for c in run["cost"].values())
+    assert set(run["postprocess_us"]) == set(run["cost"]) and all(t > 0 for t in run["postprocess_us"].values())
     assert "| binary + rescore | 64 | 8 |" in (output / "storage.md").read_text()
     assert "| binary + rescore | 64 | 8 |" in result.stdout
     png = (output / "storage.png").read_bytes()
