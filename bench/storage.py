@@ -19,7 +19,9 @@ Steps:
      export's calibrated ranges; binary / ubinary: Hamming distance on the bits; binary also with the top 40 by
      Hamming rescored with float32 vectors), against float32's top 10 at full width (ties: lower passage index);
   5. serving cost: the same passages, the same batch size and concurrency, through `ensemble_bls` for each option,
-     interleaved in rounds (order rotated); texts/s relative to float32 at full width in the same round (median);
+     interleaved in short rounds (order rotated); texts/s relative to float32 at full width in the same round
+     (median and quartiles over the rounds); and the BLS model's own post-processing (model.py's `vectors`) per
+     request, timed in-process: the only work that differs between the options;
   6. the table (printed; between the markers of OUTPUT/storage.md when that file has them, else written there),
      results.json, and the plot storage.png (recall@10 against bytes per vector).
 """
