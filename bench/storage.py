@@ -468,8 +468,10 @@ def main(argv=None):
     progress(f"corpus: {len(corpus['queries'])} queries, {len(corpus['passages'])} passages from the docstrings of "
              f"{', '.join(f'{p} {v}' for p, v in corpus['sources'].items())} (sha256 {corpus['sha256'][:12]})")
     repository = export(os.path.abspath(args.repository or os.path.join(args.work_dir, "repository")), widths)
+    # every model of the export but the proxy: LOAD_MODELS=ensemble loads the ensemble's steps and the models its
+    # export.json names (BLS, rerank, ...), which must be there
     serve = common.scratch_repository(repository, tempfile.mkdtemp(prefix="storage-", dir=args.work_dir),
-                                      ("tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "supervisor"))
+                                      tuple(m for m in common.EXPORTED_MODELS if m != "proxy"))
     ports = common.free_ports()
     server = common.start_server(serve, ports, os.path.join(args.work_dir, "tritonserver.log"),
                                  env={"LOAD_MODELS": "ensemble"})
