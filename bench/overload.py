@@ -7,8 +7,8 @@ Each client is a closed loop (its next request when the last is answered) over f
 A refused request (HTTP 429/503, gRPC UNAVAILABLE / RESOURCE_EXHAUSTED) is counted with the time it took to be
 refused, and its client waits Retry-After (1 s) as a well-behaved client does. Every vector is compared with the one
 the same text got on a quiet server before the run (cosine >= 0.9999; rerank: scores within 1e-4 of the reference
-vectors' dot products): anything else counts as misrouted. RSS (tritonserver and its stubs) and /dev/shm are
-sampled every 5 s.
+vectors' dot products): anything else counts as misrouted. RSS (tritonserver and its stubs) and the /dev/shm
+regions they map are sampled every 5 s.
 
 Targets (issue 16), at the highest N against the lowest: goodput (texts/s of answered requests) >= 90 %; no 504
 and no client timeout; refusals answered within 100 ms (p99); p99 of answered requests <= 3x; 0 misrouted; RSS and
@@ -42,8 +42,8 @@ def progress(message):
 
 
 # ---------------------------------------------------------------- the server's footprint
-def tree_rss_mb(pid):
-    """RSS of tritonserver and every process under it (the Python stubs), in MB."""
+def server_tree(pid):
+    """tritonserver's pid and those of every process under it (the Python stubs)."""
     children = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -53,21 +53,32 @@ def tree_rss_mb(pid):
                 children.setdefault(ppid, []).append(int(entry))
             except (OSError, ValueError, IndexError):
                 pass
-    total, todo = 0, [pid]
+    tree, todo = [], [pid]
     while todo:
-        current = todo.pop()
-        todo += children.get(current, [])
+        tree.append(todo.pop())
+        todo += children.get(tree[-1], [])
+    return tree
+
+
+def footprint_mb(pid):
+    """(RSS of the server's processes, size of the /dev/shm files they map), in MB: this server's own, not the
+    machine's (other servers may share /dev/shm)."""
+    rss, regions = 0, set()
+    for process in server_tree(pid):
         try:
-            with open(f"/proc/{current}/status") as handle:
-                total += next(int(line.split()[1]) for line in handle if line.startswith("VmRSS:"))
-        except (OSError, StopIteration):
+            with open(f"/proc/{process}/status") as handle:
+                rss += next(int(line.split()[1]) for line in handle if line.startswith("VmRSS:"))
+            with open(f"/proc/{process}/maps") as handle:
+                regions.update(line.split(None, 5)[5].strip() for line in handle if "/dev/shm/" in line)
+        except (OSError, StopIteration, IndexError):
             pass
-    return total / 1024
-
-
-def shm_used_mb():
-    stat = os.statvfs("/dev/shm")
-    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize / 2**20
+    shm = 0
+    for region in regions:
+        try:
+            shm += os.stat(region.replace(" (deleted)", "")).st_size
+        except OSError:
+            pass
+    return rss / 1024, shm / 2**20
 
 
 # ---------------------------------------------------------------- one run
@@ -77,7 +88,8 @@ class Level:
     def __init__(self, clients):
         self.clients = clients
         self.answered = {route: [] for route in ROUTES}  # latencies (s)
-        self.refused, self.timeouts, self.errors = [], 0, {}
+        self.refused = {route: [] for route in ROUTES}  # time to be refused (s)
+        self.timeouts, self.errors = 0, {}
         self.texts = 0
         self.misrouted = 0
         self.samples = []  # (rss MB, shm MB)
@@ -87,6 +99,7 @@ class Level:
 
     def row(self, seconds):
         answered = [x for values in self.answered.values() for x in values]
+        refused = [x for values in self.refused.values() for x in values]
 
         def p(values, q):
             return float(np.percentile(values, q)) * 1000 if values else float("nan")
@@ -94,7 +107,8 @@ class Level:
         return {"clients": self.clients, "seconds": seconds, "goodput_texts_s": self.texts / seconds,
                 "answered": len(answered), "answered_p50_ms": p(answered, 50), "answered_p99_ms": p(answered, 99),
                 "per_route_p99_ms": {r: p(v, 99) for r, v in self.answered.items()},
-                "refused": len(self.refused), "refused_p99_ms": p(self.refused, 99),
+                "refused": len(refused), "refused_p99_ms": p(refused, 99),
+                "per_route_refused": {r: [len(v), p(v, 99)] for r, v in self.refused.items()},
                 "timeouts_504": self.timeouts, "errors": self.errors, "misrouted": self.misrouted,
                 "rss_mb": [rss[0], max(rss), rss[-1]], "shm_mb": [shm[0], max(shm), shm[-1]]}
 
@@ -134,7 +148,7 @@ class Workload:
                                                                                   "input": texts})
                 elapsed = time.monotonic() - started
                 if status in REFUSED_HTTP:
-                    level.refused.append(elapsed)
+                    level.refused[route].append(elapsed)
                     return "back off"
                 if status == 504:
                     level.timeouts += 1
@@ -167,7 +181,7 @@ class Workload:
         except InferenceServerException as error:
             status = str(error.status())
             if status in REFUSED_GRPC or "Exceeds maximum queue size" in str(error):
-                level.refused.append(time.monotonic() - started)
+                level.refused[route].append(time.monotonic() - started)
                 return "back off"
             level.error(f"gRPC {status}" if "DEADLINE" not in status else "client timeout")
             return "go"
@@ -196,9 +210,9 @@ class Workload:
 
             async def sample():
                 while time.monotonic() < end:
-                    level.samples.append((tree_rss_mb(server_pid), shm_used_mb()))
+                    level.samples.append(footprint_mb(server_pid))
                     await asyncio.sleep(5)
-                level.samples.append((tree_rss_mb(server_pid), shm_used_mb()))
+                level.samples.append(footprint_mb(server_pid))
 
             await asyncio.gather(sample(), *(client(c) for c in range(clients)))
             await grpc.close()
