@@ -225,7 +225,8 @@ class TritonPythonModel:
         request.get_response_sender().send(pb_utils.InferenceResponse(error=error), flags=FINAL)
 
     def execute(self, requests):
-        texts, spans = [], []  # single texts of all requests; per good request (index, first text, count, pairs, tokens of an empty text)
+        texts, spans = [], []  # single texts of all requests; per good request (index, first text, count, pairs,
+        #                        tokens of an empty text)
         for i, request in enumerate(requests):
             try:
                 decoded, queries, shared, empty = self.decode_with_prompt(request)
