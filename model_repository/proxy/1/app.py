@@ -254,9 +254,9 @@ async def encode(request: Request, body: schemas.EncodeRequest):
                                            ("colbert", body.return_colbert)) if flag)
     if not wanted:
         raise ApiError(400, "ask for at least one of return_dense, return_sparse, return_colbert", "invalid_value")
+    wanted, parameters = colbert_options(card, body, wanted)  # first: its 400 names the compact field
     for kind in wanted:
-        need(card, kind, "/v1/encode")
-    wanted, parameters = colbert_options(card, body, wanted)
+        need(card, kind.split("_")[0], "/v1/encode")
     result = await embed(request, card, texts, wanted, "input", body.truncate, parameters)
     data = []
     for i in range(len(texts)):
