@@ -278,7 +278,7 @@ def pool_tokens(vectors, pool_factor):
     cluster. Then each mean is L2-normalized (PyLate keeps the norms; unit vectors keep dot product = cosine and the
     int8 scale exact). No token is protected: bge-m3's vectors already leave out <s>. Clusters come in the order of
     their first token (PyLate's order is fcluster's label order; MaxSim does not depend on it). The container has no
-    scipy, hence ward_merges. Cost for n tokens of width d: O(n^2 min(n, d)) flops, ~2 n^2 float64s of memory."""
+    scipy, hence ward_merges. Cost for n tokens of width d: O(n^2 min(n, d)) flops, ~n^2 float64s of memory."""
     n = len(vectors)
     clusters = max(n // pool_factor, 1)
     if pool_factor == 1 or n <= clusters:
@@ -315,8 +315,10 @@ def row_distances(vectors):
         rows = (np.float32(1) - vectors @ vectors.T).astype(np.float64)  # float32, as the reference computes it
         inner = rows @ rows.T
     norms = np.diag(inner).copy()
-    distances = norms[:, None] + norms[None, :] - 2 * inner
-    return np.maximum(distances, 0, out=distances)
+    inner *= -2  # in place: a long text's n x n matrix is the memory this costs
+    inner += norms[:, None]
+    inner += norms[None, :]
+    return np.maximum(inner, 0, out=inner)
 
 
 def ward_merges(distances):
