@@ -22,6 +22,9 @@ PAIR_INPUTS = TEXT_INPUT + ',\n  { name: "query", data_type: TYPE_STRING, dims: 
 # The BLS model's quantized forms of `embedding` (sentence_transformers.quantization.quantize_embeddings' precisions)
 QUANTIZED_OUTPUTS = [("embedding_int8", "TYPE_INT8"), ("embedding_uint8", "TYPE_UINT8"),
                      ("embedding_binary", "TYPE_INT8"), ("embedding_ubinary", "TYPE_UINT8")]
+# The BLS model's compact ColBERT vectors (pooled with the request's colbert_pool_factor): [rows, vectors, width]
+COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8", "TYPE_INT8"),
+                   ("colbert_vectors_binary", "TYPE_UINT8")]
 
 
 def model_names(name):
@@ -91,6 +94,10 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
                    for line in public]
     if "dense" in outputs:
         bls_outputs += [f'  {{ name: "{n}", data_type: {t}, dims: [ -1 ] }}' for n, t in QUANTIZED_OUTPUTS]
+    if "colbert" in outputs:  # binary: the sign bits packed 8 per byte
+        bls_outputs += [f'  {{ name: "{n}", data_type: {t}, dims: [ -1, '
+                        f'{-(-colbert_dim // 8) if n.endswith("binary") else colbert_dim} ] }}'
+                        for n, t in COLBERT_OUTPUTS]
     with open(os.path.join(staging, bls, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render(os.path.join(SOURCE_REPOSITORY, "ensemble_bls", "config.pbtxt.template"),
                             tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(bls_outputs),

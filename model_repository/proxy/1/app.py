@@ -243,7 +243,9 @@ async def seed_embedding(request: Request, body: list[schemas.SeedItem],
 @router.post("/v1/encode", dependencies=USER, response_model=schemas.EncodeResponse, responses=ERRORS)
 async def encode(request: Request, body: schemas.EncodeRequest):
     """Any combination of dense, sparse ({indices, values}, as Milvus and Qdrant take it) and ColBERT vectors per
-    input, from one forward pass (FlagEmbedding's encode(return_dense, return_sparse, return_colbert_vecs))."""
+    input, from one forward pass (FlagEmbedding's encode(return_dense, return_sparse, return_colbert_vecs)).
+    ColBERT: `colbert_pool_factor` pools them (token pooling), `colbert_type` gives them as float (default), fp16,
+    int8 or binary (packed sign bits as 0-255 ints), as ensemble_bls computes them."""
     texts = check_texts(request, as_list(body.input), "input")
     if not texts:
         raise ApiError(400, "'input' must not be empty", "invalid_input", "input")
@@ -252,9 +254,10 @@ async def encode(request: Request, body: schemas.EncodeRequest):
                                            ("colbert", body.return_colbert)) if flag)
     if not wanted:
         raise ApiError(400, "ask for at least one of return_dense, return_sparse, return_colbert", "invalid_value")
+    wanted, parameters = colbert_options(card, body, wanted)  # first: its 400 names the compact field
     for kind in wanted:
-        need(card, kind, "/v1/encode")
-    result = await embed(request, card, texts, wanted, "input", body.truncate)
+        need(card, kind.split("_")[0], "/v1/encode")
+    result = await embed(request, card, texts, wanted, "input", body.truncate, parameters)
     data = []
     for i in range(len(texts)):
         item = {"index": i, "truncated": bool(result.truncated[i])}
@@ -262,11 +265,29 @@ async def encode(request: Request, body: schemas.EncodeRequest):
             item["dense"] = result.dense[i]
         if "sparse" in wanted:
             item["sparse"] = {"indices": result.sparse[i][0], "values": result.sparse[i][1]}
-        if "colbert" in wanted:
+        if any(kind.startswith("colbert") for kind in wanted):
             item["colbert"] = result.colbert[i]
         data.append(item)
     return json_response({"object": "list", "data": data, "model": card.id, "usage": usage(result.tokens.sum())},
                          timing_headers(result.truncated.sum(), result.inference_ms))
+
+
+def colbert_options(card, body, wanted):
+    """/v1/encode's compact ColBERT fields -> (outputs with the ColBERT type asked for, request parameters)."""
+    options = [(name, value) for name, value, default in (("colbert_pool_factor", body.colbert_pool_factor, None),
+                                                          ("colbert_type", body.colbert_type, "float"))
+               if value != default]
+    if not options:
+        return wanted, None
+    name, value = options[0]
+    if "colbert" not in card.outputs:
+        raise ApiError(400, f"{name}: model '{card.id}' has no ColBERT output (it serves {', '.join(card.outputs)})",
+                       "output_not_served", name)
+    if "colbert" not in wanted:
+        raise ApiError(400, f"{name} {value!r} applies to ColBERT vectors: set return_colbert to true",
+                       "invalid_value", name)
+    kind = "colbert" if body.colbert_type == "float" else f"colbert_{body.colbert_type}"
+    return tuple(kind if w == "colbert" else w for w in wanted), {"colbert_pool_factor": body.colbert_pool_factor}
 
 
 @router.post("/embed_sparse", dependencies=USER, response_model=list[list[schemas.SparseEntry]], responses=ERRORS)

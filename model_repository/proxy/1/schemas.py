@@ -53,6 +53,12 @@ class EncodeRequest(Request):
     return_dense: bool = True
     return_sparse: bool = False
     return_colbert: bool = False
+    colbert_pool_factor: int | None = Field(
+        None, ge=1, description="token pooling: about n / factor ColBERT vectors per input (Ward clustering of its "
+        "token vectors, each cluster's mean L2-normalized; 1: none)")
+    colbert_type: Literal["float", "fp16", "int8", "binary"] = Field(
+        "float", description="ColBERT vectors as float32, fp16, int8 (round(v * 127)) or binary (sign bits packed 8 "
+        "per byte, 0-255)")
     truncate: bool = True
 
 
@@ -131,7 +137,7 @@ class EncodeItem(BaseModel):
     index: int
     dense: list[float] | None = None
     sparse: SparseVector | None = None
-    colbert: list[list[float]] | None = None
+    colbert: list[list[float]] | list[list[int]] | None = None
     truncated: bool
 
 

@@ -12,15 +12,22 @@ import numpy as np
 from errors import Conflict, InvalidInput, LoadFailed, NotFound, Overloaded, ServiceError, Timeout, Unavailable
 
 TEXT_ERROR = re.compile(r"text\[(\d+)\] (.+)", re.S)  # the tokenizer's per-text messages (prefixed by the ensemble)
-PARAMETER_ERROR = re.compile(r"(dimensions|prompt_name|input_type) ")  # the BLS model's and tokenizer's
+# the BLS model's and the tokenizer's messages about a request parameter
+PARAMETER_ERROR = re.compile(r"(dimensions|prompt_name|input_type|colbert_pool_factor)[ :]")
 RERANK_ERROR = re.compile(r"^(query|documents\[\d+\]|documents|weights) ")  # the rerank model's bad-input messages
 QUEUE_FULL = "exceeds maximum queue size"  # a queue policy's max_queue_size refused it
 NOT_AVAILABLE = ("unknown model", "not ready", "unavailable", "server is stopping", "not found")
 TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values", "sparse_count"),
            "colbert": ("colbert_vectors", "colbert_length"), "int8": ("embedding_int8",),
-           "uint8": ("embedding_uint8",), "binary": ("embedding_binary",), "ubinary": ("embedding_ubinary",)}
+           "uint8": ("embedding_uint8",), "binary": ("embedding_binary",), "ubinary": ("embedding_ubinary",),
+           "colbert_fp16": ("colbert_vectors_fp16", "colbert_length"),
+           "colbert_int8": ("colbert_vectors_int8", "colbert_length"),
+           "colbert_binary": ("colbert_vectors_binary", "colbert_length")}
 QUANTIZED = ("int8", "uint8", "binary", "ubinary")  # the BLS model's outputs (not the ensemble's)
-PER_TOKEN = ("sparse_indices", "sparse_values", "colbert_vectors")
+COLBERT_KINDS = ("colbert", "colbert_fp16", "colbert_int8", "colbert_binary")  # one of them per request
+BLS_ONLY = (*QUANTIZED, *COLBERT_KINDS[1:])
+PER_TOKEN = ("sparse_indices", "sparse_values", "colbert_vectors", "colbert_vectors_fp16", "colbert_vectors_int8",
+             "colbert_vectors_binary")
 
 
 @dataclass
@@ -108,11 +115,13 @@ class Service:
     async def embed(self, card, texts, outputs, param, parameters=None):
         """Several texts through the export's BLS model, in pieces of its max_batch_size; one text through the
         ensemble (nothing to group, and the BLS hops cost ~1 ms) unless it needs the BLS model's quantized outputs
-        or `dimensions`. parameters: the request parameters (dimensions, prompt_name, input_type), passed on."""
+        or `dimensions`. parameters: the request parameters (dimensions, prompt_name, input_type,
+        colbert_pool_factor), passed on. outputs: at most one ColBERT kind (colbert or colbert_fp16/int8/binary)."""
         started = time.perf_counter()
         names = [t for kind in outputs for t in TENSORS[kind]] + ["num_tokens", "truncated"]
         parameters = {key: value for key, value in (parameters or {}).items() if value is not None}
-        bls = len(texts) > 1 or "dimensions" in parameters or any(kind in QUANTIZED for kind in outputs)
+        bls = len(texts) > 1 or "dimensions" in parameters or "colbert_pool_factor" in parameters or \
+            any(kind in BLS_ONLY for kind in outputs)
         rows, model = encoded(texts, param), card.bls if bls else card.name
         size = self.bls_rows.get(card.bls, 1) if bls else 1
         parts = await asyncio.gather(*(
@@ -121,14 +130,14 @@ class Service:
         # per-token outputs are padded per piece (widths differ): kept as rows; the others joined into one array
         joined = {name: [row for part in parts for row in part[name]] for name in names if name in PER_TOKEN}
         flat = {name: np.concatenate([part[name] for part in parts]) for name in names if name not in PER_TOKEN}
+        colbert = next((TENSORS[kind][0] for kind in outputs if kind in COLBERT_KINDS), None)
         return Embeddings(
             dense=flat["embedding"] if "dense" in outputs else None,
             sparse=[(ids[:int(n)], weights[:int(n)]) for ids, weights, n in
                     zip(joined["sparse_indices"], joined["sparse_values"], flat["sparse_count"].reshape(-1))]
             if "sparse" in outputs else None,
-            colbert=[vectors[:int(n)] for vectors, n in zip(joined["colbert_vectors"],
-                                                             flat["colbert_length"].reshape(-1))]
-            if "colbert" in outputs else None,
+            colbert=[vectors[:int(n)] for vectors, n in zip(joined[colbert], flat["colbert_length"].reshape(-1))]
+            if colbert else None,
             tokens=flat["num_tokens"].reshape(-1).astype(np.int64),
             truncated=flat["truncated"].reshape(-1).astype(bool),
             inference_ms=(time.perf_counter() - started) * 1000,
