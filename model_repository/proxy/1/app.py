@@ -3,6 +3,7 @@ through BLS, tests pass a fake). No Triton import here.
 
 Routes: GET /health (ready), /health/live; OpenAI POST /v1/embeddings, GET /v1/models[/{id}]; seed API
 POST /v1/embedding; bge-m3: POST /v1/encode, TEI's POST /embed_sparse; POST /v1/rerank (the export's rerank model);
+POST /v1/chunk_embeddings (late chunking);
 admin POST /v1/models/{id}/load|unload; GET /metrics; /docs, /openapi.json. The app's state: settings, service,
 metrics (create_app).
 """
@@ -47,6 +48,8 @@ class Service(Protocol):
     async def embed(self, card, texts, outputs, param, parameters=None): ...
 
     async def rerank(self, card, query, documents, weights): ...
+
+    async def chunk_embed(self, card, texts, spans, parameters): ...
 
     async def load(self, model_id): ...
 
@@ -340,6 +343,46 @@ async def rerank(request: Request, body: schemas.RerankRequest):
                 **({"document": {"text": documents[i]}} if body.return_documents else {})} for i in order]
     return json_response({"results": results, "model": card.id, "usage": usage(result.tokens)},
                          timing_headers(truncated, result.inference_ms))
+
+
+@router.post("/v1/chunk_embeddings", dependencies=USER, response_model=schemas.ChunkEmbeddingsResponse,
+             responses=ERRORS)
+async def chunk_embeddings(request: Request, body: schemas.ChunkEmbeddingsRequest):
+    """Late chunking through the export's late chunking model: per text, one vector per chunk (the client's `spans`,
+    or sentences grouped to `chunk_tokens`), each the mean of the chunk's token vectors from the whole text's one
+    forward pass, L2-normalized. A text over the model's max tokens is refused (400), not truncated."""
+    single = isinstance(body.input, str)
+    texts = check_texts(request, as_list(body.input), "input")
+    if not texts:
+        raise ApiError(400, "'input' must not be empty", "invalid_input", "input")
+    if (body.spans is None) == (body.chunk_tokens is None):
+        raise ApiError(400, "give spans or chunk_tokens (one of them)", "invalid_value", "spans")
+    spans = body.spans
+    if spans is not None:
+        spans = [spans] if single else spans
+        if len(spans) != len(texts) or not all(isinstance(s, list) and all(isinstance(p, list) for p in s)
+                                               for s in spans):
+            raise ApiError(400, "spans: one list of [start, end] per input text" if not single else
+                           "spans: a list of [start, end] for the text", "invalid_value", "spans")
+        for i, text_spans in enumerate(spans):
+            for k, pair in enumerate(text_spans):
+                if len(pair) != 2:
+                    where = f"spans[{k}]" if single else f"input[{i}]: spans[{k}]"
+                    raise ApiError(400, f"{where} must be [start, end], not {pair}", "invalid_value", "spans")
+    card = select(request, body.model)
+    if card.chunks is None:
+        raise ApiError(400, f"model '{card.id}' has no late chunking model (export it again)", "output_not_served",
+                       "model")
+    parameters = {"chunk_tokens": body.chunk_tokens, "input_type": body.input_type, "prompt_name": body.prompt_name}
+    results, inference_ms = await request.app.state.service.chunk_embed(card, texts, spans, parameters)
+    tokens = sum(r[3] for r in results)
+    request.app.state.metrics.observe_embedding(card.id, len(texts), tokens, 0)
+    data = [{"index": i, "num_tokens": total,
+             "chunks": [{"embedding": vector, "span": span, "num_tokens": int(n)}
+                        for vector, span, n in zip(vectors, found.tolist(), counts)]}
+            for i, (vectors, found, counts, total) in enumerate(results)]
+    return json_response({"object": "list", "data": data, "model": card.id, "usage": usage(tokens)},
+                         timing_headers(0, inference_ms))
 
 
 # ---------------------------------------------------------------- models

@@ -87,6 +87,19 @@ class RerankRequest(Request):
     truncate: bool = True
 
 
+class ChunkEmbeddingsRequest(Request):
+    """`POST /v1/chunk_embeddings`: late chunking, one vector per chunk of each text from one forward pass."""
+    input: Text | list[Text] = Field(description="a text or a list of texts (each at most the model's max tokens)")
+    model: str | None = None
+    spans: list[list[int]] | list[list[list[int]]] | None = Field(
+        None, description="the chunks as [start, end) character spans (Unicode code points): for one text "
+        "[[start, end], ...], for a list of texts one such list per text; not overlapping, not empty")
+    chunk_tokens: int | None = Field(None, ge=1, description="instead of spans: the text's sentences grouped into "
+                                     "chunks of at most this many tokens")
+    input_type: str | None = None
+    prompt_name: str | None = None
+
+
 # ---------------------------------------------------------------- responses
 class Usage(BaseModel):
     prompt_tokens: int
@@ -144,6 +157,25 @@ class EncodeItem(BaseModel):
 class EncodeResponse(BaseModel):
     object: Literal["list"] = "list"
     data: list[EncodeItem]
+    model: str
+    usage: Usage
+
+
+class Chunk(BaseModel):
+    embedding: list[float]
+    span: list[int] = Field(description="[start, end) in characters of the text")
+    num_tokens: int = Field(description="the tokens the chunk's vector is the mean of")
+
+
+class ChunkedText(BaseModel):
+    index: int
+    chunks: list[Chunk]
+    num_tokens: int = Field(description="the whole text's tokens (special tokens included)")
+
+
+class ChunkEmbeddingsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ChunkedText]
     model: str
     usage: Usage
 

@@ -15,6 +15,7 @@ TEXT_ERROR = re.compile(r"text\[(\d+)\] (.+)", re.S)  # the tokenizer's per-text
 # the BLS model's and the tokenizer's messages about a request parameter
 PARAMETER_ERROR = re.compile(r"(dimensions|prompt_name|input_type|colbert_pool_factor)[ :]")
 RERANK_ERROR = re.compile(r"^(query|documents\[\d+\]|documents|weights) ")  # the rerank model's bad-input messages
+CHUNK_ERROR = re.compile(r"^(spans|chunk_tokens|text|give the chunks)\b")  # the late chunking model's
 QUEUE_FULL = "exceeds maximum queue size"  # a queue policy's max_queue_size refused it
 NOT_AVAILABLE = ("unknown model", "not ready", "unavailable", "server is stopping", "not found")
 TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values", "sparse_count"),
@@ -157,6 +158,28 @@ class Service:
                             bool(result["query_truncated"][0]), result["truncated"].astype(bool),
                             (time.perf_counter() - started) * 1000)
 
+    async def chunk_embed(self, card, texts, spans, parameters):
+        """Late chunking, one call to the export's late chunking model per text (all at once). spans: per text,
+        [[start, end], ...] or None (then parameters holds chunk_tokens). Returns per text (vectors [n, d], spans
+        [n, 2], tokens per chunk [n], the text's tokens), inference_ms. A bad text or span is named input[i]."""
+        started = time.perf_counter()
+        parameters = {key: value for key, value in parameters.items() if value is not None}
+        names = ["embedding", "chunk_spans", "num_tokens", "text_tokens"]
+
+        async def one(i):
+            inputs = {"text": np.array(encoded([texts[i]], "input"), dtype=np.object_)}
+            if spans is not None:
+                inputs["spans"] = np.array(spans[i], dtype=np.int64).reshape(-1, 2)
+            try:
+                result = await self.infer(card, card.chunks, inputs, names, None, parameters)
+            except InvalidInput as error:
+                if len(texts) > 1:
+                    error.message = f"input[{i}]: {error.message}"
+                raise
+            return result["embedding"], result["chunk_spans"], result["num_tokens"], int(result["text_tokens"][0])
+        results = await asyncio.gather(*(one(i) for i in range(len(texts))))
+        return results, (time.perf_counter() - started) * 1000
+
     async def infer(self, card, model, inputs, names, rows, parameters=None):
         """One BLS request to `model` -> {output: array}. rows: (param, first row) to name a bad `text` row in the
         client's terms; None: the model's messages already do (rerank: `query`, `documents[i]`)."""
@@ -231,7 +254,7 @@ class Service:
 
             def load():
                 try:  # the ensemble brings its steps; the BLS callers are no ensemble's steps: loaded on their own
-                    for model in (card.name, card.bls, card.rerank):
+                    for model in (card.name, card.bls, card.rerank, *([card.chunks] if card.chunks else [])):
                         self.triton.control("load", model)
                 except RuntimeError as error:  # Triton says why (missing file, bad config...)
                     self.registry.loaded_by_admin.discard(card.name)
@@ -261,7 +284,7 @@ class Service:
 
     def own_steps(self, card):
         shared = {m for c in self.registry.cards_by_name.values() if c.name != card.name for m in c.models}
-        return [m for m in (card.tokenizer, card.encoder, card.bls, card.rerank) if m not in shared]
+        return [m for m in (card.tokenizer, card.encoder, card.bls, card.rerank, card.chunks) if m and m not in shared]
 
     def unload_steps(self, steps, also_wait=()):
         """Unload `steps` and wait until Triton holds none of them (an unload answers at once, but the instances
@@ -289,6 +312,10 @@ def step_error(message, card, model, rows):
     bad_field = RERANK_ERROR.match(message)
     if bad_field and not rows:
         return InvalidInput(message, "invalid_input", bad_field[1].split("[")[0])
+    bad_chunk = CHUNK_ERROR.match(message)
+    if bad_chunk and not rows:
+        param = {"text": "input", "give the chunks": "spans"}.get(bad_chunk[1], bad_chunk[1])
+        return InvalidInput(message, "invalid_input", param)
     if "timeout expired" in message.lower():  # its deadline (request_timeout_s) passed while it was queued
         return Timeout(f"inference did not start within request_timeout_s: {message}", "inference_timeout")
     if QUEUE_FULL in message.lower():  # overload, not a fault
