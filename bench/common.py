@@ -22,10 +22,11 @@ from local_triton import launch  # noqa: E402
 RESULTS = os.path.join(PROJECT, "bench", "results")
 TRACKED = os.path.join(PROJECT, "model_repository")
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-EXPORTED_MODELS = ("tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "proxy", "supervisor")
+EXPORTED_MODELS = ("tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "late_chunking", "proxy",
+                   "supervisor")
 # Model-independent configs, tracked in model_repository/: the current ones go with the current code.
 TRACKED_CONFIGS = ("tokenizer", "proxy", "supervisor")
-TRACKED_CODE = ("tokenizer", "ensemble_bls", "rerank", "proxy", "supervisor")
+TRACKED_CODE = ("tokenizer", "ensemble_bls", "rerank", "late_chunking", "proxy", "supervisor")
 
 
 # ---------------------------------------------------------------- ports

@@ -7,7 +7,9 @@
     python build/export.py --model BAAI/bge-reranker-v2-m3 --name reranker   # a cross-encoder (kind from config)
 
 One export is five Triton models: a tokenizer (Python), an encoder (ONNX), the ensemble that clients call, its BLS
-twin for many-text requests (length groups as concurrent encoder runs) and the rerank model. Without --name they are
+twin for many-text requests (length groups as concurrent encoder runs) and the rerank model; an embedding export
+also has a late chunking model (`late_chunking`, or NAME_chunks: one vector per chunk of a text, pooled from the
+encoder's `token_embeddings`). Without --name they are
 the design card's `tokenizer`, `embedding`, `ensemble`, plus `ensemble_bls` and `rerank`; with --name NAME they are
 `NAME_tokenizer`, `NAME_embedding`, `NAME`, `NAME_bls` and `NAME_rerank`. Export writes only generated files, all
 ignored by git:
@@ -58,10 +60,12 @@ from exporting.repository import (  # noqa: E402
     SOURCE_REPOSITORY,
     build_batch_strategy,
     check_name,
+    chunks_name,
     ensure_proxy,
     install,
     model_names,
     warmup_lengths,
+    write_chunks_config,
     write_configs,
     write_cross_encoder_configs,
     write_tokenizer,
@@ -162,12 +166,13 @@ def main(argv=None):
         write_prompts(os.path.join(staging, names[1], "1"), prompts, default_prompt)
         write_vectors(os.path.join(staging, names[3], "1"), dimensions, calibration)
         write_configs(staging, names, outputs, config.hidden_size, colbert_dim, warmup, max_length)
+        write_chunks_config(staging, names, chunks_name(args.name), config.hidden_size)
         write_warmup(staging, names[2], tokenizer, warmup)
         token_budget = build_batch_strategy(os.path.join(staging, names[2]))
         manifest = {
             "id": args.name or args.model, "kind": "embedding", "name": names[0], "tokenizer_model": names[1],
             "encoder_model": names[2],
-            "bls_model": names[3], "rerank_model": names[4],
+            "bls_model": names[3], "rerank_model": names[4], "chunks_model": chunks_name(args.name),
             "model": args.model, "model_type": config.model_type, "pooling": pooling, "outputs": outputs,
             "embedding_size": config.hidden_size, "colbert_size": colbert_dim, "max_length": max_length,
             "special_token_ids": special_ids, "dimensions": dimensions, "prompts": prompts,
@@ -177,7 +182,7 @@ def main(argv=None):
             "onnx": os.path.relpath(onnx_path, staging), "parity": figures,
             "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        install_export(staging, repository, names, manifest, started)
+        install_export(staging, repository, (*names, chunks_name(args.name)), manifest, started)
     return 0
 
 

@@ -197,7 +197,8 @@ def with_bls_models(model_repository, names):
                 manifest = json.load(handle)
         except (OSError, ValueError):
             continue
-        found += [manifest[key] for key in ("bls_model", "rerank_model") if manifest.get(key) not in (None, *found)]
+        found += [manifest[key] for key in ("bls_model", "rerank_model", "chunks_model")
+                  if manifest.get(key) not in (None, *found)]
     return found
 
 
@@ -309,7 +310,7 @@ def public_tiers(model_repository):
         except (OSError, ValueError):
             continue
         tiers[1].append(manifest.get("rerank_model"))
-        tiers[2] += [manifest.get("name"), manifest.get("bls_model")]
+        tiers[2] += [manifest.get("name"), manifest.get("bls_model"), manifest.get("chunks_model")]
     return [[model for model in tier if model] for tier in tiers]
 
 

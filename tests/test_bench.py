@@ -111,3 +111,22 @@ def test_storage_corpus_and_scores():
     assert np.array_equal(storage.hamming_scores(a, b), -bits)
     assert np.array_equal(storage.hamming_scores((a.astype(np.int16) - 128).astype(np.int8),
                                                  (b.astype(np.int16) - 128).astype(np.int8)), -bits)
+
+
+def test_overload_script_measures_every_route(minilm_repository, tmp_path):
+    """bench/overload.py with 2 and 6 clients for a few seconds: every route answered, its vectors checked, the
+    table and the targets printed. One --edit proves the bounds can be changed on the scratch copy."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.overload", "--repository", str(minilm_repository), "--clients", "2,6",
+         "--seconds", "4", "--output", str(tmp_path), "--edit",
+         "ensemble_bls:max_queue_size: 256=>max_queue_size: 200"],
+        cwd=PROJECT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "max_queue_size: 200" in (tmp_path / "repository" / "ensemble_bls" / "config.pbtxt").read_text()
+    rows = json.loads((tmp_path / "overload.json").read_text())
+    assert [row["clients"] for row in rows] == [2, 6]
+    for row in rows:
+        assert row["goodput_texts_s"] > 0 and row["misrouted"] == 0 and not row["errors"], row
+        assert row["rss_mb"][0] > 100 and row["shm_mb"][0] > 0, row  # the server's own footprint was read
+    assert all(p99 > 0 for p99 in rows[-1]["per_route_p99_ms"].values()), rows[-1]  # 6 clients: every route
+    assert "0 misrouted" in result.stdout and "| clients |" in result.stdout

@@ -129,21 +129,25 @@ def named_repository(minilm_repository, tiny_xlmr_dir, tmp_path_factory):
 
 def test_named_export_sits_beside_the_default_one(named_repository, minilm_repository):
     models = sorted(p for p in os.listdir(named_repository) if not p.startswith("."))
-    assert models == ["embedding", "ensemble", "ensemble_bls", "proxy", "rerank", "supervisor", "tiny-xlmr",
-                      "tiny-xlmr_bls", "tiny-xlmr_embedding", "tiny-xlmr_rerank", "tiny-xlmr_tokenizer", "tokenizer"]
+    assert models == ["embedding", "ensemble", "ensemble_bls", "late_chunking", "proxy", "rerank", "supervisor",
+                      "tiny-xlmr", "tiny-xlmr_bls", "tiny-xlmr_chunks", "tiny-xlmr_embedding", "tiny-xlmr_rerank",
+                      "tiny-xlmr_tokenizer", "tokenizer"]
     # the default export is untouched
     for path in ("ensemble/config.pbtxt", "embedding/1/model.onnx", "tokenizer/1/tokenizer.json"):
         assert open(named_repository / path, "rb").read() == open(minilm_repository / path, "rb").read(), path
     manifest = json.load(open(named_repository / "tiny-xlmr" / "1" / "export.json"))
     assert [manifest[key] for key in ("id", "name", "tokenizer_model", "encoder_model", "bls_model",
-                                      "rerank_model")] == \
-        ["tiny-xlmr", "tiny-xlmr", "tiny-xlmr_tokenizer", "tiny-xlmr_embedding", "tiny-xlmr_bls", "tiny-xlmr_rerank"]
+                                      "rerank_model", "chunks_model")] == \
+        ["tiny-xlmr", "tiny-xlmr", "tiny-xlmr_tokenizer", "tiny-xlmr_embedding", "tiny-xlmr_bls", "tiny-xlmr_rerank",
+         "tiny-xlmr_chunks"]
     ensemble = open(named_repository / "tiny-xlmr" / "config.pbtxt", encoding="utf-8").read()
     assert 'model_name: "tiny-xlmr_tokenizer"' in ensemble and 'model_name: "tiny-xlmr_embedding"' in ensemble
     # the BLS model calls this export's steps, the rerank model this export's BLS model
     bls = open(named_repository / "tiny-xlmr_bls" / "config.pbtxt", encoding="utf-8").read()
     assert 'string_value: "tiny-xlmr_tokenizer"' in bls and 'string_value: "tiny-xlmr_embedding"' in bls
     assert 'string_value: "tiny-xlmr_bls"' in open(named_repository / "tiny-xlmr_rerank" / "config.pbtxt").read()
+    chunks = open(named_repository / "tiny-xlmr_chunks" / "config.pbtxt", encoding="utf-8").read()
+    assert 'string_value: "tiny-xlmr_tokenizer"' in chunks and 'string_value: "tiny-xlmr_embedding"' in chunks
     # the named tokenizer is the project's tokenizer model, with this export's tokenizer.json
     assert open(named_repository / "tiny-xlmr_tokenizer" / "1" / "model.py").read() == \
         open(os.path.join(PROJECT, "model_repository", "tokenizer", "1", "model.py")).read()
@@ -160,7 +164,7 @@ def test_reexporting_a_name_replaces_that_model_only(named_repository, tiny_xlmr
 
 @pytest.mark.parametrize("name, words", [
     ("tokenizer", ["reserved"]), ("ensemble", ["reserved"]), ("x_embedding", ["reserved"]), ("rerank", ["reserved"]),
-    ("x_bls", ["reserved"]), ("x_rerank", ["reserved"]),
+    ("x_bls", ["reserved"]), ("x_rerank", ["reserved"]), ("x_chunks", ["reserved"]), ("late_chunking", ["reserved"]),
     ("bad name", ["not a valid model name"]), ("-dash", ["not a valid model name"]),
     ("proxy", ["reserved"]), ("taken", ["already holds a model 'taken'"]),
 ])

@@ -24,7 +24,7 @@ from triton_clients import VARIED_TEXTS, cosine
 pytestmark = pytest.mark.serving  # every test here goes through a real server
 
 TINY = "tiny-xlmr"  # --name of the tiny XLM-R export: its id and its Triton ensemble's name
-STEP_SUFFIXES = ("", "_tokenizer", "_embedding", "_bls", "_rerank")  # an export NAME's five Triton models
+STEP_SUFFIXES = ("", "_tokenizer", "_embedding", "_bls", "_rerank", "_chunks")  # an export NAME's six Triton models
 USER_KEY, ADMIN_KEY = "user-secret", "admin-secret"
 USER, ADMIN = {"Authorization": f"Bearer {USER_KEY}"}, {"Authorization": f"Bearer {ADMIN_KEY}"}
 TEXTS = VARIED_TEXTS  # 53 texts: scripts, emoji, code, and two over every max length
@@ -134,7 +134,8 @@ def clone_export(repository, source, name):
         shutil.copytree(repository / f"{source}{suffix}", repository / f"{name}{suffix}",
                         ignore=shutil.ignore_patterns("__pycache__"))
     for path in (repository / name / "config.pbtxt", repository / name / "1" / "export.json",
-                 repository / f"{name}_bls" / "config.pbtxt", repository / f"{name}_rerank" / "config.pbtxt"):
+                 repository / f"{name}_bls" / "config.pbtxt", repository / f"{name}_rerank" / "config.pbtxt",
+                 repository / f"{name}_chunks" / "config.pbtxt"):
         path.write_text(path.read_text().replace(f'"{source}', f'"{name}'))
 
 

@@ -37,6 +37,7 @@ class Card:
     source: str = "fake/source"
     created: int = 0
     kind: str = "embedding"
+    chunks: str | None = "late_chunking"
 
 
 def fake_vectors(text, dim=DIM):
@@ -102,6 +103,16 @@ class FakeService:
         return SimpleNamespace(scores=dense, mode_scores=modes, tokens=sum(words) + len(query.split()) + 2,
                                query_truncated=len(query.split()) + 2 > card.max_length,
                                truncated=np.array(words) > card.max_length, inference_ms=1.0)
+
+    async def chunk_embed(self, card, texts, spans, parameters):
+        """One chunk per span (or one for the text with chunk_tokens); vectors per chunk text."""
+        self.calls.append((card.id, list(texts), spans, parameters))
+        results = []
+        for i, text in enumerate(texts):
+            found = np.array(spans[i] if spans is not None else [[0, len(text)]], dtype=np.int64).reshape(-1, 2)
+            vectors = np.stack([fake_vectors(text[a:b]) for a, b in found.tolist()])
+            results.append((vectors, found, np.full(len(found), 2, dtype=np.int32), len(text.split()) + 2))
+        return results, 1.0
 
     async def load(self, model_id):
         self.admin.append(("load", model_id))
@@ -432,3 +443,30 @@ def test_the_fake_and_the_real_service_follow_the_apps_protocol(implementation):
         assert list(inspect.signature(got).parameters) == list(inspect.signature(wanted).parameters), name
     assert "draining" in proxy_app.Service.__annotations__
     assert isinstance(getattr(implementation, "draining", None), property) or "draining" in vars(implementation())
+
+
+# ---------------------------------------------------------------- late chunking (the route's own checks)
+def test_chunk_embeddings_route_translates_spans(client):
+    """One text: its spans as one list; a list of texts: one list per text; the service's chunks come back per
+    text with their spans (values: tests/test_late_chunking.py, through the real server)."""
+    response = client.post("/v1/chunk_embeddings", json={"input": "hello big world", "spans": [[0, 5], [6, 15]]})
+    assert response.status_code == 200, response.text
+    chunks = response.json()["data"][0]["chunks"]
+    assert [c["span"] for c in chunks] == [[0, 5], [6, 15]]
+    np.testing.assert_allclose(chunks[1]["embedding"], fake_vectors("big world"), atol=1e-6)
+    response = client.post("/v1/chunk_embeddings", json={"input": ["a b", "c d"], "spans": [[[0, 1]], [[2, 3]]]})
+    assert [d["chunks"][0]["span"] for d in response.json()["data"]] == [[0, 1], [2, 3]]
+    response = client.post("/v1/chunk_embeddings", json={"input": ["a b c"], "chunk_tokens": 5})
+    assert response.status_code == 200 and client.service.calls[-1][3]["chunk_tokens"] == 5
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"input": "a b", "spans": [[0, 1, 2]]}, "spans[0] must be [start, end]"),
+    ({"input": ["a b", "c"], "spans": [[[0, 1]]]}, "one list of [start, end] per input text"),
+    ({"input": "a b"}, "give spans or chunk_tokens"),
+    ({"input": "a b", "spans": [[0, 1]], "chunk_tokens": 3}, "give spans or chunk_tokens"),
+    ({"input": "   ", "spans": [[0, 1]]}, "input[0] is empty"),
+])
+def test_chunk_embeddings_route_refuses_bad_bodies(client, body, words):
+    response = client.post("/v1/chunk_embeddings", json=body)
+    assert response.status_code == 400 and words in response.json()["error"]["message"], response.text

@@ -15,7 +15,11 @@ OUTPUT_TENSORS = {
     "sparse": [("sparse_indices", "TYPE_INT64", [-1]), ("sparse_values", "TYPE_FP32", [-1]),
                ("sparse_count", "TYPE_INT32", [1])],
     "colbert": [("colbert_vectors", "TYPE_FP32", [-1, "C"]), ("colbert_length", "TYPE_INT32", [1])],
+    # the encoder's last hidden state, before pooling: the late chunking model pools it per chunk. Every embedding
+    # export has it (the encoder's own output, not the ensemble's): it is computed anyway, and sent only when asked.
+    "tokens": [("token_embeddings", "TYPE_FP32", [-1, "D"])],
 }
+ENCODER_ONLY = ("tokens",)  # families of the encoder graph that the ensembles do not expose
 
 
 def load_head(folder, kind, hidden_size):
@@ -64,6 +68,7 @@ def build_encoder(model, pooling, outputs, heads, special_ids):
                 vectors = self.heads["colbert"](hidden[:, 1:]) * mask[:, 1:]
                 length = (attention_mask.sum(1, keepdim=True) - 1).to(torch.int32)
                 results += [torch.nn.functional.normalize(vectors, p=2.0, dim=-1), length]
+            results.append(hidden)  # token_embeddings (ENCODER_ONLY), always last
             return tuple(results)
 
         def sparse(self, input_ids, attention_mask, hidden):
@@ -89,13 +94,14 @@ def build_encoder(model, pooling, outputs, heads, special_ids):
 
 
 def output_names(outputs):
-    return [name for kind in outputs for name, _, _ in OUTPUT_TENSORS[kind]]
+    """The graph's outputs: the chosen families', then the encoder-only ones."""
+    return [name for kind in (*outputs, *ENCODER_ONLY) for name, _, _ in OUTPUT_TENSORS[kind]]
 
 
 def declared_dims(outputs, hidden_size, colbert_dim):
     """{output name: dims after the batch dim} with "D" and "C" replaced by the model's sizes (-1 stays dynamic)."""
     return {name: [{"D": hidden_size, "C": colbert_dim}.get(d, d) for d in dims]
-            for kind in outputs for name, _, dims in OUTPUT_TENSORS[kind]}
+            for kind in (*outputs, *ENCODER_ONLY) for name, _, dims in OUTPUT_TENSORS[kind]}
 
 
 def export_onnx(encoder, tokenizer, outputs, workdir):
@@ -104,7 +110,7 @@ def export_onnx(encoder, tokenizer, outputs, workdir):
     sample = tokenizer(["export sample", "a second, longer export sample"], padding=True, return_tensors="pt")
     path = os.path.join(workdir, "model.onnx")
     axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"}}
-    for kind in outputs:
+    for kind in (*outputs, *ENCODER_ONLY):
         for name, _, dims in OUTPUT_TENSORS[kind]:
             axes[name] = {0: "batch", **{i + 1: f"{name}_{i}" for i, d in enumerate(dims) if d == -1}}
     with torch.no_grad():

@@ -58,6 +58,11 @@ def parity_check(encoder, tokenizer, onnx_path, outputs, max_length, min_cosine)
                               for r, n in enumerate(lengths)])
         figures["colbert"] = {"min_cosine": float(cos.min()),
                               "same_lengths": bool((actual["colbert_length"] == expected["colbert_length"]).all())}
+    # token_embeddings: each real token's vector (padding positions are not used by anyone)
+    mask = batch["attention_mask"].numpy().astype(bool)
+    cos = cosines(actual["token_embeddings"][mask], expected["token_embeddings"][mask])
+    figures["tokens"] = {"min_cosine": float(cos.min()), "max_abs_diff": float(
+        np.abs(actual["token_embeddings"][mask] - expected["token_embeddings"][mask]).max())}
     summary = "; ".join(f"{kind} {json.dumps(f)}" for kind, f in figures.items())
     print(f"export: parity vs PyTorch on {len(PARITY_TEXTS)} texts (mixed lengths, one truncated): {summary}")
     worst_cosine = min([f["min_cosine"] for f in figures.values() if "min_cosine" in f], default=1.0)

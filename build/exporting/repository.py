@@ -9,12 +9,13 @@ import subprocess
 import tempfile
 
 from . import fail, pbtxt, read_json
-from .graph import OUTPUT_TENSORS
+from .graph import ENCODER_ONLY, OUTPUT_TENSORS
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE_REPOSITORY = os.path.join(PROJECT, "model_repository")
-RESERVED_NAMES = {"tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "proxy", "supervisor"}
-STEP_SUFFIXES = ("_tokenizer", "_embedding", "_bls", "_rerank")
+RESERVED_NAMES = {"tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "late_chunking", "proxy",
+                  "supervisor"}
+STEP_SUFFIXES = ("_tokenizer", "_embedding", "_bls", "_rerank", "_chunks")
 VALID_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 WARMUP_LONG_TOKENS = 512  # the long warm-up sample: min(this, max length)
 TEXT_INPUT = '  { name: "text", data_type: TYPE_STRING, dims: [ 1 ] }'
@@ -22,6 +23,9 @@ PAIR_INPUTS = TEXT_INPUT + ',\n  { name: "query", data_type: TYPE_STRING, dims: 
 # The BLS model's quantized forms of `embedding` (sentence_transformers.quantization.quantize_embeddings' precisions)
 QUANTIZED_OUTPUTS = [("embedding_int8", "TYPE_INT8"), ("embedding_uint8", "TYPE_UINT8"),
                      ("embedding_binary", "TYPE_INT8"), ("embedding_ubinary", "TYPE_UINT8")]
+# The BLS model's compact ColBERT vectors (pooled with the request's colbert_pool_factor): [rows, vectors, width]
+COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8", "TYPE_INT8"),
+                   ("colbert_vectors_binary", "TYPE_UINT8")]
 
 
 def model_names(name):
@@ -29,6 +33,23 @@ def model_names(name):
     if name is None:
         return "ensemble", "tokenizer", "embedding", "ensemble_bls", "rerank"
     return name, f"{name}_tokenizer", f"{name}_embedding", f"{name}_bls", f"{name}_rerank"
+
+
+def chunks_name(name):
+    """The late chunking model of an embedding export (cross-encoders have none)."""
+    return "late_chunking" if name is None else f"{name}_chunks"
+
+
+def write_chunks_config(staging, names, chunks, hidden_size):
+    """The late chunking model: its config rendered from model_repository/late_chunking/config.pbtxt.template, its
+    code copied (for the default export too: the folder holds the template and the code, like the others)."""
+    _, tokenizer, encoder, _, _ = names
+    os.makedirs(os.path.join(staging, chunks, "1"), exist_ok=True)
+    with open(os.path.join(staging, chunks, "config.pbtxt"), "w", encoding="utf-8") as handle:
+        handle.write(render(os.path.join(SOURCE_REPOSITORY, "late_chunking", "config.pbtxt.template"),
+                            tokenizer=tokenizer, encoder=encoder, dim=hidden_size))
+    shutil.copyfile(os.path.join(SOURCE_REPOSITORY, "late_chunking", "1", "model.py"),
+                    os.path.join(staging, chunks, "1", "model.py"))
 
 
 def check_name(repository, name):
@@ -43,7 +64,7 @@ def check_name(repository, name):
              f"{', '.join('*' + s for s in STEP_SUFFIXES)} belong to exports (without --name, export writes "
              f"tokenizer/embedding/ensemble/ensemble_bls/rerank)")
     manifest = read_json(repository, name, "1", "export.json")
-    for model in model_names(name):
+    for model in (*model_names(name), chunks_name(name)):
         if os.path.exists(os.path.join(repository, model)) and (manifest is None or manifest.get("name") != name):
             fail(f"--name {name!r}: the repository already holds a model '{model}' that is not an export named "
                  f"{name!r}; choose another name")
@@ -69,10 +90,12 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
     declarations = [(name, kind, triton_dims(dims, hidden_size, colbert_dim))
                     for family in outputs for name, kind, dims in OUTPUT_TENSORS[family]]
     lines = [f'  {{ name: "{n}", data_type: {t}, dims: [ {d} ] }}' for n, t, d in declarations]
+    encoder_lines = lines + [f'  {{ name: "{n}", data_type: {t}, dims: [ {triton_dims(d, hidden_size, None)} ] }}'
+                             for family in ENCODER_ONLY for n, t, d in OUTPUT_TENSORS[family]]
     encoder_dir = os.path.join(staging, encoder)
     os.makedirs(encoder_dir, exist_ok=True)
     budget = tokenizer_parameter("max_batch_tokens")
-    values = {"outputs": ",\n".join(lines), "short_tokens": warmup[0], "long_tokens": warmup[1],
+    values = {"outputs": ",\n".join(encoder_lines), "short_tokens": warmup[0], "long_tokens": warmup[1],
               "max_batch_tokens": budget}
     with open(os.path.join(encoder_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render(os.path.join(SOURCE_REPOSITORY, "embedding", "config.pbtxt.template"), **values))
@@ -91,6 +114,10 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
                    for line in public]
     if "dense" in outputs:
         bls_outputs += [f'  {{ name: "{n}", data_type: {t}, dims: [ -1 ] }}' for n, t in QUANTIZED_OUTPUTS]
+    if "colbert" in outputs:  # binary: the sign bits packed 8 per byte
+        bls_outputs += [f'  {{ name: "{n}", data_type: {t}, dims: [ -1, '
+                        f'{-(-colbert_dim // 8) if n.endswith("binary") else colbert_dim} ] }}'
+                        for n, t in COLBERT_OUTPUTS]
     with open(os.path.join(staging, bls, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render(os.path.join(SOURCE_REPOSITORY, "ensemble_bls", "config.pbtxt.template"),
                             tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(bls_outputs),
@@ -234,7 +261,7 @@ def remove(path):
 def install(staging, repository, names):
     """Move the staged models into the repository. A previous export of the same names loses its generated files
     first (ONNX in either layout, warm-up samples, tokenizer files); tracked files (model code) stay."""
-    _, tokenizer, encoder, _, _ = names
+    tokenizer, encoder = names[1], names[2]  # names: model_names(), and the late chunking model's
     remove(os.path.join(repository, encoder, "1", "model.onnx"))
     remove(os.path.join(repository, encoder, "warmup"))
     remove(os.path.join(repository, encoder, "batchstrategy.so"))

@@ -49,8 +49,12 @@ class TritonPythonModel:
                 name: np.concatenate([feeds[i][k] for i in group]) if len(group) > 1 else feeds[group[0]][k]
                 for k, name in enumerate(self.input_names)
             }
+            # Only the outputs the group's requests asked for (all when none says), as the real backend returns:
+            # token_embeddings, [rows, tokens, hidden], is large and wanted only by the late chunking model.
+            asked = set().union(*(requests[i].requested_output_names() for i in group))
+            names = [n for n in self.output_names if n in asked] or self.output_names
             try:
-                outputs = self.session.run(self.output_names, batch)
+                outputs = self.session.run(names, batch)
             except Exception as error:  # noqa: BLE001 - ORT raises many types; report each to its requests
                 for i in group:
                     responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"onnxruntime: {error}"))
@@ -58,7 +62,7 @@ class TritonPythonModel:
             start = 0
             for i in group:
                 rows = feeds[i][0].shape[0]
-                tensors = [pb_utils.Tensor(n, o[start:start + rows]) for n, o in zip(self.output_names, outputs)]
+                tensors = [pb_utils.Tensor(n, o[start:start + rows]) for n, o in zip(names, outputs)]
                 responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
                 start += rows
         return responses

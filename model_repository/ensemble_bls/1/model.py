@@ -13,6 +13,11 @@ the Matryoshka widths) truncates `embedding` and re-normalizes it; `embedding_in
 quantize_embeddings does, int8 / uint8 with the width's ranges calibrated at export. `prompt_name` and `input_type`
 go to the tokenizer, which prepends the prompt.
 
+Compact ColBERT (bge-m3 exports): `colbert_pool_factor` pools each text's token vectors into n // factor clusters
+(Clavie et al. 2024, as colbert-ai and PyLate do it: Ward clustering, here in numpy: pool_tokens), and
+`colbert_vectors_fp16` / `_int8` / `_binary` are the (pooled) unit vectors as float16, round(v * 127) and packed sign
+bits; `colbert_length` counts each row's vectors after pooling.
+
 A cross-encoder export's BLS model takes (query, text) pairs: the input `query` per row, or the request parameter
 `query` for every row (its rerank model sends one query so); both go to the tokenizer as they came.
 """
@@ -37,6 +42,8 @@ QUANTIZED = {"embedding_int8": "int8", "embedding_uint8": "uint8", "embedding_bi
              "embedding_ubinary": "ubinary"}
 VECTORS = {"embedding", *QUANTIZED}  # their -1 dimension is the request's width, not a per-token one
 PROMPT_PARAMETERS = ("prompt_name", "input_type")
+COLBERT_TYPES = {"colbert_vectors_fp16": "fp16", "colbert_vectors_int8": "int8", "colbert_vectors_binary": "binary"}
+COLBERT_SOURCES = ["colbert_vectors", "colbert_length"]  # what the compact forms are computed from
 
 
 def quantize(vectors, precision, ranges):
@@ -61,7 +68,7 @@ class TritonPythonModel:
         # per output: which dimensions (after the row) follow the padded width: those grow to the request's width
         self.outputs = [o["name"] for o in config["output"]]
         self.variable_dims = {o["name"]: [i for i, d in enumerate(o["dims"]) if int(d) == -1] for o in config["output"]
-                              if o["name"] not in VECTORS}
+                              if o["name"] not in VECTORS and o["name"] not in COLBERT_TYPES}
         self.tokenizer_outputs = TOKENIZER_OUTPUTS + [n for n in self.outputs if n == "query_truncated"]
         path = os.path.join(args["model_repository"], args["model_version"], "vectors.json")
         vectors = {}
@@ -145,12 +152,16 @@ class TritonPythonModel:
     def embed(self, request, deadline):
         wanted = request.requested_output_names() or self.outputs
         dimensions, parameters = self.options(request)
+        pool_factor = self.colbert_options(request)
         inputs = [pb_utils.get_input_tensor_by_name(request, name) for name in ("text", "query")]
         inputs = [tensor for tensor in inputs if tensor is not None]
         tokens = self.call(self.tokenizer_model, inputs, self.tokenizer_outputs, deadline, parameters)
-        encoder_outputs = [name for name in wanted if name not in FROM_TOKENIZER and name not in VECTORS]
+        encoder_outputs = [name for name in wanted if name not in FROM_TOKENIZER and name not in VECTORS
+                           and name not in COLBERT_TYPES]
         if VECTORS & set(wanted):
             encoder_outputs.append("embedding")  # the quantized forms are computed here from it
+        if COLBERT_TYPES.keys() & set(wanted):
+            encoder_outputs += [name for name in COLBERT_SOURCES if name not in encoder_outputs]
         results = {name: tokens[name] for name in wanted if name in FROM_TOKENIZER}
         if not encoder_outputs:
             return [pb_utils.Tensor(name, array) for name, array in results.items()]
@@ -175,7 +186,41 @@ class TritonPythonModel:
                 target = results[name]
                 target[(rows, *(slice(0, n) for n in part.shape[1:]))] = part
         self.vectors(results, wanted, dimensions)
+        self.compact_colbert(results, wanted, pool_factor)
         return [pb_utils.Tensor(name, results[name]) for name in wanted]
+
+    # ---------------------------------------------------------------- compact ColBERT
+    def colbert_options(self, request):
+        """The request's `colbert_pool_factor` (1: no pooling); StepError names a bad one."""
+        factor = json.loads(request.parameters() or "{}").get("colbert_pool_factor")
+        if factor is None:
+            return 1
+        if "colbert_vectors" not in self.outputs:
+            raise invalid(f"colbert_pool_factor: this model has no ColBERT output (it serves "
+                          f"{', '.join(self.outputs)})")
+        if isinstance(factor, str) and factor.strip().isdigit():
+            factor = int(factor)  # KServe JSON clients may send parameters as strings
+        if not isinstance(factor, int) or isinstance(factor, bool) or factor < 1:
+            raise invalid(f"colbert_pool_factor {json.dumps(factor)} is not valid; colbert_pool_factor must be an "
+                          f"integer >= 1 (1: no pooling)")
+        return factor
+
+    def compact_colbert(self, results, wanted, pool_factor):
+        """Pools `colbert_vectors` (pool_factor > 1; `colbert_length` follows) and adds the compact types asked for,
+        computed from the vectors served with them, so a client can check them against `colbert_vectors`."""
+        names = [name for name in wanted if name in COLBERT_TYPES]
+        if "colbert_vectors" not in results or (pool_factor == 1 and not names):
+            return
+        vectors, lengths = results["colbert_vectors"], results["colbert_length"]
+        if pool_factor > 1:
+            rows = [pool_tokens(vectors[i, :int(n)], pool_factor) for i, n in enumerate(lengths.reshape(-1))]
+            pooled = np.zeros((len(rows), max(len(r) for r in rows), vectors.shape[2]), dtype=np.float32)
+            for i, row in enumerate(rows):
+                pooled[i, :len(row)] = row
+            vectors = results["colbert_vectors"] = pooled
+            results["colbert_length"] = np.array([len(r) for r in rows], dtype=lengths.dtype).reshape(lengths.shape)
+        for name in names:
+            results[name] = compact(vectors, COLBERT_TYPES[name])
 
     def finalize(self):
         self.requests_pool.shutdown(wait=False, cancel_futures=True)
@@ -212,3 +257,101 @@ class StepError(Exception):
 def invalid(message):
     """A bad request parameter: INVALID_ARG (HTTP 400) naming it."""
     return StepError(pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
+
+
+# ---------------------------------------------------------------- compact ColBERT: token pooling and types
+def compact(vectors, kind):
+    """Unit vectors as fp16 (a cast), int8 (round(v * 127), half to even, clipped to +-127: symmetric, no
+    calibration, the same for every vector) or binary (sign bits, v > 0, packed 8 per byte as np.packbits:
+    sentence_transformers' 'ubinary'). Zero padding stays zero in every type."""
+    if kind == "fp16":
+        return vectors.astype(np.float16)
+    if kind == "int8":
+        return np.clip(np.rint(vectors * np.float32(127)), -127, 127).astype(np.int8)
+    return np.packbits(vectors > 0, axis=-1)
+
+
+def pool_tokens(vectors, pool_factor):
+    """Token pooling (Clavie et al. 2024) as colbert-ai's and PyLate's pool_embeddings_hierarchical do it:
+    scipy's linkage(1 - V V^T, method="ward") - the rows of the cosine-distance matrix taken as points in
+    Euclidean space - cut with fcluster(t=max(n // pool_factor, 1), criterion="maxclust"), and the mean of each
+    cluster. Then each mean is L2-normalized (PyLate keeps the norms; unit vectors keep dot product = cosine and the
+    int8 scale exact). No token is protected: bge-m3's vectors already leave out <s>. Clusters come in the order of
+    their first token (PyLate's order is fcluster's label order; MaxSim does not depend on it). The container has no
+    scipy, hence ward_merges. Cost for n tokens of width d: O(n^2 min(n, d)) flops, ~n^2 float64s of memory."""
+    n = len(vectors)
+    clusters = max(n // pool_factor, 1)
+    if pool_factor == 1 or n <= clusters:
+        return vectors
+    merges = ward_merges(row_distances(vectors))
+    order = np.argsort(merges[:, 0], kind="stable")[:n - clusters]  # the n - t lowest merges leave t clusters
+    parent = np.arange(n)
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    for _, a, b in merges[order]:
+        ra, rb = root(int(a)), root(int(b))
+        parent[max(ra, rb)] = min(ra, rb)  # a cluster's root is its first token
+    roots = np.array([root(i) for i in range(n)])
+    firsts, labels = np.unique(roots, return_inverse=True)  # sorted roots = clusters in first-token order
+    sums = np.zeros((len(firsts), vectors.shape[1]))
+    np.add.at(sums, labels, vectors.astype(np.float64))
+    means = sums / np.bincount(labels)[:, None]
+    return (means / np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+
+
+def row_distances(vectors):
+    """Squared Euclidean distances (float64, n x n) between the rows of 1 - V V^T, the points Ward clusters.
+    Rows i, k differ by V (v_i - v_k), so for n > d the d x d Gram matrix G = V^T V gives them in O(n^2 d):
+    (v_i - v_k)^T G (v_i - v_k); else the n x n rows directly in O(n^3)."""
+    vectors = vectors.astype(np.float32)
+    if len(vectors) > vectors.shape[1]:
+        v = vectors.astype(np.float64)
+        inner = (v @ (v.T @ v)) @ v.T
+    else:
+        rows = (np.float32(1) - vectors @ vectors.T).astype(np.float64)  # float32, as the reference computes it
+        inner = rows @ rows.T
+    norms = np.diag(inner).copy()
+    inner *= -2  # in place: a long text's n x n matrix is the memory this costs
+    inner += norms[:, None]
+    inner += norms[None, :]
+    return np.maximum(inner, 0, out=inner)
+
+
+def ward_merges(distances):
+    """Ward's hierarchical clustering of n points from their squared Euclidean distances (n x n, overwritten), by
+    the nearest-neighbour chain (scipy's algorithm for ward): n - 1 rows (height, a, b), a merge of the clusters
+    holding points a and b, in the order found. A height is the largest squared Ward distance of the merge and of
+    those under it (fcluster's criterion: rounding cannot put a merge below its parts)."""
+    n = len(distances)
+    size = np.ones(n)
+    height = np.zeros(n)  # of the merge that made each slot's cluster (slot i holds point i)
+    np.fill_diagonal(distances, np.inf)
+    merges, chain = np.zeros((n - 1, 3)), []
+    for step in range(n - 1):
+        if not chain:
+            chain.append(int(np.flatnonzero(size)[0]))
+        while True:
+            x = chain[-1]
+            row = distances[x]
+            y = int(np.argmin(row))
+            if len(chain) > 1 and row[chain[-2]] <= row[y]:  # a tie goes to the previous link, as in scipy
+                y = chain[-2]
+            if len(chain) > 1 and y == chain[-2]:
+                break
+            chain.append(y)
+        chain.pop(), chain.pop()
+        keep, drop = min(x, y), max(x, y)
+        d_xy, s_x, s_y = distances[x, y], size[x], size[y]
+        # Lance-Williams for Ward on squared distances (scipy's _ward, squared); inactive slots stay at inf
+        updated = ((size + s_x) * distances[x] + (size + s_y) * distances[y] - size * d_xy) / (size + s_x + s_y)
+        updated[keep] = updated[drop] = np.inf
+        distances[keep, :] = distances[:, keep] = updated
+        distances[drop, :] = distances[:, drop] = np.inf
+        height[keep] = max(d_xy, height[x], height[y])
+        size[keep], size[drop] = s_x + s_y, 0
+        merges[step] = height[keep], x, y
+    return merges

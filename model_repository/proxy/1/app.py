@@ -3,6 +3,7 @@ through BLS, tests pass a fake). No Triton import here.
 
 Routes: GET /health (ready), /health/live; OpenAI POST /v1/embeddings, GET /v1/models[/{id}]; seed API
 POST /v1/embedding; bge-m3: POST /v1/encode, TEI's POST /embed_sparse; POST /v1/rerank (the export's rerank model);
+POST /v1/chunk_embeddings (late chunking);
 admin POST /v1/models/{id}/load|unload; GET /metrics; /docs, /openapi.json. The app's state: settings, service,
 metrics (create_app).
 """
@@ -47,6 +48,8 @@ class Service(Protocol):
     async def embed(self, card, texts, outputs, param, parameters=None): ...
 
     async def rerank(self, card, query, documents, weights): ...
+
+    async def chunk_embed(self, card, texts, spans, parameters): ...
 
     async def load(self, model_id): ...
 
@@ -243,7 +246,9 @@ async def seed_embedding(request: Request, body: list[schemas.SeedItem],
 @router.post("/v1/encode", dependencies=USER, response_model=schemas.EncodeResponse, responses=ERRORS)
 async def encode(request: Request, body: schemas.EncodeRequest):
     """Any combination of dense, sparse ({indices, values}, as Milvus and Qdrant take it) and ColBERT vectors per
-    input, from one forward pass (FlagEmbedding's encode(return_dense, return_sparse, return_colbert_vecs))."""
+    input, from one forward pass (FlagEmbedding's encode(return_dense, return_sparse, return_colbert_vecs)).
+    ColBERT: `colbert_pool_factor` pools them (token pooling), `colbert_type` gives them as float (default), fp16,
+    int8 or binary (packed sign bits as 0-255 ints), as ensemble_bls computes them."""
     texts = check_texts(request, as_list(body.input), "input")
     if not texts:
         raise ApiError(400, "'input' must not be empty", "invalid_input", "input")
@@ -252,9 +257,10 @@ async def encode(request: Request, body: schemas.EncodeRequest):
                                            ("colbert", body.return_colbert)) if flag)
     if not wanted:
         raise ApiError(400, "ask for at least one of return_dense, return_sparse, return_colbert", "invalid_value")
+    wanted, parameters = colbert_options(card, body, wanted)  # first: its 400 names the compact field
     for kind in wanted:
-        need(card, kind, "/v1/encode")
-    result = await embed(request, card, texts, wanted, "input", body.truncate)
+        need(card, kind.split("_")[0], "/v1/encode")
+    result = await embed(request, card, texts, wanted, "input", body.truncate, parameters)
     data = []
     for i in range(len(texts)):
         item = {"index": i, "truncated": bool(result.truncated[i])}
@@ -262,11 +268,29 @@ async def encode(request: Request, body: schemas.EncodeRequest):
             item["dense"] = result.dense[i]
         if "sparse" in wanted:
             item["sparse"] = {"indices": result.sparse[i][0], "values": result.sparse[i][1]}
-        if "colbert" in wanted:
+        if any(kind.startswith("colbert") for kind in wanted):
             item["colbert"] = result.colbert[i]
         data.append(item)
     return json_response({"object": "list", "data": data, "model": card.id, "usage": usage(result.tokens.sum())},
                          timing_headers(result.truncated.sum(), result.inference_ms))
+
+
+def colbert_options(card, body, wanted):
+    """/v1/encode's compact ColBERT fields -> (outputs with the ColBERT type asked for, request parameters)."""
+    options = [(name, value) for name, value, default in (("colbert_pool_factor", body.colbert_pool_factor, None),
+                                                          ("colbert_type", body.colbert_type, "float"))
+               if value != default]
+    if not options:
+        return wanted, None
+    name, value = options[0]
+    if "colbert" not in card.outputs:
+        raise ApiError(400, f"{name}: model '{card.id}' has no ColBERT output (it serves {', '.join(card.outputs)})",
+                       "output_not_served", name)
+    if "colbert" not in wanted:
+        raise ApiError(400, f"{name} {value!r} applies to ColBERT vectors: set return_colbert to true",
+                       "invalid_value", name)
+    kind = "colbert" if body.colbert_type == "float" else f"colbert_{body.colbert_type}"
+    return tuple(kind if w == "colbert" else w for w in wanted), {"colbert_pool_factor": body.colbert_pool_factor}
 
 
 @router.post("/embed_sparse", dependencies=USER, response_model=list[list[schemas.SparseEntry]], responses=ERRORS)
@@ -319,6 +343,46 @@ async def rerank(request: Request, body: schemas.RerankRequest):
                 **({"document": {"text": documents[i]}} if body.return_documents else {})} for i in order]
     return json_response({"results": results, "model": card.id, "usage": usage(result.tokens)},
                          timing_headers(truncated, result.inference_ms))
+
+
+@router.post("/v1/chunk_embeddings", dependencies=USER, response_model=schemas.ChunkEmbeddingsResponse,
+             responses=ERRORS)
+async def chunk_embeddings(request: Request, body: schemas.ChunkEmbeddingsRequest):
+    """Late chunking through the export's late chunking model: per text, one vector per chunk (the client's `spans`,
+    or sentences grouped to `chunk_tokens`), each the mean of the chunk's token vectors from the whole text's one
+    forward pass, L2-normalized. A text over the model's max tokens is refused (400), not truncated."""
+    single = isinstance(body.input, str)
+    texts = check_texts(request, as_list(body.input), "input")
+    if not texts:
+        raise ApiError(400, "'input' must not be empty", "invalid_input", "input")
+    if (body.spans is None) == (body.chunk_tokens is None):
+        raise ApiError(400, "give spans or chunk_tokens (one of them)", "invalid_value", "spans")
+    spans = body.spans
+    if spans is not None:
+        spans = [spans] if single else spans
+        if len(spans) != len(texts) or not all(isinstance(s, list) and all(isinstance(p, list) for p in s)
+                                               for s in spans):
+            raise ApiError(400, "spans: one list of [start, end] per input text" if not single else
+                           "spans: a list of [start, end] for the text", "invalid_value", "spans")
+        for i, text_spans in enumerate(spans):
+            for k, pair in enumerate(text_spans):
+                if len(pair) != 2:
+                    where = f"spans[{k}]" if single else f"input[{i}]: spans[{k}]"
+                    raise ApiError(400, f"{where} must be [start, end], not {pair}", "invalid_value", "spans")
+    card = select(request, body.model)
+    if card.chunks is None:
+        raise ApiError(400, f"model '{card.id}' has no late chunking model (export it again)", "output_not_served",
+                       "model")
+    parameters = {"chunk_tokens": body.chunk_tokens, "input_type": body.input_type, "prompt_name": body.prompt_name}
+    results, inference_ms = await request.app.state.service.chunk_embed(card, texts, spans, parameters)
+    tokens = sum(r[3] for r in results)
+    request.app.state.metrics.observe_embedding(card.id, len(texts), tokens, 0)
+    data = [{"index": i, "num_tokens": total,
+             "chunks": [{"embedding": vector, "span": span, "num_tokens": int(n)}
+                        for vector, span, n in zip(vectors, found.tolist(), counts)]}
+            for i, (vectors, found, counts, total) in enumerate(results)]
+    return json_response({"object": "list", "data": data, "model": card.id, "usage": usage(tokens)},
+                         timing_headers(0, inference_ms))
 
 
 # ---------------------------------------------------------------- models

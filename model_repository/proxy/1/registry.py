@@ -27,10 +27,12 @@ class Card:
     source: str
     created: int
     kind: str = "embedding"  # or "cross-encoder": its rerank model scores pairs with the classifier
+    chunks: str | None = None  # the late chunking model (embedding exports)
 
     @property
     def models(self):
-        return self.name, self.tokenizer, self.encoder, self.bls, self.rerank
+        steps = (self.name, self.tokenizer, self.encoder, self.bls, self.rerank)
+        return steps + ((self.chunks,) if self.chunks else ())
 
 
 def read_card(repository, name):
@@ -43,7 +45,8 @@ def read_card(repository, name):
         return Card(manifest["id"], manifest["name"], manifest["tokenizer_model"], manifest["encoder_model"],
                     manifest["bls_model"], manifest["rerank_model"], tuple(manifest["outputs"]),
                     manifest.get("embedding_size"), manifest.get("colbert_size"), int(manifest["max_length"]),
-                    manifest["model"], int(os.path.getmtime(path)), manifest.get("kind", "embedding"))
+                    manifest["model"], int(os.path.getmtime(path)), manifest.get("kind", "embedding"),
+                    manifest.get("chunks_model"))
     except (OSError, ValueError, KeyError):
         return None
 

@@ -53,6 +53,12 @@ class EncodeRequest(Request):
     return_dense: bool = True
     return_sparse: bool = False
     return_colbert: bool = False
+    colbert_pool_factor: int | None = Field(
+        None, ge=1, description="token pooling: about n / factor ColBERT vectors per input (Ward clustering of its "
+        "token vectors, each cluster's mean L2-normalized; 1: none)")
+    colbert_type: Literal["float", "fp16", "int8", "binary"] = Field(
+        "float", description="ColBERT vectors as float32, fp16, int8 (round(v * 127)) or binary (sign bits packed 8 "
+        "per byte, 0-255)")
     truncate: bool = True
 
 
@@ -79,6 +85,19 @@ class RerankRequest(Request):
         description="[dense, sparse, colbert] weights of FlagEmbedding's compute_score (default [1, 1, 1]); "
                     "outputs the model does not serve are left out")
     truncate: bool = True
+
+
+class ChunkEmbeddingsRequest(Request):
+    """`POST /v1/chunk_embeddings`: late chunking, one vector per chunk of each text from one forward pass."""
+    input: Text | list[Text] = Field(description="a text or a list of texts (each at most the model's max tokens)")
+    model: str | None = None
+    spans: list[list[int]] | list[list[list[int]]] | None = Field(
+        None, description="the chunks as [start, end) character spans (Unicode code points): for one text "
+        "[[start, end], ...], for a list of texts one such list per text; not overlapping, not empty")
+    chunk_tokens: int | None = Field(None, ge=1, description="instead of spans: the text's sentences grouped into "
+                                     "chunks of at most this many tokens")
+    input_type: str | None = None
+    prompt_name: str | None = None
 
 
 # ---------------------------------------------------------------- responses
@@ -131,13 +150,32 @@ class EncodeItem(BaseModel):
     index: int
     dense: list[float] | None = None
     sparse: SparseVector | None = None
-    colbert: list[list[float]] | None = None
+    colbert: list[list[float]] | list[list[int]] | None = None
     truncated: bool
 
 
 class EncodeResponse(BaseModel):
     object: Literal["list"] = "list"
     data: list[EncodeItem]
+    model: str
+    usage: Usage
+
+
+class Chunk(BaseModel):
+    embedding: list[float]
+    span: list[int] = Field(description="[start, end) in characters of the text")
+    num_tokens: int = Field(description="the tokens the chunk's vector is the mean of")
+
+
+class ChunkedText(BaseModel):
+    index: int
+    chunks: list[Chunk]
+    num_tokens: int = Field(description="the whole text's tokens (special tokens included)")
+
+
+class ChunkEmbeddingsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ChunkedText]
     model: str
     usage: Usage
 

@@ -12,15 +12,23 @@ import numpy as np
 from errors import Conflict, InvalidInput, LoadFailed, NotFound, Overloaded, ServiceError, Timeout, Unavailable
 
 TEXT_ERROR = re.compile(r"text\[(\d+)\] (.+)", re.S)  # the tokenizer's per-text messages (prefixed by the ensemble)
-PARAMETER_ERROR = re.compile(r"(dimensions|prompt_name|input_type) ")  # the BLS model's and tokenizer's
+# the BLS model's and the tokenizer's messages about a request parameter
+PARAMETER_ERROR = re.compile(r"(dimensions|prompt_name|input_type|colbert_pool_factor)[ :]")
 RERANK_ERROR = re.compile(r"^(query|documents\[\d+\]|documents|weights) ")  # the rerank model's bad-input messages
+CHUNK_ERROR = re.compile(r"^(spans|chunk_tokens|text|give the chunks)\b")  # the late chunking model's
 QUEUE_FULL = "exceeds maximum queue size"  # a queue policy's max_queue_size refused it
 NOT_AVAILABLE = ("unknown model", "not ready", "unavailable", "server is stopping", "not found")
 TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values", "sparse_count"),
            "colbert": ("colbert_vectors", "colbert_length"), "int8": ("embedding_int8",),
-           "uint8": ("embedding_uint8",), "binary": ("embedding_binary",), "ubinary": ("embedding_ubinary",)}
+           "uint8": ("embedding_uint8",), "binary": ("embedding_binary",), "ubinary": ("embedding_ubinary",),
+           "colbert_fp16": ("colbert_vectors_fp16", "colbert_length"),
+           "colbert_int8": ("colbert_vectors_int8", "colbert_length"),
+           "colbert_binary": ("colbert_vectors_binary", "colbert_length")}
 QUANTIZED = ("int8", "uint8", "binary", "ubinary")  # the BLS model's outputs (not the ensemble's)
-PER_TOKEN = ("sparse_indices", "sparse_values", "colbert_vectors")
+COLBERT_KINDS = ("colbert", "colbert_fp16", "colbert_int8", "colbert_binary")  # one of them per request
+BLS_ONLY = (*QUANTIZED, *COLBERT_KINDS[1:])
+PER_TOKEN = ("sparse_indices", "sparse_values", "colbert_vectors", "colbert_vectors_fp16", "colbert_vectors_int8",
+             "colbert_vectors_binary")
 
 
 @dataclass
@@ -108,11 +116,13 @@ class Service:
     async def embed(self, card, texts, outputs, param, parameters=None):
         """Several texts through the export's BLS model, in pieces of its max_batch_size; one text through the
         ensemble (nothing to group, and the BLS hops cost ~1 ms) unless it needs the BLS model's quantized outputs
-        or `dimensions`. parameters: the request parameters (dimensions, prompt_name, input_type), passed on."""
+        or `dimensions`. parameters: the request parameters (dimensions, prompt_name, input_type,
+        colbert_pool_factor), passed on. outputs: at most one ColBERT kind (colbert or colbert_fp16/int8/binary)."""
         started = time.perf_counter()
         names = [t for kind in outputs for t in TENSORS[kind]] + ["num_tokens", "truncated"]
         parameters = {key: value for key, value in (parameters or {}).items() if value is not None}
-        bls = len(texts) > 1 or "dimensions" in parameters or any(kind in QUANTIZED for kind in outputs)
+        bls = len(texts) > 1 or "dimensions" in parameters or "colbert_pool_factor" in parameters or \
+            any(kind in BLS_ONLY for kind in outputs)
         rows, model = encoded(texts, param), card.bls if bls else card.name
         size = self.bls_rows.get(card.bls, 1) if bls else 1
         parts = await asyncio.gather(*(
@@ -121,14 +131,14 @@ class Service:
         # per-token outputs are padded per piece (widths differ): kept as rows; the others joined into one array
         joined = {name: [row for part in parts for row in part[name]] for name in names if name in PER_TOKEN}
         flat = {name: np.concatenate([part[name] for part in parts]) for name in names if name not in PER_TOKEN}
+        colbert = next((TENSORS[kind][0] for kind in outputs if kind in COLBERT_KINDS), None)
         return Embeddings(
             dense=flat["embedding"] if "dense" in outputs else None,
             sparse=[(ids[:int(n)], weights[:int(n)]) for ids, weights, n in
                     zip(joined["sparse_indices"], joined["sparse_values"], flat["sparse_count"].reshape(-1))]
             if "sparse" in outputs else None,
-            colbert=[vectors[:int(n)] for vectors, n in zip(joined["colbert_vectors"],
-                                                             flat["colbert_length"].reshape(-1))]
-            if "colbert" in outputs else None,
+            colbert=[vectors[:int(n)] for vectors, n in zip(joined[colbert], flat["colbert_length"].reshape(-1))]
+            if colbert else None,
             tokens=flat["num_tokens"].reshape(-1).astype(np.int64),
             truncated=flat["truncated"].reshape(-1).astype(bool),
             inference_ms=(time.perf_counter() - started) * 1000,
@@ -147,6 +157,28 @@ class Service:
         return RerankResult(result["scores"], None if cross else result["mode_scores"], int(result["num_tokens"][0]),
                             bool(result["query_truncated"][0]), result["truncated"].astype(bool),
                             (time.perf_counter() - started) * 1000)
+
+    async def chunk_embed(self, card, texts, spans, parameters):
+        """Late chunking, one call to the export's late chunking model per text (all at once). spans: per text,
+        [[start, end], ...] or None (then parameters holds chunk_tokens). Returns per text (vectors [n, d], spans
+        [n, 2], tokens per chunk [n], the text's tokens), inference_ms. A bad text or span is named input[i]."""
+        started = time.perf_counter()
+        parameters = {key: value for key, value in parameters.items() if value is not None}
+        names = ["embedding", "chunk_spans", "num_tokens", "text_tokens"]
+
+        async def one(i):
+            inputs = {"text": np.array(encoded([texts[i]], "input"), dtype=np.object_)}
+            if spans is not None:
+                inputs["spans"] = np.array(spans[i], dtype=np.int64).reshape(-1, 2)
+            try:
+                result = await self.infer(card, card.chunks, inputs, names, None, parameters)
+            except InvalidInput as error:
+                if len(texts) > 1:
+                    error.message = f"input[{i}]: {error.message}"
+                raise
+            return result["embedding"], result["chunk_spans"], result["num_tokens"], int(result["text_tokens"][0])
+        results = await asyncio.gather(*(one(i) for i in range(len(texts))))
+        return results, (time.perf_counter() - started) * 1000
 
     async def infer(self, card, model, inputs, names, rows, parameters=None):
         """One BLS request to `model` -> {output: array}. rows: (param, first row) to name a bad `text` row in the
@@ -222,7 +254,7 @@ class Service:
 
             def load():
                 try:  # the ensemble brings its steps; the BLS callers are no ensemble's steps: loaded on their own
-                    for model in (card.name, card.bls, card.rerank):
+                    for model in (card.name, card.bls, card.rerank, *([card.chunks] if card.chunks else [])):
                         self.triton.control("load", model)
                 except RuntimeError as error:  # Triton says why (missing file, bad config...)
                     self.registry.loaded_by_admin.discard(card.name)
@@ -252,7 +284,7 @@ class Service:
 
     def own_steps(self, card):
         shared = {m for c in self.registry.cards_by_name.values() if c.name != card.name for m in c.models}
-        return [m for m in (card.tokenizer, card.encoder, card.bls, card.rerank) if m not in shared]
+        return [m for m in (card.tokenizer, card.encoder, card.bls, card.rerank, card.chunks) if m and m not in shared]
 
     def unload_steps(self, steps, also_wait=()):
         """Unload `steps` and wait until Triton holds none of them (an unload answers at once, but the instances
@@ -280,6 +312,10 @@ def step_error(message, card, model, rows):
     bad_field = RERANK_ERROR.match(message)
     if bad_field and not rows:
         return InvalidInput(message, "invalid_input", bad_field[1].split("[")[0])
+    bad_chunk = CHUNK_ERROR.match(message)
+    if bad_chunk and not rows:
+        param = {"text": "input", "give the chunks": "spans"}.get(bad_chunk[1], bad_chunk[1])
+        return InvalidInput(message, "invalid_input", param)
     if "timeout expired" in message.lower():  # its deadline (request_timeout_s) passed while it was queued
         return Timeout(f"inference did not start within request_timeout_s: {message}", "inference_timeout")
     if QUEUE_FULL in message.lower():  # overload, not a fault

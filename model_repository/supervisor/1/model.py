@@ -285,14 +285,15 @@ class TritonPythonModel:
                 continue
 
     def bls_callers(self):
-        return {"proxy"} | {export.get(key) for export in self.exports() for key in ("bls_model", "rerank_model")}
+        return {"proxy"} | {export.get(key) for export in self.exports()
+                            for key in ("bls_model", "rerank_model", "chunks_model")}
 
     def callers_of(self, model):
         """The BLS models that call `model`, from the exports' export.json files."""
         callers = []
         for export in self.exports():
             if model in (export.get("tokenizer_model"), export.get("encoder_model")):
-                callers += [export.get("bls_model"), export.get("rerank_model")]
+                callers += [export.get("bls_model"), export.get("rerank_model"), export.get("chunks_model")]
             elif model == export.get("bls_model"):
                 callers.append(export.get("rerank_model"))
         return [c for c in dict.fromkeys(callers) if c and c != model]

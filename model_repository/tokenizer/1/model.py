@@ -225,7 +225,8 @@ class TritonPythonModel:
         request.get_response_sender().send(pb_utils.InferenceResponse(error=error), flags=FINAL)
 
     def execute(self, requests):
-        texts, spans = [], []  # single texts of all requests; per good request (index, first text, count, pairs, tokens of an empty text)
+        # single texts of all requests; per good request (index, first text, count, pairs, tokens of an empty text)
+        texts, spans = [], []
         for i, request in enumerate(requests):
             try:
                 decoded, queries, shared, empty = self.decode_with_prompt(request)
@@ -285,7 +286,22 @@ class TritonPythonModel:
             pb_utils.Tensor("truncated", np.array(truncated, dtype=bool).reshape(rows, 1)),
             *extra,
         ]
+        if "offsets" in request.requested_output_names():
+            outputs.append(pb_utils.Tensor("offsets", self.offsets(request, encodings, width)))
         if "query_truncated" in request.requested_output_names():
             query_cut = [f[0] for f in flags] if flags else [False] * rows
             outputs.append(pb_utils.Tensor("query_truncated", np.array(query_cut, dtype=bool).reshape(rows, 1)))
         request.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=outputs), flags=FINAL)
+
+    def offsets(self, request, encodings, width):
+        """Per token, its (start, end) characters in the row's own text (the prompt's length taken off), or (-1, -1)
+        for a token not from the text: special tokens, the prompt's, padding. The late chunking model pools chunks
+        by these."""
+        name = self.prompt(request)  # already checked by decode_with_prompt
+        shift = len(self.prompts[name]) if name is not None else 0
+        result = np.full((len(encodings), width, 2), -1, dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            spans = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2) - shift
+            text = (np.asarray(encoding.special_tokens_mask) == 0) & (spans[:, 1] > 0) & (spans[:, 1] > spans[:, 0])
+            result[row, :len(spans)][text] = np.maximum(spans[text], 0)
+        return result

@@ -1,0 +1,311 @@
+"""Load test: N clients on mixed routes for a fixed time, at several N; does the service degrade by refusing?
+
+Each client is a closed loop (its next request when the last is answered) over five routes in turn:
+  proxy_queries   POST /v1/embeddings, 8 queries          kserve_query    gRPC `ensemble`, 1 query
+  proxy_passages  POST /v1/embeddings, 4 passages         kserve_batch    gRPC `ensemble_bls`, 8 queries
+  proxy_rerank    POST /v1/rerank, 1 query + 8 passages
+A refused request (HTTP 429/503, gRPC UNAVAILABLE / RESOURCE_EXHAUSTED) is counted with the time it took to be
+refused, and its client waits Retry-After (1 s) as a well-behaved client does. Every vector is compared with the one
+the same text got on a quiet server before the run (cosine >= 0.9999; rerank: scores within 1e-4 of the reference
+vectors' dot products): anything else counts as misrouted. RSS (tritonserver and its stubs) and the /dev/shm
+regions they map are sampled every 5 s.
+
+Targets (issue 16), at the highest N against the lowest: goodput (texts/s of answered requests) >= 90 %; no 504
+and no client timeout; refusals answered within 100 ms (p99); p99 of answered requests <= 3x; 0 misrouted; RSS and
+/dev/shm flat.
+
+    python -m bench.overload [--clients 8,50,200] [--seconds 300] [--repository DIR]
+"""
+import argparse
+import asyncio
+import json
+import os
+import time
+
+import aiohttp
+import numpy as np
+import tritonclient.grpc.aio as grpcaio
+from tritonclient.utils import InferenceServerException
+
+from bench import common
+from bench import corpus as corpus_lib
+from bench.experiment import edit_configs
+
+ROUTES = ("proxy_queries", "proxy_passages", "proxy_rerank", "kserve_query", "kserve_batch")
+REFUSED_HTTP = {429, 503}
+REFUSED_GRPC = ("StatusCode.UNAVAILABLE", "StatusCode.RESOURCE_EXHAUSTED")
+CLIENT_TIMEOUT_S = 120  # past the proxy's request_timeout_s (60): its 504 shows, not the client's own give-up
+
+
+def progress(message):
+    print(f"[overload {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# ---------------------------------------------------------------- the server's footprint
+def server_tree(pid):
+    """tritonserver's pid and those of every process under it (the Python stubs)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += children.get(tree[-1], [])
+    return tree
+
+
+def footprint_mb(pid):
+    """(RSS of the server's processes, size of the /dev/shm files they map), in MB: this server's own, not the
+    machine's (other servers may share /dev/shm)."""
+    rss, regions = 0, set()
+    for process in server_tree(pid):
+        try:
+            with open(f"/proc/{process}/status") as handle:
+                rss += next(int(line.split()[1]) for line in handle if line.startswith("VmRSS:"))
+            with open(f"/proc/{process}/maps") as handle:
+                regions.update(line.split(None, 5)[5].strip() for line in handle if "/dev/shm/" in line)
+        except (OSError, StopIteration, IndexError):
+            pass
+    shm = 0
+    for region in regions:
+        try:
+            shm += os.stat(region.replace(" (deleted)", "")).st_size
+        except OSError:
+            pass
+    return rss / 1024, shm / 2**20
+
+
+# ---------------------------------------------------------------- one run
+class Level:
+    """What N clients saw over one run."""
+
+    def __init__(self, clients):
+        self.clients = clients
+        self.answered = {route: [] for route in ROUTES}  # latencies (s)
+        self.refused = {route: [] for route in ROUTES}  # time to be refused (s)
+        self.timeouts, self.errors = 0, {}
+        self.texts = 0
+        self.misrouted = 0
+        self.samples = []  # (rss MB, shm MB)
+
+    def error(self, what):
+        self.errors[what] = self.errors.get(what, 0) + 1
+
+    def row(self, seconds):
+        answered = [x for values in self.answered.values() for x in values]
+        refused = [x for values in self.refused.values() for x in values]
+
+        def p(values, q):
+            return float(np.percentile(values, q)) * 1000 if values else float("nan")
+        rss, shm = zip(*self.samples) if self.samples else ((0,), (0,))
+        return {"clients": self.clients, "seconds": seconds, "goodput_texts_s": self.texts / seconds,
+                "answered": len(answered), "answered_p50_ms": p(answered, 50), "answered_p99_ms": p(answered, 99),
+                "per_route_p99_ms": {r: p(v, 99) for r, v in self.answered.items()},
+                "refused": len(refused), "refused_p99_ms": p(refused, 99),
+                "per_route_refused": {r: [len(v), p(v, 99)] for r, v in self.refused.items()},
+                "timeouts_504": self.timeouts, "errors": self.errors, "misrouted": self.misrouted,
+                "rss_mb": [rss[0], max(rss), rss[-1]], "shm_mb": [shm[0], max(shm), shm[-1]]}
+
+
+class Workload:
+    def __init__(self, queries, passages, reference, model, proxy_url, grpc_url, admin_key):
+        self.queries, self.passages, self.reference = queries, passages, reference
+        self.model, self.proxy_url, self.grpc_url = model, proxy_url, grpc_url
+        self.headers = {"content-type": "application/json"}
+        if admin_key:
+            self.headers["authorization"] = f"Bearer {admin_key}"
+
+    def check(self, texts, vectors, level):
+        for text, vector in zip(texts, vectors):
+            if float(np.dot(self.reference[text], np.asarray(vector, dtype=np.float32))) < 0.9999:
+                level.misrouted += 1
+
+    async def proxy(self, session, path, body):
+        async with session.post(self.proxy_url + path, data=json.dumps(body), headers=self.headers) as response:
+            return response.status, await response.read()
+
+    async def one(self, route, i, session, grpc, level):
+        """One request; returns what its client should do next: 'go' or 'back off'."""
+        started = time.monotonic()
+
+        def pick(pool, n):  # the request's texts: client and turn choose them, so every text recurs
+            return [pool[(i * n + k) % len(pool)] for k in range(n)]
+        try:
+            if route.startswith("proxy"):
+                if route == "proxy_rerank":
+                    query, documents = pick(self.queries, 1)[0], pick(self.passages, 8)
+                    status, content = await self.proxy(session, "/v1/rerank", {
+                        "model": self.model, "query": query, "documents": documents, "return_documents": False})
+                else:
+                    texts = pick(self.queries, 8) if route == "proxy_queries" else pick(self.passages, 4)
+                    status, content = await self.proxy(session, "/v1/embeddings", {"model": self.model,
+                                                                                  "input": texts})
+                elapsed = time.monotonic() - started
+                if status in REFUSED_HTTP:
+                    level.refused[route].append(elapsed)
+                    return "back off"
+                if status == 504:
+                    level.timeouts += 1
+                    return "go"
+                if status != 200:
+                    level.error(f"HTTP {status}")
+                    return "go"
+                answer = json.loads(content)
+                if route == "proxy_rerank":
+                    for result in answer["results"]:
+                        expected = float(np.dot(self.reference[query], self.reference[documents[result["index"]]]))
+                        level.misrouted += abs(result["relevance_score"] - expected) > 1e-4
+                    level.texts += len(documents)
+                else:
+                    self.check(texts, [item["embedding"] for item in sorted(answer["data"],
+                                                                            key=lambda d: d["index"])], level)
+                    level.texts += len(texts)
+            else:
+                texts = pick(self.queries, 1 if route == "kserve_query" else 8)
+                text = grpcaio.InferInput("text", [len(texts), 1], "BYTES")
+                text.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=object).reshape(-1, 1))
+                result = await grpc.infer("ensemble" if route == "kserve_query" else "ensemble_bls", [text],
+                                          outputs=[grpcaio.InferRequestedOutput("embedding")],
+                                          client_timeout=CLIENT_TIMEOUT_S)
+                elapsed = time.monotonic() - started
+                self.check(texts, result.as_numpy("embedding"), level)
+                level.texts += len(texts)
+            level.answered[route].append(elapsed)
+            return "go"
+        except InferenceServerException as error:
+            status = str(error.status())
+            if status in REFUSED_GRPC or "Exceeds maximum queue size" in str(error):
+                level.refused[route].append(time.monotonic() - started)
+                return "back off"
+            level.error(f"gRPC {status}" if "DEADLINE" not in status else "client timeout")
+            return "go"
+        except asyncio.TimeoutError:
+            level.error("client timeout")
+            return "go"
+        except aiohttp.ClientError as error:
+            level.error(f"HTTP {type(error).__name__}")
+            return "go"
+
+    async def run(self, clients, seconds, server_pid):
+        level = Level(clients)
+        end = time.monotonic() + seconds
+        timeout = aiohttp.ClientTimeout(total=CLIENT_TIMEOUT_S)
+        connector = aiohttp.TCPConnector(limit=0)  # one connection per client, as N separate clients have
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            grpc = grpcaio.InferenceServerClient(self.grpc_url)
+
+            async def client(c):
+                n = c
+                while time.monotonic() < end:
+                    route = ROUTES[n % len(ROUTES)]
+                    if await self.one(route, n, session, grpc, level) == "back off":
+                        await asyncio.sleep(1.0)  # Retry-After
+                    n += clients
+
+            async def sample():
+                while time.monotonic() < end:
+                    level.samples.append(footprint_mb(server_pid))
+                    await asyncio.sleep(5)
+                level.samples.append(footprint_mb(server_pid))
+
+            await asyncio.gather(sample(), *(client(c) for c in range(clients)))
+            await grpc.close()
+        return level.row(seconds)
+
+
+# ---------------------------------------------------------------- before the run: the texts and their vectors
+async def reference_vectors(grpc_url, texts):
+    grpc = grpcaio.InferenceServerClient(grpc_url)
+    vectors = {}
+    for start in range(0, len(texts), 32):
+        chunk = texts[start:start + 32]
+        text = grpcaio.InferInput("text", [len(chunk), 1], "BYTES")
+        text.set_data_from_numpy(np.array([t.encode() for t in chunk], dtype=object).reshape(-1, 1))
+        result = await grpc.infer("ensemble_bls", [text], outputs=[grpcaio.InferRequestedOutput("embedding")])
+        vectors.update(zip(chunk, result.as_numpy("embedding")))
+    await grpc.close()
+    return vectors
+
+
+def markdown(rows):
+    base = rows[0]
+    lines = ["| clients | goodput texts/s | × lowest N | answered | p50 ms | p99 ms | p99 × lowest N | refused | "
+             "refusal p99 ms | 504 / timeouts | other errors | misrouted | RSS MB start→max→end | /dev/shm MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        goodput, p99 = row["goodput_texts_s"], row["answered_p99_ms"]
+        lines.append(
+            f"| {row['clients']} | {goodput:.1f} | {goodput / base['goodput_texts_s']:.2f} "
+            f"| {row['answered']} | {row['answered_p50_ms']:.0f} | {p99:.0f} | "
+            f"{p99 / base['answered_p99_ms']:.2f} | {row['refused']} | {row['refused_p99_ms']:.1f} | "
+            f"{row['timeouts_504'] + row['errors'].get('client timeout', 0)} | "
+            f"{sum(v for k, v in row['errors'].items() if k != 'client timeout')} | {row['misrouted']} | "
+            f"{row['rss_mb'][0]:.0f}→{row['rss_mb'][1]:.0f}→{row['rss_mb'][2]:.0f} | "
+            f"{row['shm_mb'][0]:.0f}→{row['shm_mb'][1]:.0f}→{row['shm_mb'][2]:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", default="8,50,200", help="client counts, one run each (default %(default)s)")
+    parser.add_argument("--seconds", type=float, default=300, help="length of each run (default %(default)s)")
+    parser.add_argument("--repository", help="an exported repository (default: model_repository/ if it holds an "
+                        "export, else all-MiniLM-L6-v2 exported into bench/results/repository)")
+    parser.add_argument("--edit", action="append", default=[], help="MODEL:REGEX=>REPLACEMENT on the scratch "
+                        "copy's MODEL/config.pbtxt (bench/experiment.py's --edit), e.g. to try other queue bounds")
+    parser.add_argument("--output", default=os.path.join(common.RESULTS, "overload"), help="results folder")
+    args = parser.parse_args(argv)
+    clients = [int(c) for c in args.clients.split(",")]
+
+    source, _ = common.find_export(args.repository, progress)
+    os.makedirs(args.output, exist_ok=True)
+    repository = common.scratch_repository(source, os.path.join(args.output, "repository"))
+    edit_configs(repository, args.edit)
+    with open(os.path.join(repository, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    tokenizer = corpus_lib.load_tokenizer(os.path.join(repository, "tokenizer", "1", "tokenizer.json"))
+    queries = [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS["queries"], 400)]
+    passages = [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS["passages"], 200,
+                                                    max_length=manifest["max_length"])]
+    ports = common.free_ports()
+    server = common.start_server(repository, ports, os.path.join(args.output, "tritonserver.log"))
+    try:
+        common.wait_for_proxy(ports["proxy"])
+        grpc_url, proxy_url = f"127.0.0.1:{ports['grpc']}", f"http://127.0.0.1:{ports['proxy']}"
+        reference = asyncio.run(reference_vectors(grpc_url, queries + passages))
+        workload = Workload(queries, passages, reference, "ensemble", proxy_url, grpc_url,
+                            os.environ.get("API_KEY"))
+        rows = []
+        for n in clients:
+            progress(f"{n} clients for {args.seconds:g} s")
+            rows.append(asyncio.run(workload.run(n, args.seconds, server.pid)))
+            progress(json.dumps(rows[-1]))
+            time.sleep(5)  # what was admitted drains before the next level
+    finally:
+        common.stop_server(server)
+    table = markdown(rows)
+    print(table)
+    with open(os.path.join(args.output, "overload.json"), "w", encoding="utf-8") as handle:
+        json.dump(rows, handle, indent=1)
+    with open(os.path.join(args.output, "overload.md"), "w", encoding="utf-8") as handle:
+        handle.write(table + "\n")
+    top, base = rows[-1], rows[0]
+    checks = {
+        "goodput >= 90 % of the lowest N": top["goodput_texts_s"] >= 0.9 * base["goodput_texts_s"],
+        "no 504 and no client timeout": top["timeouts_504"] + top["errors"].get("client timeout", 0) == 0,
+        "refusals within 100 ms (p99)": not top["refused"] or top["refused_p99_ms"] <= 100,
+        "p99 <= 3x the lowest N's": top["answered_p99_ms"] <= 3 * base["answered_p99_ms"],
+        "0 misrouted": all(row["misrouted"] == 0 for row in rows),
+    }
+    for name, met in checks.items():
+        print(f"{'met    ' if met else 'MISSED '} {name}")
+
+
+if __name__ == "__main__":
+    main()

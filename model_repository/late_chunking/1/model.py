@@ -1,0 +1,185 @@
+"""Late chunking: `text` and its chunks in, one vector per chunk out, pooled from the whole text's single forward
+pass (Günther et al., "Late Chunking", 2024), so each chunk's vector sees the text around it.
+
+Chunks: the input `spans` ([n, 2] character spans, [start, end), Unicode code points of the text, in any order),
+or the request parameter `chunk_tokens`: the text cut into sentences (after . ! ? and their CJK forms followed by
+whitespace, and at line breaks), consecutive sentences grouped while the group holds at most chunk_tokens tokens; a
+sentence longer than that is cut between tokens. One of the two, not both.
+
+Steps (BLS): the tokenizer model tokenizes the text as for embeddings (same prompt, same max length) and, asked for
+`offsets`, says which characters each token came from; the encoder runs once on the whole text and returns its
+`token_embeddings` (the last hidden state, before the model's pooling). A chunk's vector is the mean of the vectors
+of the tokens that overlap its span (a token cut by a span's edge counts for both sides; special tokens and the
+prompt's tokens never count), L2-normalized: the model's normalization. The mean whatever the model's own pooling:
+a CLS model's CLS token holds the whole text, not a chunk.
+
+A text longer than the max length is refused (INVALID_ARG naming the limit), not windowed: windows would give the
+tokens of each a different context than one forward pass. Bad spans are refused naming the span. Settings:
+config.pbtxt, read once here.
+"""
+import json
+import re
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+# the tokenizer's per-request errors name text[0]: this model has one text, named `text`
+INPUT_ERROR = re.compile(r"^(text\[0\] |the request holds |prompt_name |input_type |prompts apply )")
+QUEUE_FULL = "Exceeds maximum queue size"
+SENTENCE_END = re.compile(r"(?<=[.!?。！？])[\"'”’)\]]*\s+|\n\s*|(?<=[。！？])")
+PROMPT_PARAMETERS = ("prompt_name", "input_type")
+
+
+class RequestError(Exception):
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.triton_error = pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG if code is None else code)
+
+
+def check_spans(spans, length):
+    """The client's spans [n, 2] against a text of `length` characters; RequestError names the first bad one."""
+    if len(spans) == 0:
+        raise RequestError("spans is empty: give at least one [start, end]")
+    for i, (start, end) in enumerate(spans.tolist()):
+        where = f"spans[{i}] [{start}, {end}]"
+        if start < 0 or end > length:
+            raise RequestError(f"{where} is out of range: the text has {length} characters (spans are [start, end) "
+                               f"in characters)")
+        if end < start:
+            raise RequestError(f"{where} ends before it starts")
+        if end == start:
+            raise RequestError(f"{where} is empty")
+    order = np.argsort(spans[:, 0], kind="stable")
+    for a, b in zip(order[:-1], order[1:]):
+        if spans[b, 0] < spans[a, 1]:
+            raise RequestError(f"spans[{b}] {spans[b].tolist()} overlaps spans[{a}] {spans[a].tolist()}")
+
+
+def members(offsets, start, end):
+    """Tokens (of offsets [L, 2], (-1, -1): not from the text) overlapping [start, end)."""
+    return (offsets[:, 0] >= 0) & (offsets[:, 0] < end) & (offsets[:, 1] > start)
+
+
+def sentence_chunks(text, offsets, budget):
+    """[start, end) spans of consecutive sentences holding at most `budget` tokens each; a longer sentence is cut
+    between tokens."""
+    cuts = [0] + [m.end() for m in SENTENCE_END.finditer(text)] + [len(text)]
+    sentences = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        piece = text[a:b]
+        if piece.strip():
+            start = a + len(piece) - len(piece.lstrip())
+            sentences.append((start, a + len(piece.rstrip())))
+    chunks, current, count = [], None, 0
+    for start, end in sentences:
+        tokens = np.flatnonzero(members(offsets, start, end))
+        if not len(tokens):  # characters no token comes from (zero-width, control)
+            continue
+        if len(tokens) > budget:  # alone, cut between tokens
+            if current:
+                chunks.append(current)
+            current, count = None, 0
+            for first in range(0, len(tokens), budget):
+                part = tokens[first:first + budget]
+                chunks.append((max(start, int(offsets[part[0], 0])), min(end, int(offsets[part[-1], 1]))))
+        elif current and count + len(tokens) <= budget:
+            current, count = (current[0], end), count + len(tokens)
+        else:
+            if current:
+                chunks.append(current)
+            current, count = (start, end), len(tokens)
+    if current:
+        chunks.append(current)
+    return np.array(chunks, dtype=np.int64).reshape(-1, 2)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        parameters = {key: value["string_value"] for key, value in config["parameters"].items()}
+        self.tokenizer_model = parameters["tokenizer_model"]
+        self.encoder_model = parameters["encoder_model"]
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            try:
+                responses.append(pb_utils.InferenceResponse(output_tensors=self.chunk(request)))
+            except RequestError as error:
+                responses.append(pb_utils.InferenceResponse(error=error.triton_error))
+            except Exception as error:  # noqa: BLE001 - a step not loaded, stopping...: this request fails
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    f"{type(error).__name__}: {error}", pb_utils.TritonError.UNAVAILABLE)))
+        return responses
+
+    def options(self, request):
+        """(chunk_tokens or None, the tokenizer's parameters) from the request's parameters."""
+        parameters = json.loads(request.parameters() or "{}")
+        prompt = {key: parameters[key] for key in PROMPT_PARAMETERS if key in parameters}
+        budget = parameters.get("chunk_tokens")
+        if budget is not None:
+            if isinstance(budget, str) and budget.strip().isdigit():
+                budget = int(budget)
+            if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+                raise RequestError(f"chunk_tokens must be a whole number >= 1, not {json.dumps(budget)}")
+        return budget, prompt
+
+    def chunk(self, request):
+        end = time.monotonic() + request.timeout() / 1e6 if request.timeout() else None
+        budget, prompt = self.options(request)
+        spans = pb_utils.get_input_tensor_by_name(request, "spans")
+        if (spans is None) == (budget is None):
+            raise RequestError("give the chunks as the input spans or as the request parameter chunk_tokens "
+                               + ("(one of them, not both)" if budget is not None else "(neither was given)"))
+        raw = pb_utils.get_input_tensor_by_name(request, "text").as_numpy().reshape(-1)
+        if len(raw) != 1:
+            raise RequestError(f"text must hold one text, not {len(raw)}")
+        text_in = pb_utils.Tensor("text", raw.reshape(1, 1))
+        tokens = self.call(self.tokenizer_model, [text_in], ["input_ids", "attention_mask", "num_tokens",
+                                                              "truncated", "offsets", "length_group"], end, prompt)
+        count = int(tokens["num_tokens"][0, 0])
+        if tokens["truncated"][0, 0]:
+            raise RequestError(f"text is longer than the model's max length of {count} tokens: late chunking embeds "
+                               f"the whole text in one forward pass, so it takes at most {count} tokens (split the "
+                               f"text, or chunk it before embedding)")
+        text = raw[0].decode("utf-8")  # the tokenizer has checked it
+        offsets = tokens["offsets"][0, :count]
+        if spans is None:
+            chunks = sentence_chunks(text, offsets, budget)  # not empty: the tokenizer refuses a text without tokens
+        else:
+            chunks = spans.as_numpy().astype(np.int64).reshape(-1, 2)
+            check_spans(chunks, len(text))
+        selected = [members(offsets, start, stop) for start, stop in chunks.tolist()]
+        for i, mask in enumerate(selected):
+            if not mask.any():  # only whitespace (or characters no token comes from)
+                raise RequestError(f"spans[{i}] {chunks[i].tolist()} covers no token of the text")
+        inputs = [pb_utils.Tensor(name, np.ascontiguousarray(tokens[name][:, :count]))
+                  for name in ("input_ids", "attention_mask")]
+        hidden = self.call(self.encoder_model, inputs, ["token_embeddings"], end)["token_embeddings"][0]
+        vectors = np.stack([hidden[:count][mask].astype(np.float64).mean(0) for mask in selected])
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return [pb_utils.Tensor("embedding", vectors.astype(np.float32)),
+                pb_utils.Tensor("chunk_spans", chunks),
+                pb_utils.Tensor("num_tokens", np.array([m.sum() for m in selected], dtype=np.int32)),
+                pb_utils.Tensor("text_tokens", np.array([count], dtype=np.int32))]
+
+    @staticmethod
+    def call(model, inputs, outputs, end, parameters=None):
+        """One BLS request with what is left of the request's timeout; a step's error is this request's."""
+        left = 0
+        if end is not None:
+            left = int((end - time.monotonic()) * 1e6)
+            if left <= 0:
+                raise RequestError("Request timeout expired before its next step", pb_utils.TritonError.UNAVAILABLE)
+        response = pb_utils.InferenceRequest(
+            model_name=model, inputs=inputs, requested_output_names=outputs, parameters=parameters or {},
+            timeout=left, preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0)).exec()
+        if response.has_error():
+            message = response.error().message()
+            if INPUT_ERROR.match(message):
+                raise RequestError(message.replace("text[0] ", "text ", 1))
+            unavailable = QUEUE_FULL in message or "timeout" in message.lower()
+            raise RequestError(message, pb_utils.TritonError.UNAVAILABLE if unavailable else
+                               pb_utils.TritonError.INTERNAL)
+        return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
