@@ -61,6 +61,58 @@ def test_gpu_script_pipeline_runs_on_cpu(tmp_path):
     assert "| queries | on | 1 | 16384 |" in (tmp_path / "benchmarks-gpu.md").read_text()
 
 
+def test_storage_benchmark_on_a_slice(tmp_path):
+    """bench/storage.py end to end on 50 queries and 300 passages at two widths: the export with a Matryoshka width,
+    the server, every output, recall and bytes per option, the serving-cost rounds, the table and the plot."""
+    work, output = tmp_path / "work", tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.storage", "--queries", "50", "--passages", "300", "--widths", "384,64",
+         "--cost-texts", "32", "--cost-rounds", "1", "--work-dir", str(work), "--output", str(output)],
+        cwd=PROJECT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = json.loads((work / "results.json").read_text())
+    assert (run["queries"], run["passages"], run["widths"]) == (50, 300, [384, 64])
+    rows = {(r["type"], r["width"], r["similarity"].split()[0]): r for r in run["recall"]}
+    assert rows[("float32", 384, "dot")]["recall"] == 1.0  # the reference against itself
+    assert all(0 < r["recall"] <= 1 for r in run["recall"])
+    for width in (384, 64):
+        assert rows[("float32", width, "dot")]["bytes"] == 4 * width
+        assert rows[("int8", width, "dot")]["bytes"] == rows[("uint8", width, "dot")]["bytes"] == width
+        assert rows[("binary", width, "Hamming")]["bytes"] == width // 8
+        # binary is ubinary minus 128: the same bits, the same Hamming distances
+        assert rows[("binary", width, "Hamming")]["recall"] == rows[("ubinary", width, "Hamming")]["recall"]
+    assert set(run["cost"]) == {"float32@384", "int8@384", "uint8@384", "binary@384", "ubinary@384", "float32@64"}
+    assert run["cost"]["float32@384"]["ratio"] == 1.0
+    assert all(c["texts_per_s"] > 0 for c in run["cost"].values())
+    assert set(run["postprocess_us"]) == set(run["cost"]) and all(t > 0 for t in run["postprocess_us"].values())
+    assert "| binary + rescore | 64 | 8 |" in (output / "storage.md").read_text()
+    assert "| binary + rescore | 64 | 8 |" in result.stdout
+    png = (output / "storage.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_storage_corpus_and_scores():
+    """The storage corpus is deterministic, distinct, and queries and passages never share a text; Hamming scores
+    equal bit counts."""
+    import numpy as np
+
+    from bench import storage
+
+    packages = ("sentence_transformers", "datasets")  # two of the PACKAGES: quick
+    first, again = storage.build_corpus(20, 100, packages=packages), storage.build_corpus(20, 100, packages=packages)
+    assert first == again and set(first["sources"]) == set(packages)
+    texts = first["queries"] + first["passages"]
+    assert len(set(texts)) == len(texts) == 120
+    assert all(4 <= len(q.split()) <= 16 for q in first["queries"])
+    assert all(5 <= len(p.split()) <= 120 for p in first["passages"])
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 256, (3, 8), dtype=np.uint8), rng.integers(0, 256, (5, 8), dtype=np.uint8)
+    bits = np.array([[bin(int.from_bytes((x ^ y).tobytes(), "big")).count("1") for y in b] for x in a])
+    assert np.array_equal(storage.hamming_scores(a, b), -bits)
+    assert np.array_equal(storage.hamming_scores((a.astype(np.int16) - 128).astype(np.int8),
+                                                 (b.astype(np.int16) - 128).astype(np.int8)), -bits)
+
+
 def test_overload_script_measures_every_route(minilm_repository, tmp_path):
     """bench/overload.py with 2 and 6 clients for a few seconds: every route answered, its vectors checked, the
     table and the targets printed. One --edit proves the bounds can be changed on the scratch copy."""
