@@ -195,12 +195,13 @@ def test_export_of_bge_m3_layout_has_all_three_outputs(m3_repository):
                 ("colbert_vectors", "TYPE_FP32", "-1, 32"), ("colbert_length", "TYPE_INT32", "1")]
     encoder = (m3_repository / f"{NAME}_embedding" / "config.pbtxt").read_text()
     ensemble = (m3_repository / NAME / "config.pbtxt").read_text()
-    assert _declared(encoder)[2:] == expected  # after the two inputs
+    token_embeddings = [("token_embeddings", "TYPE_FP32", "-1, 32")]  # the encoder's only (late chunking)
+    assert _declared(encoder)[2:] == expected + token_embeddings  # after the two inputs
     assert _declared(ensemble)[1:] == expected + [("num_tokens", "TYPE_INT32", "1"), ("truncated", "TYPE_BOOL", "1")]
     for name, _, _ in expected:
         assert f'output_map {{ key: "{name}", value: "{name}" }}' in ensemble
     graph = onnx.load(str(m3_repository / f"{NAME}_embedding" / "1" / "model.onnx"), load_external_data=False)
-    assert [o.name for o in graph.graph.output] == [name for name, _, _ in expected]
+    assert [o.name for o in graph.graph.output] == [name for name, _, _ in expected + token_embeddings]
     parity = manifest["parity"]
     assert parity["sparse"]["same_token_ids"] and parity["colbert"]["same_lengths"]
 
@@ -215,12 +216,12 @@ def test_outputs_dense_exports_dense_only(m3_dir, m3_repository, tmp_path):
     manifest = json.load(open(tmp_path / "m3-dense" / "1" / "export.json"))
     assert manifest["outputs"] == ["dense"] and manifest["colbert_size"] is None
     assert [n for n, _, _ in _declared((tmp_path / "m3-dense_embedding" / "config.pbtxt").read_text())] == \
-        ["input_ids", "attention_mask", "embedding"]
+        ["input_ids", "attention_mask", "embedding", "token_embeddings"]  # the last for late chunking
     ensemble = (tmp_path / "m3-dense" / "config.pbtxt").read_text()
     assert [n for n, _, _ in _declared(ensemble)] == ["text", "embedding", "num_tokens", "truncated"]
     assert "sparse" not in ensemble and "colbert" not in ensemble
     dense_path = str(tmp_path / "m3-dense_embedding" / "1" / "model.onnx")
-    assert [o.name for o in onnx.load(dense_path).graph.output] == ["embedding"]
+    assert [o.name for o in onnx.load(dense_path).graph.output] == ["embedding", "token_embeddings"]
     ids = np.array([[0, 35378, 8999, 38, 2, 1], [0, 6, 5, 2, 1, 1]], dtype=np.int64)
     feed = {"input_ids": ids, "attention_mask": (ids != 1).astype(np.int64)}
     (dense_only,) = ort.InferenceSession(dense_path, providers=["CPUExecutionProvider"]).run(["embedding"], feed)
