@@ -11,7 +11,8 @@ from schemathesis.generation.modes import GenerationMode
 OPERATIONS = [("GET", "/health"), ("GET", "/health/live"), ("POST", "/v1/embeddings"), ("POST", "/v1/embedding"),
               ("POST", "/v1/encode"), ("POST", "/embed_sparse"), ("POST", "/v1/rerank"), ("GET", "/v1/models"),
               ("GET", "/v1/models/{model_id}"), ("POST", "/v1/models/{model_id}/load"),
-              ("POST", "/v1/models/{model_id}/unload"), ("GET", "/metrics"), ("POST", "/v2/embed")]
+              ("POST", "/v1/models/{model_id}/unload"), ("GET", "/metrics"), ("POST", "/v2/embed"),
+              ("POST", "/v1/chunk_embeddings")]
 
 
 @pytest.fixture(scope="module")
