@@ -53,7 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-from exporting import cross_encoder, read_json  # noqa: E402
+from exporting import clip, cross_encoder, fail, read_json  # noqa: E402
 from exporting.graph import OPSET, build_encoder, declared_dims, export_onnx, finalize_onnx, load_head  # noqa: E402
 from exporting.parity import parity_check  # noqa: E402
 from exporting.repository import (  # noqa: E402
@@ -61,11 +61,13 @@ from exporting.repository import (  # noqa: E402
     build_batch_strategy,
     check_name,
     chunks_name,
+    clip_image_names,
     ensure_proxy,
     install,
     model_names,
     warmup_lengths,
     write_chunks_config,
+    write_clip_image_configs,
     write_configs,
     write_cross_encoder_configs,
     write_tokenizer,
@@ -103,6 +105,10 @@ def parse_args(argv):
     parser.add_argument("--fp16", action="store_true", help="store weights in fp16 (GPU serving)")
     parser.add_argument("--external-data", action="store_true",
                         help="weights in one external data file (automatic above 2 GB)")
+    parser.add_argument("--open-clip", metavar="ARCHITECTURE", help="export an open_clip CLIP model (e.g. ViT-B-32): "
+                        "text and image towers; needs --name")
+    parser.add_argument("--pretrained", help="with --open-clip: a pretrained tag (downloaded from the hub) or a "
+                        "checkpoint file, as open_clip takes it; 'none' = random weights (tests)")
     parser.add_argument("--skip-if-exported", action="store_true",
                         help="do nothing when the repository holds an export of --model under this name "
                              "(or any, if no --model)")
@@ -122,13 +128,17 @@ def main(argv=None):
         print(f"export: {repository} already holds an export{f' of {args.model}' if args.model else ''}; skipped")
         return 0
     check_name(repository, args.name)
-    args.model = args.model or DEFAULT_MODEL
     started = time.monotonic()
+    if args.open_clip:
+        return export_clip(args, repository, started)
+    args.model = args.model or DEFAULT_MODEL
     import torch
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     folder = resolve_model(args.model)
     config = AutoConfig.from_pretrained(folder)
+    if config.model_type == "clip":
+        return export_clip(args, repository, started, folder)
     kind = cross_encoder.detect_kind(config)
     if kind == "cross-encoder":
         cross_encoder.check_arguments(args)
@@ -229,6 +239,86 @@ def export_cross_encoder(args, folder, config, tokenizer, repository, started):
             "parity": figures, "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         install_export(staging, repository, names, manifest, started)
+    return 0
+
+
+def export_clip(args, repository, started, folder=None):
+    """A CLIP model (open_clip, or a Hugging Face CLIP folder): the text side as a text export (ensemble NAME,
+    NAME_tokenizer, the text tower NAME_embedding, NAME_bls) and the image side (ensemble NAME_image, the
+    preprocessing model NAME_image_preprocess, the image tower NAME_image_embedding). No rerank, no late chunking."""
+    import types
+
+    import torch
+
+    from exporting import image_config
+
+    if args.name is None:
+        fail("a CLIP export needs --name (its models are NAME, NAME_image, ...)")
+    if args.outputs or args.pooling or args.max_length or args.matryoshka_dims or args.fp16:
+        fail("--outputs, --pooling, --max-length, --matryoshka-dims and --fp16 do not apply to CLIP exports")
+    if args.open_clip:
+        pretrained = None if (args.pretrained or "none").lower() == "none" else args.pretrained
+        model, preprocess, simple = clip.load_open_clip(args.open_clip, pretrained)
+        tokenizer = clip.fast_tokenizer_of(simple)
+        reference = types.SimpleNamespace(source="open_clip", model=model, tokenize=simple,
+                                          end_id=simple.eot_token_id)
+        pixels = image_config.from_open_clip(model, preprocess)
+        args.model, architecture, cleaning = f"open_clip:{args.open_clip}", args.open_clip, "open_clip"
+        if pretrained is None:
+            print("export: warning: --pretrained none: random weights (for tests and benchmarks, not for search)")
+    else:
+        from transformers import AutoTokenizer, CLIPImageProcessor, CLIPModel
+
+        if args.pretrained:
+            fail("--pretrained goes with --open-clip; a Hugging Face folder carries its weights")
+        model = CLIPModel.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        reference = types.SimpleNamespace(source="transformers", model=model, tokenizer=tokenizer)
+        pixels = image_config.from_hf_processor(CLIPImageProcessor.from_pretrained(folder))
+        architecture, pretrained, cleaning = "clip", None, None
+    text_tower, image_tower = clip.build_towers(model, reference.source)
+    image_size = (pixels["height"], pixels["width"])
+    with torch.no_grad():
+        dim = int(image_tower(torch.zeros(1, 3, *image_size)).shape[-1])
+    names = model_names(args.name)[:4] + (None,)  # no rerank model
+    image_names = clip_image_names(args.name)
+    print(f"export: {args.model} (CLIP from {reference.source}, pretrained {pretrained}, {dim}-d, image "
+          f"{image_size[0]}x{image_size[1]}, text {clip.CONTEXT_LENGTH} tokens) → {repository} as {args.name}, "
+          f"{image_names[0]}")
+    calibration = calibrate(lambda ids, mask: (text_tower(ids, mask),), tokenizer, clip.CONTEXT_LENGTH, [dim], "",
+                            args.calibration_corpus)
+    warmup = warmup_lengths(clip.CONTEXT_LENGTH)
+    with tempfile.TemporaryDirectory() as workdir:
+        staging = os.path.join(workdir, "repository")
+        text_path, image_path = clip.export_towers(text_tower, image_tower, tokenizer, image_size, workdir)
+        text_onnx = finalize_onnx(text_path, os.path.join(staging, names[2], "1"), False, args.external_data,
+                                  {"embedding": [dim]})
+        image_onnx = finalize_onnx(image_path, os.path.join(staging, image_names[2], "1"), False,
+                                   args.external_data, {"embedding": [dim]})
+        figures = clip.parity_check(reference, tokenizer, text_onnx, image_onnx, image_size, 0.9999)
+        write_tokenizer(tokenizer, clip.CONTEXT_LENGTH, os.path.join(staging, names[1], "1"))
+        if cleaning:
+            clip.write_text_cleaning(os.path.join(staging, names[1], "1"), cleaning)
+        write_vectors(os.path.join(staging, names[3], "1"), [dim], calibration)
+        write_configs(staging, names, ["dense"], dim, None, warmup, clip.CONTEXT_LENGTH, encoder_only=())
+        write_warmup(staging, names[2], tokenizer, warmup)
+        token_budget = build_batch_strategy(os.path.join(staging, names[2]))
+        write_clip_image_configs(staging, args.name, *image_size, dim)
+        image_config.write_preprocess(os.path.join(staging, image_names[1], "1"), pixels)
+        manifest = {
+            "id": args.name, "kind": "clip", "name": names[0], "tokenizer_model": names[1],
+            "encoder_model": names[2], "bls_model": names[3], "rerank_model": None, "chunks_model": None,
+            "image_model": image_names[0], "image_preprocess_model": image_names[1],
+            "image_encoder_model": image_names[2], "model": args.model, "source": reference.source,
+            "architecture": architecture, "pretrained": pretrained, "outputs": ["dense"], "embedding_size": dim,
+            "colbert_size": None, "max_length": clip.CONTEXT_LENGTH, "image_size": list(image_size),
+            "text_cleaning": cleaning, "dimensions": [dim], "prompts": {}, "default_prompt_name": None,
+            "calibration": {k: v for k, v in calibration.items() if k != "ranges"}, "fp16": False,
+            "token_budget_batching": token_budget, "opset": OPSET, "parity": figures,
+            "onnx": [os.path.relpath(p, staging) for p in (text_onnx, image_onnx)],
+            "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        install_export(staging, repository, (*names[:4], *image_names), manifest, started)
     return 0
 
 

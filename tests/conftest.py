@@ -26,7 +26,7 @@ from local_triton import launch  # noqa: E402
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 FIXTURES = os.path.join(PROJECT, "tests", "fixtures")
 MODEL_PYTHON = os.environ.get("MODEL_PYTHON") or sys.executable
-SERVING_FIXTURES = {"server", "xlmr_server", "m3_server", "multi_server", "served", "bounded_server"}
+SERVING_FIXTURES = {"server", "xlmr_server", "m3_server", "multi_server", "served", "bounded_server", "clip_server"}
 
 
 def pytest_configure(config):

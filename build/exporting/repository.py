@@ -15,7 +15,7 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file
 SOURCE_REPOSITORY = os.path.join(PROJECT, "model_repository")
 RESERVED_NAMES = {"tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "late_chunking", "proxy",
                   "supervisor"}
-STEP_SUFFIXES = ("_tokenizer", "_embedding", "_bls", "_rerank", "_chunks")
+STEP_SUFFIXES = ("_tokenizer", "_embedding", "_bls", "_rerank", "_chunks", "_image", "_image_preprocess")
 VALID_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 WARMUP_LONG_TOKENS = 512  # the long warm-up sample: min(this, max length)
 TEXT_INPUT = '  { name: "text", data_type: TYPE_STRING, dims: [ 1 ] }'
@@ -64,7 +64,7 @@ def check_name(repository, name):
              f"{', '.join('*' + s for s in STEP_SUFFIXES)} belong to exports (without --name, export writes "
              f"tokenizer/embedding/ensemble/ensemble_bls/rerank)")
     manifest = read_json(repository, name, "1", "export.json")
-    for model in (*model_names(name), chunks_name(name)):
+    for model in (*model_names(name), chunks_name(name), *clip_image_names(name)):
         if os.path.exists(os.path.join(repository, model)) and (manifest is None or manifest.get("name") != name):
             fail(f"--name {name!r}: the repository already holds a model '{model}' that is not an export named "
                  f"{name!r}; choose another name")
@@ -83,15 +83,15 @@ def triton_dims(dims, hidden_size, colbert_dim):
     return ", ".join(str({"D": hidden_size, "C": colbert_dim}.get(d, d)) for d in dims)
 
 
-def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max_length):
-    """Render the encoder's (CPU and GPU), the ensemble's, the BLS model's and the rerank model's configs; copy the
-    code of the Python models for a named export."""
+def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max_length, encoder_only=ENCODER_ONLY):
+    """Render the encoder's (CPU and GPU), the ensemble's, the BLS model's and the rerank model's (when `names` has
+    one) configs; copy the code of the Python models for a named export."""
     ensemble, tokenizer, encoder, bls, rerank = names
     declarations = [(name, kind, triton_dims(dims, hidden_size, colbert_dim))
                     for family in outputs for name, kind, dims in OUTPUT_TENSORS[family]]
     lines = [f'  {{ name: "{n}", data_type: {t}, dims: [ {d} ] }}' for n, t, d in declarations]
     encoder_lines = lines + [f'  {{ name: "{n}", data_type: {t}, dims: [ {triton_dims(d, hidden_size, None)} ] }}'
-                             for family in ENCODER_ONLY for n, t, d in OUTPUT_TENSORS[family]]
+                             for family in encoder_only for n, t, d in OUTPUT_TENSORS[family]]
     encoder_dir = os.path.join(staging, encoder)
     os.makedirs(encoder_dir, exist_ok=True)
     budget = tokenizer_parameter("max_batch_tokens")
@@ -122,17 +122,43 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
         handle.write(render(os.path.join(SOURCE_REPOSITORY, "ensemble_bls", "config.pbtxt.template"),
                             tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(bls_outputs),
                             inputs=TEXT_INPUT))
-    os.makedirs(os.path.join(staging, rerank, "1"), exist_ok=True)
-    with open(os.path.join(staging, rerank, "config.pbtxt"), "w", encoding="utf-8") as handle:
-        handle.write(render(os.path.join(SOURCE_REPOSITORY, "rerank", "config.pbtxt.template"), bls=bls,
-                            served=",".join(outputs)))
+    if rerank is not None:
+        os.makedirs(os.path.join(staging, rerank, "1"), exist_ok=True)
+        with open(os.path.join(staging, rerank, "config.pbtxt"), "w", encoding="utf-8") as handle:
+            handle.write(render(os.path.join(SOURCE_REPOSITORY, "rerank", "config.pbtxt.template"), bls=bls,
+                                served=",".join(outputs)))
     # The tokenizer's config names no model and no per-model value: a named export uses it as it is.
-    source = os.path.join(SOURCE_REPOSITORY, "tokenizer")
-    shutil.copytree(source, os.path.join(staging, tokenizer), dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "tokenizer.json"))
+    copy_tokenizer(staging, tokenizer)
     for model, folder in ((bls, "ensemble_bls"), (rerank, "rerank")):
-        shutil.copyfile(os.path.join(SOURCE_REPOSITORY, folder, "1", "model.py"),
-                        os.path.join(staging, model, "1", "model.py"))
+        if model is not None:
+            shutil.copyfile(os.path.join(SOURCE_REPOSITORY, folder, "1", "model.py"),
+                            os.path.join(staging, model, "1", "model.py"))
+
+
+def copy_tokenizer(staging, tokenizer):
+    """The tokenizer model's tracked config and code (not the image preprocessing model's, which lives beside them)."""
+    shutil.copytree(os.path.join(SOURCE_REPOSITORY, "tokenizer"), os.path.join(staging, tokenizer), dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "tokenizer.json", "image*"))
+
+
+def clip_image_names(name):
+    """(image ensemble, image preprocessing model, image encoder) of a CLIP export."""
+    return f"{name}_image", f"{name}_image_preprocess", f"{name}_image_embedding"
+
+
+def write_clip_image_configs(staging, name, height, width, dim):
+    """A CLIP export's image side: the preprocessing model (code and config: model_repository/tokenizer/
+    image_preprocess.py and image.pbtxt.template), the image encoder's config and the image ensemble's."""
+    ensemble, preprocess, encoder = clip_image_names(name)
+    renders = [(preprocess, "tokenizer/image.pbtxt.template", {"height": height, "width": width}),
+               (encoder, "embedding/image.pbtxt.template", {"height": height, "width": width, "dim": dim}),
+               (ensemble, "ensemble/image.pbtxt.template", {"preprocess": preprocess, "encoder": encoder, "dim": dim})]
+    for model, template, fill in renders:
+        os.makedirs(os.path.join(staging, model, "1"), exist_ok=True)
+        with open(os.path.join(staging, model, "config.pbtxt"), "w", encoding="utf-8") as handle:
+            handle.write(render(os.path.join(SOURCE_REPOSITORY, template), **fill))
+    shutil.copyfile(os.path.join(SOURCE_REPOSITORY, "tokenizer", "image_preprocess.py"),
+                    os.path.join(staging, preprocess, "1", "model.py"))
 
 
 
@@ -158,8 +184,7 @@ def write_cross_encoder_configs(staging, names, labels, warmup, max_length):
         with open(os.path.join(staging, model, "config.pbtxt"), "w", encoding="utf-8") as handle:
             handle.write(render(os.path.join(SOURCE_REPOSITORY, template), **fill))
     write_gpu_configs(os.path.join(staging, encoder), values, max_length, int(budget))
-    shutil.copytree(os.path.join(SOURCE_REPOSITORY, "tokenizer"), os.path.join(staging, tokenizer), dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "tokenizer.json"))
+    copy_tokenizer(staging, tokenizer)
     shutil.copyfile(os.path.join(SOURCE_REPOSITORY, "ensemble_bls", "1", "model.py"),
                     os.path.join(staging, bls, "1", "model.py"))
     shutil.copyfile(os.path.join(SOURCE_REPOSITORY, "rerank", "cross_encoder.py"),

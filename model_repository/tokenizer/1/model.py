@@ -19,7 +19,12 @@ Prompts (prompts.json beside tokenizer.json, from the model's config_sentence_tr
 parameter `prompt_name`, or `input_type` (a prompt name, or query / document and Cohere's names for them), picks
 the prompt prepended to every text of the request, as SentenceTransformer.encode(prompt_name=...) does; none named:
 the model's default prompt. Token counts and truncation include it.
+
+Cleaning (text_cleaning.json beside tokenizer.json, written for open_clip exports): "open_clip" cleans each text as
+open_clip's tokenizer does before tokenizing (ftfy, HTML unescaping, whitespace, lower case), so the ids are
+open_clip's own.
 """
+import html
 import json
 import os
 import struct
@@ -97,6 +102,19 @@ class TritonPythonModel:
                 prompts = json.load(handle)
         self.prompts = prompts.get("prompts") or {}
         self.default_prompt = prompts.get("default_prompt_name")
+        self.clean = None
+        if os.path.exists(os.path.join(here, "text_cleaning.json")):
+            with open(os.path.join(here, "text_cleaning.json"), encoding="utf-8") as handle:
+                cleaning = json.load(handle).get("clean")
+            if cleaning != "open_clip":
+                raise pb_utils.TritonModelException(f"text_cleaning.json: unknown cleaning {cleaning!r}")
+            import ftfy  # only open_clip exports need it
+
+            def clean_like_open_clip(text):  # open_clip.tokenizer's _clean_lower
+                text = html.unescape(html.unescape(ftfy.fix_text(text))).strip()
+                return " ".join(text.split()).strip().lower()
+
+            self.clean = clean_like_open_clip
         self.prompt_tokens = {name: len(self.tokenizer.encode(text).ids) for name, text in self.prompts.items()}
         self.multiple = max(1, int(_parameter(config, "pad_to_multiple_of")))
         self.overhead = float(_parameter(config, "batch_overhead_tokens"))
@@ -162,7 +180,7 @@ class TritonPythonModel:
             raise ValueError(f"{label} is not valid UTF-8 (byte {error.start})") from None
         if not text.strip():
             raise ValueError(f"{label} is empty" + (" (whitespace only)" if text else ""))
-        return text
+        return self.clean(text) if self.clean else text
 
     def pairs(self, queries, passages, shared):
         """(query, passage) rows -> (pair encodings, query cut per row), FlagReranker's rule, or ValueError."""
