@@ -38,6 +38,10 @@ class Card:
     created: int = 0
     kind: str = "embedding"
     chunks: str | None = "late_chunking"
+    rerank: str | None = "rerank"
+    image: str | None = None  # CLIP exports: the image ensemble
+    architecture: str | None = None
+    pretrained: str | None = None
 
 
 def fake_vectors(text, dim=DIM):
@@ -56,6 +60,9 @@ class FakeService:
 
     def cards(self):
         return list(self.models.values())
+
+    def exports(self):
+        return sorted(self.models.values(), key=lambda c: c.id)
 
     def resolve(self, model):
         card = self.models.get(model or self.default) or next(
@@ -86,6 +93,16 @@ class FakeService:
         colbert = [np.stack([fake_vectors(w) for w in t.split()] + [fake_vectors("</s>")]) for t in texts]
         return SimpleNamespace(dense=np.stack([fake_vectors(t) for t in texts]), sparse=sparse, colbert=colbert,
                                tokens=tokens, truncated=np.array(words) > card.max_length, inference_ms=1.0)
+
+    async def embed_images(self, card, images, param, indices=None):
+        """Vectors per image's bytes; an image starting with b"BAD" is refused as the image model refuses it."""
+        self.calls.append((card.id, list(images), "images"))
+        indices = list(range(len(images))) if indices is None else indices
+        for i, image in enumerate(images):
+            if image.startswith(b"BAD"):
+                raise errors.InvalidInput(f"{param}[{indices[i]}] is not an image (cannot identify image file)",
+                                          "invalid_image", param)
+        return np.stack([fake_vectors(image.hex()) for image in images]), 2.0
 
     async def rerank(self, card, query, documents, weights):
         """Scores: the dense dot product; per mode: dense, and weight-scaled stand-ins for the others the card
@@ -125,7 +142,9 @@ class FakeService:
 
 def settings(**overrides):
     values = {"api_key": "", "admin_api_key": "", "max_inputs_per_request": 16, "max_input_chars": 200,
-              "max_concurrent_requests": 64,
+              "max_concurrent_requests": 64, "max_image_bytes": 1000, "max_images_per_request": 4,
+              "image_url_hosts": "", "image_url_max_bytes": 1000, "image_url_timeout_s": 2.0,
+              "image_url_allow_private": False,
               "max_body_bytes": 4096, "body_timeout_s": 5.0, "swagger_path": None}
     values.update(overrides)
     return SimpleNamespace(**values)

@@ -3,15 +3,21 @@ through BLS, tests pass a fake). No Triton import here.
 
 Routes: GET /health (ready), /health/live; OpenAI POST /v1/embeddings, GET /v1/models[/{id}]; seed API
 POST /v1/embedding; bge-m3: POST /v1/encode, TEI's POST /embed_sparse; POST /v1/rerank (the export's rerank model);
-POST /v1/chunk_embeddings (late chunking);
-admin POST /v1/models/{id}/load|unload; GET /metrics; /docs, /openapi.json. The app's state: settings, service,
-metrics (create_app).
+POST /v1/chunk_embeddings (late chunking); CLIP exports: images in /v1/embeddings, seed API POST /infer (images.py
+turns the items into bytes);
+admin POST /v1/models/{id}/load|unload, seed API POST /load_clip_model, /unload_clip_model, /delete_clip_model;
+GET /metrics; /docs, /openapi.json. The app's state: settings, service, metrics (create_app).
 """
 import base64
 import hmac
+import re
+import time
 import uuid
+from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Protocol
 
+import images
 import numpy as np
 import orjson
 from errors import ServiceError
@@ -31,7 +37,9 @@ MODES = ("dense", "sparse", "colbert")  # the rerank model's mode_scores columns
 
 class Service(Protocol):
     """What the routes need from the serving side. Card: id, name, outputs, embedding_size, colbert_size,
-    max_length, source, created. embed -> dense [n, d] | None, sparse [(ids, weights)] | None, colbert [[m, c]] |
+    max_length, source, created, kind, rerank, chunks (None: none); CLIP exports: image, architecture, pretrained
+    (image None: text only). exports(): every export, loaded or not. embed_images -> vectors [n, d], inference_ms.
+    embed -> dense [n, d] | None, sparse [(ids, weights)] | None, colbert [[m, c]] |
     None, tokens [n], truncated [n], inference_ms. rerank -> scores [n], mode_scores [n, 3] | None, tokens,
     query_truncated, truncated [n], inference_ms. Failures raise errors.ServiceError kinds."""
 
@@ -41,11 +49,15 @@ class Service(Protocol):
 
     def resolve(self, model): ...
 
+    def exports(self): ...
+
     def health(self): ...
 
     def live(self): ...
 
     async def embed(self, card, texts, outputs, param, parameters=None): ...
+
+    async def embed_images(self, card, images, param, indices=None): ...
 
     async def rerank(self, card, query, documents, weights): ...
 
@@ -104,6 +116,8 @@ def admin_key(request: Request):
 ERRORS = {status: {"model": schemas.ErrorResponse} for status in (400, 401, 404, 413, 415, 422, 429, 503, 504)}
 ADMIN = {"dependencies": [Depends(admin_key)], "response_model": schemas.AdminResult,
          "responses": {status: {"model": schemas.ErrorResponse} for status in (401, 403, 404, 409, 422, 503)}}
+CLIP_ADMIN = {**ADMIN, "response_model": schemas.ClipAdminResult}
+EXPORT_CLIP = "python build/export.py --open-clip ViT-B-32 --pretrained laion2b_s34b_b79k --name <name>"
 USER = [Depends(user_key)]
 router = APIRouter(route_class=OrjsonRoute)
 
@@ -144,6 +158,29 @@ async def embed(request, card, texts, outputs, param, truncate, parameters=None)
     request.app.state.metrics.observe_embedding(card.id, len(texts), int(result.tokens.sum()),
                                                 int(result.truncated.sum()))
     return result
+
+
+@contextmanager
+def client_indices(param, indices):
+    """Errors about `param[i]` of a part of the inputs (the texts of a list mixing texts and images) name the
+    client's index instead: indices[i]."""
+    try:
+        yield
+    except (ApiError, ServiceError) as error:
+        error.message = re.sub(rf"^{param}\[(\d+)\]", lambda m: f"{param}[{indices[int(m[1])]}]", error.message)
+        raise
+
+
+def need_images(card):
+    if not card.image:
+        raise ApiError(400, f"model '{card.id}' serves text only: images need a CLIP export (one with an image "
+                            f"model)", "images_not_served", "model")
+
+
+async def embed_images(request, card, pictures, param, indices=None):
+    vectors, inference_ms = await request.app.state.service.embed_images(card, pictures, param, indices)
+    request.app.state.metrics.observe_embedding(card.id, len(pictures), 0, 0)
+    return np.ascontiguousarray(vectors, dtype=np.float32), inference_ms
 
 
 def usage(tokens):
@@ -190,24 +227,48 @@ async def live(request: Request):
 @router.post("/v1/embeddings", dependencies=USER, response_model=schemas.EmbeddingsResponse, responses=ERRORS)
 async def embeddings(request: Request, body: schemas.EmbeddingsRequest):
     """OpenAI-compatible embeddings (`encoding_format` float, base64 little-endian float32, or int8 / uint8 / binary
-    / ubinary as the BLS model quantizes them); `dimensions`, `input_type`, `prompt_name` go to the models."""
-    texts = as_list(body.input)
-    if not texts:
+    / ubinary as the BLS model quantizes them); `dimensions`, `input_type`, `prompt_name` go to the models (texts).
+    CLIP exports: `input` may mix texts and `{"image": base64 | data URI | URL}` / `{"text": ...}` objects (Jina's
+    shape); rows keep the input's order; images are float / base64 only and count 0 tokens."""
+    items = as_list(body.input)
+    if not items:
         raise ApiError(400, "'input' must be a string or a non-empty list of strings", "invalid_input", "input")
-    if not all(isinstance(t, str) for t in texts):
+    if any(isinstance(t, (int, list)) for t in items):
         raise ApiError(400, "token arrays are not supported: send text", "invalid_input", "input")
     card = select(request, body.model)
     need(card, "dense", "/v1/embeddings")
+    pictures = [(i, t.image) for i, t in enumerate(items) if isinstance(t, schemas.ImageItem)]
+    texts = [(i, t if isinstance(t, str) else t.text) for i, t in enumerate(items)
+             if not isinstance(t, schemas.ImageItem)]
+    if pictures:
+        need_images(card)
+        for name, value in (("encoding_format", body.encoding_format if body.encoding_format in QUANTIZED else None),
+                            ("dimensions", body.dimensions)):
+            if value is not None:
+                raise ApiError(400, f"{name} {value}: images are embedded as float only (the image model has no "
+                                    f"quantized or Matryoshka outputs): use encoding_format float or base64 without "
+                                    f"dimensions", "invalid_value", name)
     outputs = ("dense", body.encoding_format) if body.encoding_format in QUANTIZED else ("dense",)
     parameters = {"dimensions": body.dimensions, "input_type": body.input_type, "prompt_name": body.prompt_name}
-    result = await embed(request, card, check_texts(request, texts, "input"), outputs, "input", body.truncate,
-                         parameters)
-    vectors = vector_rows(result, body.encoding_format)
-    flags = result.truncated.tolist()
-    data = [{"object": "embedding", "index": i, "embedding": vectors[i], "truncated": flags[i]}
-            for i in range(len(texts))]
-    return json_response({"object": "list", "data": data, "model": card.id, "usage": usage(result.tokens.sum())},
-                         timing_headers(result.truncated.sum(), result.inference_ms))
+    rows, flags, tokens, truncated, inference_ms = [None] * len(items), [False] * len(items), 0, 0, 0.0
+    with client_indices("input", [i for i, _ in texts]):
+        checked = check_texts(request, [t for _, t in texts], "input")
+    encoded = await images.load([p for _, p in pictures], "input", request.app.state.settings,
+                                [i for i, _ in pictures])
+    if texts:
+        with client_indices("input", [i for i, _ in texts]):
+            result = await embed(request, card, checked, outputs, "input", body.truncate, parameters)
+        for (i, _), vector, flag in zip(texts, vector_rows(result, body.encoding_format), result.truncated):
+            rows[i], flags[i] = vector, bool(flag)
+        tokens, truncated, inference_ms = result.tokens.sum(), result.truncated.sum(), result.inference_ms
+    if pictures:
+        vectors, image_ms = await embed_images(request, card, encoded, "input", [i for i, _ in pictures])
+        for (i, _), vector in zip(pictures, vector_rows(SimpleNamespace(dense=vectors), body.encoding_format)):
+            rows[i] = vector
+        inference_ms += image_ms
+    data = [{"object": "embedding", "index": i, "embedding": rows[i], "truncated": flags[i]} for i in range(len(items))]
+    return json_response({"object": "list", "data": data, "model": card.id, "usage": usage(tokens)},
+                         timing_headers(truncated, inference_ms))
 
 
 @router.post("/v2/embed", dependencies=USER, response_model=schemas.CohereEmbedResponse, responses=ERRORS)
@@ -241,6 +302,34 @@ async def seed_embedding(request: Request, body: list[schemas.SeedItem],
     vectors = np.ascontiguousarray(result.dense, dtype=np.float32)
     return json_response([{"embedding": row} for row in vectors],
                          timing_headers(result.truncated.sum(), result.inference_ms))
+
+
+@router.post("/infer", dependencies=USER, response_model=schemas.InferResponse, responses=ERRORS)
+async def infer(request: Request, body: schemas.InferRequest):
+    """Seed API (CLIP): `{"text": [...], "image": [...]}` (base64, data URIs or URLs) -> `text_embeddings`,
+    `image_embeddings` (in order) and `processingTimeMs`. Default model: the first loaded CLIP export by id."""
+    started = time.perf_counter()
+    if not body.text and not body.image:
+        raise ApiError(400, "give 'text' or 'image': a non-empty list (or both)", "invalid_input", "text")
+    card = clip_card(request, body.model)
+    texts = check_texts(request, body.text or [], "text")
+    encoded = await images.load(body.image or [], "image", request.app.state.settings)
+    text_rows = (await embed(request, card, texts, ("dense",), "text", True)).dense if texts else []
+    image_rows = (await embed_images(request, card, encoded, "image"))[0] if encoded else []
+    return json_response({"text_embeddings": np.ascontiguousarray(text_rows, dtype=np.float32) if texts else [],
+                          "image_embeddings": image_rows,
+                          "processingTimeMs": round((time.perf_counter() - started) * 1000, 3)})
+
+
+def clip_card(request, model):
+    if not model:
+        model = next((c.id for c in request.app.state.service.cards() if c.image), None)
+        if model is None:
+            raise ApiError(404, f"no CLIP model is loaded: export one ({EXPORT_CLIP}) and load it (POST "
+                                f"/load_clip_model)", "model_not_found", "model")
+    card = select(request, model)
+    need_images(card)
+    return card
 
 
 @router.post("/v1/encode", dependencies=USER, response_model=schemas.EncodeResponse, responses=ERRORS)
@@ -321,6 +410,8 @@ async def rerank(request: Request, body: schemas.RerankRequest):
                             f"(setting max_input_chars)", "input_too_long", "query")
     check_texts(request, documents, "documents")
     card = select(request, body.model)
+    if card.rerank is None:
+        raise ApiError(400, f"model '{card.id}' has no rerank model", "output_not_served", "model")
     served = [mode for mode in MODES if mode in card.outputs]
     if card.kind == "cross-encoder":
         if body.weights is not None:
@@ -421,6 +512,53 @@ async def unload(request: Request, model_id: str):
     """Admin: unload a model; its in-flight requests finish first. Needs ADMIN_API_KEY. Its files are removed with
     `python build/remove_export.py NAME`, not over HTTP."""
     return await admin(request, model_id, "unload")
+
+
+def clip_export(request, body):
+    """The CLIP export of open_clip's model name (or the HF model_type, or an export id) and pretrained tag (None:
+    any), a loaded one first."""
+    service = request.app.state.service
+    loaded = {c.id for c in service.cards()}
+    found = [c for c in service.exports() if c.image and body.model_name in (c.architecture, c.id, c.name)
+             and body.pretrained in (None, c.pretrained)]
+    if not found:
+        what = body.model_name + (f" / {body.pretrained}" if body.pretrained else "")
+        command = f"python build/export.py --open-clip {body.model_name} --pretrained " \
+                  f"{body.pretrained or '<pretrained>'} --name <name>"
+        raise ApiError(404, f"no CLIP export of {what} in the model repository. The server never exports (its "
+                            f"container has no torch): run `{command}` where the export tools are installed, into "
+                            f"this model repository, then load it", "model_not_found", "model_name")
+    card = sorted(found, key=lambda c: c.id not in loaded)[0]
+    request.scope["state"]["model"] = card.id
+    return card
+
+
+async def clip_admin(request, body, action, delete=False):
+    card = clip_export(request, body)
+    seconds = await getattr(request.app.state.service, action)(card.id)
+    kept = {"files_kept": True, "message": f"unloaded; files are never removed over HTTP: remove them with `python "
+                                           f"build/remove_export.py {card.name}`"} if delete else {}
+    return json_response({"status": f"{action}ed", "model": card.id, "model_name": body.model_name,
+                          "pretrained": card.pretrained, "seconds": round(seconds, 3), **kept})
+
+
+@router.post("/load_clip_model", **CLIP_ADMIN)
+async def load_clip_model(request: Request, body: schemas.ClipModelRequest):
+    """Seed API (admin): load the CLIP export of `model_name` (open_clip's, e.g. ViT-B-32) and `pretrained` (e.g.
+    laion2b_s34b_b79k; none: any). The server never exports: a missing one is a 404 with the export command."""
+    return await clip_admin(request, body, "load")
+
+
+@router.post("/unload_clip_model", **CLIP_ADMIN)
+async def unload_clip_model(request: Request, body: schemas.ClipModelRequest):
+    """Seed API (admin): unload that CLIP export (a loaded one first)."""
+    return await clip_admin(request, body, "unload")
+
+
+@router.post("/delete_clip_model", **CLIP_ADMIN)
+async def delete_clip_model(request: Request, body: schemas.ClipModelRequest):
+    """Seed API (admin): unloads the CLIP export; its files stay (never removed over HTTP)."""
+    return await clip_admin(request, body, "unload", delete=True)
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

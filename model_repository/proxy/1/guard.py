@@ -4,6 +4,7 @@ import time
 
 from http_errors import ApiError
 
+ADMIN_PATHS = ("/v1/models/", "/load_clip_model", "/unload_clip_model", "/delete_clip_model")  # not admitted
 
 class HttpGuard:
     """ASGI layer under the metrics: refuses what must never reach a route, and stops work nobody waits for.
@@ -30,7 +31,7 @@ class HttpGuard:
                                                     headers={"Retry-After": "1", "Connection": "close"}))
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.run(scope, receive, send, None)
-        inference = not scope["path"].startswith("/v1/models/")
+        inference = not scope["path"].startswith(ADMIN_PATHS)
         if inference and self.admitted >= self.settings.max_concurrent_requests:
             return await self.refuse(send, ApiError(
                 429, f"the server is busy: {self.admitted} requests in progress, the limit is "

@@ -5,6 +5,7 @@ exports' models, in-process through BLS. This file is the Triton glue: settings,
   registry.py   the exports (cards) and their models' readiness;  triton_http.py  Triton's own HTTP API
   readiness.py  keeps readiness current; calls on a model that stops being ready fail at once
   guard.py      admission, body limits, disconnects;  server.py  uvicorn in its own thread
+  images.py     images over HTTP (CLIP exports): base64, data URIs, URL fetching and their limits
   errors.py, http_errors.py  the service's error kinds and their HTTP answers;  metrics.py, schemas.py
 Dead stubs are the supervisor model's job (model_repository/supervisor), not this one's.
 """
@@ -28,6 +29,15 @@ from metrics import Metrics, MetricsMiddleware  # noqa: E402
 from readiness import Readiness  # noqa: E402
 from server import Server  # noqa: E402
 
+
+def boolean(value):
+    if value.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.strip().lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(value)
+
+
 # Setting (= config.pbtxt parameter) -> (environment variable that overrides it, type).
 SETTINGS = {
     "host": ("PROXY_HOST", str),
@@ -44,6 +54,13 @@ SETTINGS = {
     "keep_alive_s": ("PROXY_KEEP_ALIVE_S", float),
     "shutdown_grace_s": ("PROXY_SHUTDOWN_GRACE_S", float),
     "readiness_interval_s": ("PROXY_READINESS_INTERVAL_S", float),
+    # images (CLIP exports): images.py
+    "max_image_bytes": ("PROXY_MAX_IMAGE_BYTES", int),
+    "max_images_per_request": ("PROXY_MAX_IMAGES_PER_REQUEST", int),
+    "image_url_hosts": ("PROXY_IMAGE_URL_HOSTS", str),
+    "image_url_max_bytes": ("PROXY_IMAGE_URL_MAX_BYTES", int),
+    "image_url_timeout_s": ("PROXY_IMAGE_URL_TIMEOUT_S", float),
+    "image_url_allow_private": ("PROXY_IMAGE_URL_ALLOW_PRIVATE", boolean),
 }
 
 

@@ -19,20 +19,25 @@ class Card:
     tokenizer: str
     encoder: str
     bls: str  # the ensemble's BLS twin: many texts in length groups
-    rerank: str
+    rerank: str | None  # None: a CLIP export (no rerank model)
     outputs: tuple[str, ...]
     embedding_size: int | None
     colbert_size: int | None
     max_length: int
     source: str
     created: int
-    kind: str = "embedding"  # or "cross-encoder": its rerank model scores pairs with the classifier
+    kind: str = "embedding"  # "cross-encoder": its rerank model scores pairs with the classifier; "clip": images too
     chunks: str | None = None  # the late chunking model (embedding exports)
+    image: str | None = None  # CLIP exports: the image ensemble (encoded image bytes -> embedding) and its steps
+    image_preprocess: str | None = None
+    image_encoder: str | None = None
+    architecture: str | None = None  # CLIP exports: open_clip's model name (ViT-B-32) or the HF model_type
+    pretrained: str | None = None  # CLIP exports: open_clip's pretrained tag or checkpoint path
 
     @property
     def models(self):
-        steps = (self.name, self.tokenizer, self.encoder, self.bls, self.rerank)
-        return steps + ((self.chunks,) if self.chunks else ())
+        return tuple(m for m in (self.name, self.tokenizer, self.encoder, self.bls, self.rerank, self.chunks,
+                                 self.image, self.image_preprocess, self.image_encoder) if m)
 
 
 def read_card(repository, name):
@@ -46,7 +51,9 @@ def read_card(repository, name):
                     manifest["bls_model"], manifest["rerank_model"], tuple(manifest["outputs"]),
                     manifest.get("embedding_size"), manifest.get("colbert_size"), int(manifest["max_length"]),
                     manifest["model"], int(os.path.getmtime(path)), manifest.get("kind", "embedding"),
-                    manifest.get("chunks_model"))
+                    manifest.get("chunks_model"), manifest.get("image_model"),
+                    manifest.get("image_preprocess_model"), manifest.get("image_encoder_model"),
+                    manifest.get("architecture"), manifest.get("pretrained"))
     except (OSError, ValueError, KeyError):
         return None
 

@@ -14,10 +14,24 @@ class Request(BaseModel):
 
 
 # ---------------------------------------------------------------- requests
+class Item(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ImageItem(Item):
+    image: str = Field(description="base64 (standard or URL-safe), a data URI (data:image/png;base64,...) or an "
+                                   "http(s) URL (fetched only from the hosts of the setting image_url_hosts)")
+
+
+class TextItem(Item):
+    text: Text
+
+
 class EmbeddingsRequest(Request):
     """OpenAI `POST /v1/embeddings`."""
-    input: Text | list[Text] | list[int] | list[list[int]] = Field(
-        description="a text or a list of texts (token arrays are refused: send text)")
+    input: Text | list[Text] | list[int] | list[list[int]] | list[Text | TextItem | ImageItem] = Field(
+        description="a text or a list of texts (token arrays are refused: send text); CLIP models: a list mixing "
+                    "texts and {\"image\": ...} / {\"text\": ...} objects (Jina's shape)")
     model: str | None = Field(None, description="served model id; default: the server's default model")
     encoding_format: Literal["float", "base64", "int8", "uint8", "binary", "ubinary"] = Field(
         "float", description="base64: little-endian float32; int8 / uint8: calibrated scalar quantization; binary / "
@@ -44,6 +58,19 @@ class CohereEmbedRequest(Request):
 
 class SeedItem(Request):
     query: Text
+
+
+class InferRequest(Request):
+    """Seed API `POST /infer` (CLIP): texts and images of one CLIP model; either list may be absent, not both."""
+    text: list[Text] | None = None
+    image: list[str] | None = Field(None, description="base64, data URIs or http(s) URLs (as /v1/embeddings)")
+    model: str | None = Field(None, description="a CLIP export's id; default: the first loaded CLIP export")
+
+
+class ClipModelRequest(Request):
+    """Seed API `POST /load_clip_model`, `/unload_clip_model`, `/delete_clip_model`."""
+    model_name: str = Field(description="open_clip's model name (ViT-B-32), the HF model_type, or an export id")
+    pretrained: str | None = Field(None, description="open_clip's pretrained tag (laion2b_s34b_b79k); none: any")
 
 
 class EncodeRequest(Request):
@@ -141,6 +168,22 @@ class SeedResult(BaseModel):
     embedding: list[float]
 
 
+class InferResponse(BaseModel):
+    text_embeddings: list[list[float]]
+    image_embeddings: list[list[float]]
+    processingTimeMs: float  # noqa: N815 - the seed API's name
+
+
+class ClipAdminResult(BaseModel):
+    status: str
+    model: str = Field(description="the export's id")
+    model_name: str
+    pretrained: str | None = None
+    seconds: float
+    files_kept: bool | None = None
+    message: str | None = None
+
+
 class SparseVector(BaseModel):
     indices: list[int]
     values: list[float]
@@ -209,9 +252,9 @@ class ModelCard(BaseModel):
     max_input_tokens: int
     outputs: list[str]
     source: str = Field(description="the Hugging Face model it was exported from")
-    kind: Literal["embedding", "cross-encoder"] = Field(
+    kind: Literal["embedding", "cross-encoder", "clip"] = Field(
         "embedding", description="embedding: embeds texts (and reranks with bge-m3's score); cross-encoder: reranks "
-                                 "only, scoring each (query, document) pair")
+                                 "only, scoring each (query, document) pair; clip: embeds texts and images")
 
 
 class ModelList(BaseModel):

@@ -12,6 +12,7 @@ import numpy as np
 from errors import Conflict, InvalidInput, LoadFailed, NotFound, Overloaded, ServiceError, Timeout, Unavailable
 
 TEXT_ERROR = re.compile(r"text\[(\d+)\] (.+)", re.S)  # the tokenizer's per-text messages (prefixed by the ensemble)
+IMAGE_ERROR = re.compile(r"image\[(\d+)\] (.+)", re.S)  # a CLIP export's image preprocess model's per-image ones
 # the BLS model's and the tokenizer's messages about a request parameter
 PARAMETER_ERROR = re.compile(r"(dimensions|prompt_name|input_type|colbert_pool_factor)[ :]")
 RERANK_ERROR = re.compile(r"^(query|documents\[\d+\]|documents|weights) ")  # the rerank model's bad-input messages
@@ -67,7 +68,7 @@ class Service:
     def __init__(self, pb_utils, registry, triton, settings, executor):
         self.pb, self.registry, self.triton, self.settings, self.executor = \
             pb_utils, registry, triton, settings, executor
-        self.bls_rows = {}  # BLS model -> its max_batch_size (Triton's config of it), kept while it stays ready
+        self.bls_rows = {}  # BLS / image model -> its max_batch_size (Triton's config of it), kept while it is ready
         self.inflight = set()  # (models, abort future, BLS call) of each call in flight
         self.loop = None  # the HTTP server's event loop, known from the first call
         self.admin_lock = threading.Lock()
@@ -83,6 +84,10 @@ class Service:
     def resolve(self, model):
         return self.registry.resolve(model)
 
+    def exports(self):
+        """Every export in the model repository, loaded or not (scanned again), by id."""
+        return sorted(self.registry.scan().values(), key=lambda c: c.id)
+
     def health(self):
         return self.registry.health()
 
@@ -96,7 +101,7 @@ class Service:
                 ready = bool(self.triton.ready(name))
                 if not ready:
                     self.bls_rows.pop(name, None)
-                elif name == card.bls and name not in self.bls_rows:  # learnt here, off the request path
+                elif name in (card.bls, card.image) and name not in self.bls_rows:  # learnt off the request path
                     self.bls_rows[name] = max(1, int((self.triton.config(name) or {}).get("max_batch_size") or 1))
                 self.registry.ready[name] = ready
 
@@ -144,6 +149,20 @@ class Service:
             inference_ms=(time.perf_counter() - started) * 1000,
             quantized={kind: flat[TENSORS[kind][0]] for kind in outputs if kind in QUANTIZED})
 
+    async def embed_images(self, card, images, param, indices=None):
+        """Encoded images (bytes) through a CLIP export's image ensemble, in pieces of its max_batch_size, all at
+        once -> (vectors [n, d] float32, inference_ms). The image model decodes them; an image it refuses is named
+        `param[indices[i]]` (the client's item; indices default to 0..n-1)."""
+        started = time.perf_counter()
+        indices = list(range(len(images))) if indices is None else list(indices)
+        size = self.bls_rows.get(card.image, 1)
+        parts = await asyncio.gather(*(
+            self.infer(card, card.image, {"image": np.array(images[first:first + size], dtype=np.object_)
+                                          .reshape(-1, 1)}, ["embedding"], (param, first, indices))
+            for first in range(0, len(images), size)))
+        vectors = np.concatenate([part["embedding"] for part in parts]).astype(np.float32, copy=False)
+        return vectors, (time.perf_counter() - started) * 1000
+
     async def rerank(self, card, query, documents, weights):
         """A cross-encoder's rerank model: the classifier's scores (mode_scores None); else bge-m3's combined one."""
         started = time.perf_counter()
@@ -182,7 +201,8 @@ class Service:
 
     async def infer(self, card, model, inputs, names, rows, parameters=None):
         """One BLS request to `model` -> {output: array}. rows: (param, first row) to name a bad `text` row in the
-        client's terms; None: the model's messages already do (rerank: `query`, `documents[i]`)."""
+        client's terms, (param, first row, client index of each row) a bad `image` row; None: the model's messages
+        already do (rerank: `query`, `documents[i]`)."""
         pb = self.pb
         request = pb.InferenceRequest(
             model_name=model, requested_output_names=names, parameters=parameters or {},
@@ -254,7 +274,7 @@ class Service:
 
             def load():
                 try:  # the ensemble brings its steps; the BLS callers are no ensemble's steps: loaded on their own
-                    for model in (card.name, card.bls, card.rerank, *([card.chunks] if card.chunks else [])):
+                    for model in (m for m in (card.name, card.bls, card.rerank, card.chunks, card.image) if m):
                         self.triton.control("load", model)
                 except RuntimeError as error:  # Triton says why (missing file, bad config...)
                     self.registry.loaded_by_admin.discard(card.name)
@@ -284,7 +304,9 @@ class Service:
 
     def own_steps(self, card):
         shared = {m for c in self.registry.cards_by_name.values() if c.name != card.name for m in c.models}
-        return [m for m in (card.tokenizer, card.encoder, card.bls, card.rerank, card.chunks) if m and m not in shared]
+        steps = (card.image, card.tokenizer, card.encoder, card.bls, card.rerank, card.chunks, card.image_preprocess,
+                 card.image_encoder)
+        return [m for m in steps if m and m not in shared]
 
     def unload_steps(self, steps, also_wait=()):
         """Unload `steps` and wait until Triton holds none of them (an unload answers at once, but the instances
@@ -302,12 +324,16 @@ class Service:
 
 def step_error(message, card, model, rows):
     """A step's error message as a ServiceError of the right kind."""
+    bad_image = IMAGE_ERROR.search(message)
+    if bad_image and rows and len(rows) == 3 and rows[1] + int(bad_image[1]) < len(rows[2]):
+        param, first, indices = rows
+        return InvalidInput(f"{param}[{indices[first + int(bad_image[1])]}] {bad_image[2]}", "invalid_image", param)
     bad_text = TEXT_ERROR.search(message)
-    if bad_text and rows:
+    if bad_text and rows and len(rows) == 2:
         param, first = rows
         return InvalidInput(f"{param}[{first + int(bad_text[1])}] {bad_text[2]}", "invalid_input", param)
     bad_parameter = PARAMETER_ERROR.search(message)
-    if bad_parameter and rows:
+    if bad_parameter and rows and len(rows) == 2:
         return InvalidInput(message[bad_parameter.start():], "invalid_value", bad_parameter[1])
     bad_field = RERANK_ERROR.match(message)
     if bad_field and not rows:
