@@ -173,6 +173,19 @@ def _hf_variant(**options):
         "pixel_values"][0]
 
 
+def _torchvision_padding(open_clip):
+    """A crop larger than the resize: torchvision pads (in the image's mode) before cropping. open_clip's own
+    transforms never do (their resize covers the crop)."""
+    from open_clip.transform import MaybeConvertMode, MaybeToTensor
+    from torchvision import transforms
+
+    model, _, _ = open_clip.create_model_and_transforms("RN50", pretrained=None)
+    preprocess = transforms.Compose([transforms.Resize(200, interpolation=transforms.InterpolationMode.BICUBIC),
+                                     transforms.CenterCrop((227, 240)), MaybeConvertMode(), MaybeToTensor(),
+                                     transforms.Normalize(open_clip.OPENAI_DATASET_MEAN, open_clip.OPENAI_DATASET_STD)])
+    return image_config.from_open_clip(model, preprocess), preprocess
+
+
 VARIANTS = {
     "open_clip ViT-B-32": lambda oc: _open_clip_variant(oc, "ViT-B-32"),
     # another size, mean, std and interpolation
@@ -184,6 +197,10 @@ VARIANTS = {
     "transformers CLIP": lambda oc: _hf_variant(),
     "transformers squash bilinear": lambda oc: _hf_variant(size={"height": 240, "width": 200}, resample=2,
                                                            do_center_crop=False, image_mean=[0.5, 0.4, 0.3]),
+    # crops larger than the resize: padded, torchvision with floor(d / 2) before, transformers ceil(d / 2)
+    "torchvision crop padded": _torchvision_padding,
+    "transformers crop padded": lambda oc: _hf_variant(size={"shortest_edge": 200}, crop_size={"height": 227,
+                                                                                               "width": 240}),
 }
 
 

@@ -208,7 +208,10 @@ class TritonPythonModel:
         except Exception as error:  # Pillow raises OSError, SyntaxError, ValueError, EOFError... for bad data
             raise Refused(f"{label} could not be decoded ({image.format}, {width}x{height}): truncated or "
                              f"corrupt ({type(error).__name__}: {error})") from None
-        ImageOps.exif_transpose(image, in_place=True)
+        try:
+            ImageOps.exif_transpose(image, in_place=True)
+        except Exception:  # unreadable EXIF: the pixels are fine, and the libraries never read it either
+            pass
         return self.transform(image)
 
     def row(self, item, label):
@@ -241,7 +244,7 @@ class TritonPythonModel:
             per_request[i].append(result)
         responses = []
         for results in per_request:
-            error = next((r for r in results if isinstance(r, str)), None)
+            error = next((r for r in results if isinstance(r, str)), None if results else "the request has no image")
             if error is not None:
                 responses.append(pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(error, pb_utils.TritonError.INVALID_ARG)))
