@@ -176,14 +176,14 @@ class TritonPythonModel:
         """One row's [3, H, W] pixels, or Refused naming the row and the cause."""
         if isinstance(item, MalformedBytes):
             raise Refused(f"{label} is malformed: its length prefix says {item.declared} bytes but {len(item)} "
-                             f"follow")
+                          f"follow")
         if not isinstance(item, bytes):
             item = bytes(item) if isinstance(item, (bytearray, memoryview)) else str(item).encode()
         if not item:
             raise Refused(f"{label} is empty")
         if len(item) > self.max_bytes:
             raise Refused(f"{label} is {len(item)} bytes, over the limit of {self.max_bytes} (parameter "
-                             f"max_image_bytes)")
+                          f"max_image_bytes)")
         try:
             image = Image.open(io.BytesIO(item), formats=self.formats)
         except UnidentifiedImageError:
@@ -193,21 +193,21 @@ class TritonPythonModel:
             raise Refused(f"{label} is {width}x{height}: no pixels")
         if width * height > self.max_pixels:
             raise Refused(f"{label} is {width}x{height} = {width * height} pixels, over the limit of "
-                             f"{self.max_pixels} (parameter max_image_pixels)")
+                          f"{self.max_pixels} (parameter max_image_pixels)")
         # EXIF may swap the sides: both ways
         resized = max(self.transform.resized_size(width, height), self.transform.resized_size(height, width),
                       key=lambda size: size[0] * size[1])
         if resized[0] * resized[1] > self.max_pixels:  # a 1x40000 strip resized to 224 high: 224x8960000
             raise Refused(f"{label} is {width}x{height}: its aspect ratio would make the resized image "
-                             f"{resized[0]}x{resized[1]}, over the limit of {self.max_pixels} pixels (parameter "
-                             f"max_image_pixels)")
+                          f"{resized[0]}x{resized[1]}, over the limit of {self.max_pixels} pixels (parameter "
+                          f"max_image_pixels)")
         try:
             image.load()
         except BOMB:
             raise
         except Exception as error:  # Pillow raises OSError, SyntaxError, ValueError, EOFError... for bad data
             raise Refused(f"{label} could not be decoded ({image.format}, {width}x{height}): truncated or "
-                             f"corrupt ({type(error).__name__}: {error})") from None
+                          f"corrupt ({type(error).__name__}: {error})") from None
         try:
             ImageOps.exif_transpose(image, in_place=True)
         except Exception:  # unreadable EXIF: the pixels are fine, and the libraries never read it either
