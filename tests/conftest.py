@@ -43,15 +43,15 @@ def pytest_report_header():
     return f"Python models run on: {MODEL_PYTHON} ({launch.python_version(MODEL_PYTHON)})"
 
 
-def import_python_model(model, **fake_attributes):
-    """model_repository/<model>/1/model.py imported with a fake triton_python_backend_utils (unit tests), which is
-    taken out of sys.modules again afterwards."""
+def import_python_model(model, path=None, **fake_attributes):
+    """model_repository/<model>/1/model.py (or the file at `path`, relative to the project) imported with a fake
+    triton_python_backend_utils (unit tests), which is taken out of sys.modules again afterwards."""
     fake = types.ModuleType("triton_python_backend_utils")
     fake.__dict__.update(fake_attributes)
     saved = sys.modules.get("triton_python_backend_utils")
     sys.modules["triton_python_backend_utils"] = fake
     try:
-        path = os.path.join(PROJECT, "model_repository", model, "1", "model.py")
+        path = os.path.join(PROJECT, *(path.split("/") if path else ("model_repository", model, "1", "model.py")))
         spec = importlib.util.spec_from_file_location(f"{model}_model_under_test", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
