@@ -10,6 +10,9 @@ PYTHON310 ?= $(shell for p in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python
 	$$p -c 'import sys' >/dev/null 2>&1 && { command -v $$p || echo $$p; } && break; done)
 MODEL ?=
 NAME ?=
+# CLIP from open_clip: OPEN_CLIP=ViT-B-32 PRETRAINED=laion2b_s34b_b79k (or a checkpoint file) NAME=clip
+OPEN_CLIP ?=
+PRETRAINED ?=
 REPOSITORY ?= model_repository
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
@@ -20,7 +23,8 @@ export HTTP_PORT GRPC_PORT METRICS_PORT PROXY_PORT
 # encoder's batching strategy (build/export.py compiles model_repository/embedding/token_budget.c).
 DEB_PACKAGES := libb64-0d wrk gcc libc6-dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-EXPORT_ARGS = --repository $(REPOSITORY) $(if $(MODEL),--model "$(MODEL)") $(if $(NAME),--name "$(NAME)")
+EXPORT_ARGS = --repository $(REPOSITORY) $(if $(MODEL),--model "$(MODEL)") $(if $(NAME),--name "$(NAME)") \
+	$(if $(OPEN_CLIP),--open-clip "$(OPEN_CLIP)") $(if $(PRETRAINED),--pretrained "$(PRETRAINED)")
 
 .PHONY: setup tools py310 export serve test lint bench clean
 

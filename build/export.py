@@ -249,7 +249,6 @@ def export_clip(args, repository, started, folder=None):
     import types
 
     import torch
-
     from exporting import image_config
 
     if args.name is None:
@@ -257,7 +256,10 @@ def export_clip(args, repository, started, folder=None):
     if args.outputs or args.pooling or args.max_length or args.matryoshka_dims or args.fp16:
         fail("--outputs, --pooling, --max-length, --matryoshka-dims and --fp16 do not apply to CLIP exports")
     if args.open_clip:
-        pretrained = None if (args.pretrained or "none").lower() == "none" else args.pretrained
+        if not args.pretrained:
+            fail("--open-clip needs --pretrained: a tag (e.g. laion2b_s34b_b79k), a checkpoint file, or none "
+                 "(random weights, for tests)")
+        pretrained = None if args.pretrained.lower() == "none" else args.pretrained
         model, preprocess, simple = clip.load_open_clip(args.open_clip, pretrained)
         tokenizer = clip.fast_tokenizer_of(simple)
         reference = types.SimpleNamespace(source="open_clip", model=model, tokenize=simple,

@@ -21,7 +21,8 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT)
 from local_triton.launch import secret  # noqa: E402 - the launcher's reading of ADMIN_API_KEY(_FILE)
 
-MODEL_KEYS = ("name", "tokenizer_model", "encoder_model", "bls_model", "rerank_model", "chunks_model")
+MODEL_KEYS = ("name", "tokenizer_model", "encoder_model", "bls_model", "rerank_model", "chunks_model",
+              "image_model", "image_preprocess_model", "image_encoder_model")  # the last three: CLIP exports
 
 
 def fail(message):

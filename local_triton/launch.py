@@ -184,8 +184,9 @@ def server_command(model_repository, http_port=8000, grpc_port=8001, metrics_por
 
 
 def with_bls_models(model_repository, names):
-    """`names` plus, for each export among them, its BLS and rerank models (Triton loads an ensemble's steps with it,
-    but not the models that call it through BLS: their names are in the export's export.json), and the supervisor,
+    """`names` plus, for each export among them, its BLS, rerank, late chunking and image models (Triton loads an
+    ensemble's steps with it, but not the models that call it through BLS, nor a CLIP export's image ensemble: their
+    names are in the export's export.json), and the supervisor,
     which always runs when the repository has it."""
     found = list(names)
     if "*" not in found and "supervisor" not in found and \
@@ -197,7 +198,7 @@ def with_bls_models(model_repository, names):
                 manifest = json.load(handle)
         except (OSError, ValueError):
             continue
-        found += [manifest[key] for key in ("bls_model", "rerank_model", "chunks_model")
+        found += [manifest[key] for key in ("bls_model", "rerank_model", "chunks_model", "image_model")
                   if manifest.get(key) not in (None, *found)]
     return found
 

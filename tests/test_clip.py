@@ -123,8 +123,10 @@ def clip_repository(tmp_path_factory, open_clip_model, hf_clip_dir):
 
 @pytest.fixture(scope="module")
 def clip_server(clip_repository, tmp_path_factory):
+    # URL fetching on for 127.0.0.1 (the image host started below); loopback needs image_url_allow_private
     yield from serve_until_done(clip_repository, str(tmp_path_factory.mktemp("clip_server")),
-                                extra_env={"ADMIN_API_KEY": "root"})
+                                extra_env={"ADMIN_API_KEY": "root", "PROXY_IMAGE_URL_HOSTS": "127.0.0.1",
+                                           "PROXY_IMAGE_URL_ALLOW_PRIVATE": "true"})
 
 
 def infer(protocol, server, model, name, rows, output="embedding"):
@@ -236,11 +238,12 @@ def test_text_and_image_share_one_space(clip_server, open_clip_model):
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_hugging_face_clip_matches_transformers(clip_server, hf_clip_dir, protocol):
     import torch
-    from transformers import CLIPImageProcessor, CLIPModel, CLIPTokenizer
+    from transformers import CLIPModel, CLIPTokenizer
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
     model = CLIPModel.from_pretrained(hf_clip_dir).eval()
     tokenizer = CLIPTokenizer.from_pretrained(hf_clip_dir)
-    processor = CLIPImageProcessor.from_pretrained(hf_clip_dir)
+    processor = CLIPImageProcessorPil.from_pretrained(hf_clip_dir)  # the PIL one, whatever torchvision says
     images = sample_images()
     with torch.no_grad():
         batch = tokenizer(TEXTS, padding=True, truncation=True, max_length=77, return_tensors="pt")
@@ -307,3 +310,109 @@ def test_hostile_images_are_refused_and_the_stub_lives(clip_server, protocol):
         for future in fine:
             assert cosines(future.result(), reference).min() > 0.99999
     assert cosines(infer(protocol, clip_server, "clip_image", "image", [good]), reference).min() > 0.99999
+
+
+# ---------------------------------------------------------------- the HTTP side (proxy)
+ADMIN = {"Authorization": "Bearer root"}
+
+
+@pytest.fixture(scope="module")
+def image_host():
+    """A local HTTP server with the sample images at /NAME and a redirect to a host not on the allow-list."""
+    import http.server
+    import threading
+
+    images = sample_images()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            if self.path == "/elsewhere":
+                self.send_response(302)
+                self.send_header("Location", "http://localhost:9/red.png")
+                self.end_headers()
+                return
+            data = images.get(self.path.lstrip("/"))
+            self.send_response(200 if data else 404)
+            self.send_header("Content-Length", str(len(data or b"")))
+            self.end_headers()
+            self.wfile.write(data or b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def b64(data):
+    import base64
+
+    return base64.b64encode(data).decode()
+
+
+def test_seed_infer_gives_the_kserve_vectors(clip_server):
+    """The seed's POST /infer: text and image lists in one request, both lists out, in order, equal to what KServe
+    clients get from `clip` and `clip_image`."""
+    import httpx
+
+    images = sample_images()
+    texts = TEXTS[:3]
+    body = {"text": texts, "image": [b64(images["red.png"]), "data:image/jpeg;base64," + b64(images["noise.jpg"])]}
+    response = httpx.post(clip_server.proxy_url + "/infer", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert isinstance(result["processingTimeMs"], float) and result["processingTimeMs"] > 0
+    expected_text = infer("grpc", clip_server, "clip", "text", [t.encode() for t in texts])
+    expected_image = infer("grpc", clip_server, "clip_image", "image", [images["red.png"], images["noise.jpg"]])
+    assert cosines(np.array(result["text_embeddings"]), expected_text).min() > 0.99999
+    assert cosines(np.array(result["image_embeddings"]), expected_image).min() > 0.99999
+
+
+def test_openai_route_takes_images_beside_texts(clip_server, image_host):
+    """/v1/embeddings with strings and {"image": ...} items (base64 and a URL from an allow-listed host): rows in input
+    order, each equal to its KServe vector; a hostile item is a 400 naming it, and the next request is served."""
+    import httpx
+
+    images = sample_images()
+    items = ["a red square", {"image": b64(images["red.png"])}, {"image": f"{image_host}/shapes.webp"},
+             {"text": "blue and green shapes"}]
+    response = httpx.post(clip_server.proxy_url + "/v1/embeddings", json={"model": "clip", "input": items},
+                          timeout=60)
+    assert response.status_code == 200, response.text
+    rows = np.array([row["embedding"] for row in sorted(response.json()["data"], key=lambda r: r["index"])])
+    texts = infer("grpc", clip_server, "clip", "text", [b"a red square", b"blue and green shapes"])
+    pictures = infer("grpc", clip_server, "clip_image", "image", [images["red.png"], images["shapes.webp"]])
+    assert cosines(rows, np.stack([texts[0], pictures[0], pictures[1], texts[1]])).min() > 0.99999
+    bad = httpx.post(clip_server.proxy_url + "/v1/embeddings", timeout=60,
+                     json={"model": "clip", "input": ["fine", {"image": b64(HOSTILE["truncated"][0])}]})
+    assert bad.status_code == 400 and "input[1]" in bad.text and "truncated" in bad.text.lower(), bad.text
+    redirected = httpx.post(clip_server.proxy_url + "/v1/embeddings", timeout=60,
+                            json={"model": "clip", "input": [{"image": f"{image_host}/elsewhere"}]})
+    assert redirected.status_code == 400 and "localhost" in redirected.text, redirected.text
+    again = httpx.post(clip_server.proxy_url + "/v1/embeddings", timeout=60,
+                       json={"model": "clip", "input": [{"image": b64(images["red.png"])}]})
+    assert again.status_code == 200
+
+
+def test_seed_admin_routes_unload_and_load_the_export(clip_server, open_clip_model):
+    """/unload_clip_model and /load_clip_model (admin key) act on the export of that architecture and checkpoint;
+    an export that does not exist is a 404 that gives the export command."""
+    import httpx
+
+    proxy = clip_server.proxy_url
+    wanted = {"model_name": ARCHITECTURE, "pretrained": open_clip_model[3]}
+    assert httpx.post(proxy + "/unload_clip_model", json=wanted, timeout=60).status_code in (401, 403)
+    missing = httpx.post(proxy + "/load_clip_model", json={"model_name": "ViT-L-14", "pretrained": "openai"},
+                         headers=ADMIN, timeout=60)
+    assert missing.status_code == 404 and "build/export.py --open-clip ViT-L-14" in missing.text, missing.text
+    unloaded = httpx.post(proxy + "/unload_clip_model", json=wanted, headers=ADMIN, timeout=120)
+    assert unloaded.status_code == 200, unloaded.text
+    gone = httpx.post(proxy + "/infer", json={"model": "clip", "text": ["a cat"]}, timeout=60)
+    assert gone.status_code == 404, gone.text
+    loaded = httpx.post(proxy + "/load_clip_model", json=wanted, headers=ADMIN, timeout=240)
+    assert loaded.status_code == 200 and loaded.json()["model"] == "clip", loaded.text
+    back = httpx.post(proxy + "/infer", json={"model": "clip", "text": ["a cat"], "image": [
+        b64(sample_images()["red.png"])]}, timeout=60)
+    assert back.status_code == 200 and len(back.json()["image_embeddings"]) == 1, back.text
