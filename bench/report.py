@@ -256,6 +256,10 @@ def markdown(run, plot_names):
                 "export's `<name>_rerank` model over KServe gRPC and the proxy's `/v1/rerank`, against onnxruntime "
                 "in-process on the same pairs (same tokenization, sorted by length) at its best batch size. Random "
                 "weights, max length 512.", "", table(run["rerank"]), ""]
+    if run.get("images"):
+        from bench.images import section
+
+        out += section(run["images"])
     out += ["## onnxruntime ceiling sweeps", "",
             "In the bench process, before the server starts; texts pre-tokenized, sorted by length, cut into batches "
             "padded to their own longest text, run in a stratified order (bit-reversed) for "

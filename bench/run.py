@@ -22,7 +22,10 @@ Steps, in one process:
      ensemble of two echo models, in their own server;
   8. cross-encoder reranking (bench/rerank.py): one query against 100 documents through the rerank model (KServe
      gRPC) and /v1/rerank (HTTP) against onnxruntime in-process on the same pairs, in their own server;
-  9. the report: targets (ratios to each workload's ceiling), tables, plots (bench/report.py).
+  9. CLIP images (bench/images.py): an open_clip ViT-B-32's image ensemble on raw JPEGs (KServe gRPC) against
+     onnxruntime in-process on the same pixels, preprocessing's share per image size, retrieval sanity against
+     open_clip, in their own server;
+  10. the report: targets (ratios to each workload's ceiling), tables, plots (bench/report.py).
 """
 import argparse
 import json
@@ -41,6 +44,7 @@ if PROJECT not in sys.path:
 
 from bench import baselines, breakdown, common, loadgen, overhead, report  # noqa: E402
 from bench import corpus as corpus_lib  # noqa: E402
+from bench import images as images_bench  # noqa: E402
 from bench import rerank as rerank_bench  # noqa: E402
 
 PERF_MODELS = {"ensemble": "ensemble", "ensemble_bls": "ensemble_bls", "client_tokenization": "embedding",
@@ -355,6 +359,10 @@ def parse_args(argv):
                         "near-zero-cost model's ensemble against an echo ensemble, bench/overhead.py)")
     parser.add_argument("--rerank-sizes", help="step 8's cross-encoder shapes, comma-separated (minilm, m3: 24 "
                         "layers, slow on 2 cores); default minilm, none with --short; empty: leave the step out")
+    parser.add_argument("--no-images", action="store_true", help="leave out step 9 (CLIP images: an open_clip "
+                        "export's image ensemble against onnxruntime in-process, bench/images.py)")
+    parser.add_argument("--images-architecture", default=images_bench.ARCHITECTURE,
+                        help="step 9's open_clip architecture (default ViT-B-32)")
     parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a launcher setting for the server (repeatable), e.g. RATE_LIMIT=off")
     parser.add_argument("--server-arg", action="append", default=[], help="extra tritonserver argument")
@@ -415,11 +423,15 @@ def main(argv=None):
     sizes = tuple(s for s in (args.rerank_sizes if args.rerank_sizes is not None else
                               "" if args.short else "minilm").split(",") if s)
     reranking = rerank_bench.measure(os.path.join(args.work_dir, "rerank"), sizes, progress=progress) if sizes else None
+    pictures = None
+    if not args.no_images:
+        pictures = images_bench.measure(os.path.join(args.work_dir, "images"), args.short, args.images_architecture,
+                                        progress=progress)
     run = {
         "mode": args.mode, "command": command_line, "device": args.device, "manifest": manifest,
         "repository": os.path.relpath(source, PROJECT) if source.startswith(PROJECT) else source,
         "bench_owned_export": owned, "encoder_threads": threads, "probe": probe, "breakdown": times, "overhead": floor,
-        "rerank": reranking,
+        "rerank": reranking, "images": pictures,
         "client_tokenize_us": baselines.client_tokenization_cost(
             tokenizer, [t["text"] for t in workloads[next(iter(workloads))]["texts"][:200]], 0.5),
         "workloads": {name: {k: w.get(k) for k in ("info", "ceiling", "ceiling_sweep", "results")}

@@ -15,7 +15,7 @@ def test_short_benchmark_produces_report(minilm_repository, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "bench.run", "--short", "--repository", str(minilm_repository),
          "--workloads", "queries,client-batched", "--concurrency", "1,2", "--min-window-requests", "4",
-         "--output", str(output), "--work-dir", str(work)],
+         "--images-architecture", "ViT-S-32", "--output", str(output), "--work-dir", str(work)],
         cwd=PROJECT, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Targets (issues 8 and 15)" in result.stdout  # make bench prints the ratios
@@ -23,7 +23,7 @@ def test_short_benchmark_produces_report(minilm_repository, tmp_path):
 
     report = (output / "benchmarks.md").read_text()
     for heading in ("## Targets", "## Workloads", "## Where one short request's time goes", "## Every level",
-                    "## onnxruntime ceiling sweeps", "## Method, machine, settings"):
+                    "## CLIP images", "## onnxruntime ceiling sweeps", "## Method, machine, settings"):
         assert heading in report, heading
     assert "stand-in's share" in report
     for png in ("bench_throughput.png", "bench_p99_latency.png"):
@@ -47,6 +47,7 @@ def test_short_benchmark_produces_report(minilm_repository, tmp_path):
     floor = run["overhead"]  # the serving floor's pair, measured in its own server
     assert floor["ensemble"]["requests_per_s"] > 0 and floor["echo_ensemble"]["requests_per_s"] > 0
     assert floor["ratio"] == floor["ensemble"]["requests_per_s"] / floor["echo_ensemble"]["requests_per_s"]
+    assert run["images"]["architecture"] == "ViT-S-32" and run["images"]["retrieval"]["identical"]  # step 9
 
 
 def test_gpu_script_pipeline_runs_on_cpu(tmp_path):
@@ -130,3 +131,35 @@ def test_overload_script_measures_every_route(minilm_repository, tmp_path):
         assert row["rss_mb"][0] > 100 and row["shm_mb"][0] > 0, row  # the server's own footprint was read
     assert all(p99 > 0 for p99 in rows[-1]["per_route_p99_ms"].values()), rows[-1]  # 6 clients: every route
     assert "0 misrouted" in result.stdout and "| clients |" in result.stdout
+
+
+def test_images_benchmark_smoke(tmp_path):
+    """bench/images.py --short on open_clip ViT-S-32 (the smaller tower): the export, the in-process preprocessing
+    and ceiling, the served image ensemble at every level, the retrieval sanity against open_clip, the table, and
+    the section put into a benchmarks.md. No timing thresholds: ratios and shares are positive numbers."""
+    work = tmp_path / "work"
+    result = subprocess.run([sys.executable, "-m", "bench.images", "--short", "--architecture", "ViT-S-32",
+                             "--work-dir", str(work)], cwd=PROJECT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = json.loads((work / "results.json").read_text())
+    ceiling = run["ceiling"]
+    assert ceiling["images_per_s"] > 0 and ceiling["best_batch"] in (1, 2, 4, 8, 16)
+    assert set(run["served"]) == {"1x1", "1x4", "8x1", "8x4"}
+    for row in run["served"].values():
+        assert row["images_per_s"] > 0 and row["ratio"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"], row
+    assert set(run["preprocess"]) == {"256", "1024"}
+    for size in run["preprocess"].values():
+        assert size["preprocess_ms"] > 0 and 0 < size["share"] < 1, size
+    sanity = run["retrieval"]
+    assert sanity["texts"] == 8 and sanity["identical"] and sanity["max_abs_score_difference"] < 1e-3, sanity
+    assert "| Images per request | In flight |" in result.stdout and "8/8 identical rankings" in result.stdout
+
+    from bench import images
+
+    report = tmp_path / "benchmarks.md"
+    report.write_text("# Benchmarks\n\n## Cross-encoder reranking\n\nrows\n\n## onnxruntime ceiling sweeps\n\nsweeps\n")
+    images.update_docs(run, str(report))
+    images.update_docs(run, str(report))  # a second run replaces the section, never adds one
+    text = report.read_text()
+    assert text.count("## CLIP images") == 1 and text.index("## CLIP images") < text.index("## onnxruntime ceiling")
+    assert "identical rank order" in text and "## Cross-encoder reranking\n\nrows" in text
