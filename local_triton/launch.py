@@ -15,7 +15,8 @@ Settings (environment variables; the README's "Security" and "Settings" sections
   ADMIN_API_KEY(_FILE)    key for Triton's restricted APIs (repository, shared memory, trace, logging); unset: a
                           random key, so nobody can call them
   MODEL_CONTROL           explicit (default: models load and unload at run time) or none
-  LOAD_MODELS             models to load at start in explicit mode, comma-separated (default *: all); an export's
+  LOAD_MODELS             models to load at start in explicit mode, comma-separated (default *: all, but the
+                          default export's folders while they hold no export: every_model); an export's
                           ensemble brings its BLS and rerank models
   RATE_LIMIT              on (default; see model_repository/tokenizer/config.pbtxt) or off
   MODEL_CONFIG_NAME       Triton's --model-config-name: models with configs/<name>.pbtxt load it (e.g. gpu)
@@ -175,12 +176,28 @@ def server_command(model_repository, http_port=8000, grpc_port=8001, metrics_por
         # (the default) /v2/health/ready stays 400 until that model loads. Start-up failures still stop the server.
         command += ["--model-control-mode=explicit", "--strict-readiness=false"]
         names = [name.strip() for name in setting("LOAD_MODELS", "*", env).split(",")]
+        if names == ["*"]:
+            names = every_model(model_repository)
         command += [f"--load-model={name}" for name in with_bls_models(model_repository, names)]
     if setting("RATE_LIMIT", "on", env) == "on":
         command.append("--rate-limit=execution_count")  # honour the configs' rate_limiter sections
     if setting("MODEL_CONFIG_NAME", "", env):
         command.append(f"--model-config-name={setting('MODEL_CONFIG_NAME', '', env)}")
     return [*command, *extra_args]
+
+
+# The default export's folders: until build/export.py exports into them (without --name) they hold only templates
+# and code, and Triton cannot load them.
+DEFAULT_EXPORT_FOLDERS = ("tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "late_chunking")
+
+
+def every_model(model_repository):
+    """LOAD_MODELS=*: every model of the repository but the default export's folders when nothing was exported into
+    them (a repository holding only named exports, e.g. a CLIP one, serves them alone)."""
+    unexported = () if os.path.isfile(os.path.join(model_repository, "ensemble", "1", "export.json")) \
+        else DEFAULT_EXPORT_FOLDERS
+    return sorted(entry for entry in os.listdir(model_repository) if entry not in unexported and
+                  not entry.startswith(".") and os.path.isdir(os.path.join(model_repository, entry)))
 
 
 def with_bls_models(model_repository, names):

@@ -36,3 +36,21 @@ def test_launcher_serves_and_stops_cleanly_on_sigterm(minilm_repository, tmp_pat
     assert "draining (new work refused, admitted work finishes)" in output and "launch: stopped\n" in output
     # Every port is released, the proxy's included (no stray server thread or child process).
     assert all(port_is_free(p) for p in (http_port, grpc_port, metrics_port, proxy_port)), output[-3000:]
+
+
+def test_load_models_star_skips_the_default_exports_unexported_folders(tmp_path):
+    """LOAD_MODELS=* (the default): a repository with only named exports (a CLIP one, say) serves them; the default
+    export's folders, templates and code until something is exported into them, are not asked for. Once the default
+    export is there, they are."""
+    from local_triton import launch
+
+    for folder in (*launch.DEFAULT_EXPORT_FOLDERS, "proxy", "supervisor", "clip", "clip_image", "clip_tokenizer"):
+        (tmp_path / folder / "1").mkdir(parents=True)
+    (tmp_path / "clip" / "1" / "export.json").write_text('{"name": "clip", "image_model": "clip_image"}')
+    command = launch.server_command(str(tmp_path), 1, 2, 3, env={})
+    loaded = {arg.split("=", 1)[1] for arg in command if arg.startswith("--load-model=")}
+    assert loaded == {"clip", "clip_image", "clip_tokenizer", "proxy", "supervisor"}
+    (tmp_path / "ensemble" / "1" / "export.json").write_text('{"name": "ensemble"}')
+    command = launch.server_command(str(tmp_path), 1, 2, 3, env={})
+    loaded = {arg.split("=", 1)[1] for arg in command if arg.startswith("--load-model=")}
+    assert set(launch.DEFAULT_EXPORT_FOLDERS) <= loaded
