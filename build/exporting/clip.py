@@ -111,7 +111,9 @@ def build_towers(model, source):
             self.model = model
 
         def forward(self, input_ids, attention_mask):
-            ids = torch.nn.functional.pad(input_ids * attention_mask, (0, CONTEXT_LENGTH - input_ids.shape[1]))
+            # the tokenizer pads widths to a multiple of 8 (80 > 77): past 77 there is only padding
+            ids = (input_ids * attention_mask)[:, :CONTEXT_LENGTH]
+            ids = torch.nn.functional.pad(ids, (0, CONTEXT_LENGTH - ids.shape[1]))
             # int32: open_clip pools at the ids' argmax, and onnxruntime has no ArgMax kernel for int64
             return self.model.encode_text(ids.to(torch.int32), normalize=True)
 
@@ -129,7 +131,9 @@ def build_towers(model, source):
             self.model = model
 
         def forward(self, input_ids, attention_mask):
-            features = self.model.get_text_features(input_ids=input_ids, attention_mask=attention_mask)
+            # the tokenizer pads widths to a multiple of 8 (80 > 77 positions): past 77 there is only padding
+            features = self.model.get_text_features(input_ids=input_ids[:, :CONTEXT_LENGTH],
+                                                    attention_mask=attention_mask[:, :CONTEXT_LENGTH])
             return normalize(features.pooler_output, p=2.0, dim=-1)
 
     class HfImage(torch.nn.Module):
