@@ -366,18 +366,32 @@ def measure(work_dir, short=False, architecture=ARCHITECTURE, progress=print):
                 served[f"{per_request}x{concurrency}"] = {"per_request": per_request, "concurrency": concurrency,
                                                           **row}
                 progress(f"images: {per_request} per request, c={concurrency}: {row['images_per_s']:.1f} images/s "
-                         f"(p50 {row['p50_ms']:.0f} ms, p99 {row['p99_ms']:.0f} ms), {row['ratio']:.2f} × ceiling")
+                         f"(p50 {row['p50_ms']:.0f} ms, p99 {row['p99_ms']:.0f} ms)")
         large = None
         if settings["served_1024"]:
             big = [jpeg(photo(1024, 5000 + i)) for i in range(8)]
             large = load(url, f"{NAME}_image", big, 8, 4, settings["seconds"])
-            large.update(per_request=8, concurrency=4, size=1024)
+            large.update(per_request=8, concurrency=4, size=1024,
+                         ratio=large["images_per_s"] / top["images_per_s"])
             progress(f"images: 1024² JPEGs, 8 per request, c=4: {large['images_per_s']:.1f} images/s")
         sanity = retrieval(url, model, preprocess, tokenizer)
         progress(f"images: retrieval sanity: {sanity['identical_rankings']}/{sanity['texts']} identical rankings, "
                  f"max |score difference| {sanity['max_abs_score_difference']:.2e}")
     finally:
         common.stop_server(server)
+    # Again once the server is gone: other work on this shared machine comes and goes over minutes, and the
+    # ceiling is the tower's best speed here, so the better sweep counts (both are kept).
+    again = ceiling(repository, tensors, settings["ceiling_seconds"])
+    progress(f"images: ceiling again {again['images_per_s']:.1f} images/s at batch {again['best_batch']}")
+    passes = [top, again]
+    if again["images_per_s"] > top["images_per_s"]:
+        top = {**again}
+        for row in [*served.values(), *([large] if large else [])]:
+            row["ratio"] = row["images_per_s"] / top["images_per_s"]
+        for t in times.values():
+            t["encoder_ms"] = top["ms_per_image"]
+            t["share"] = t["preprocess_ms"] / (t["preprocess_ms"] + t["encoder_ms"])
+    top["passes"] = [{"best_batch": p["best_batch"], "images_per_s": p["images_per_s"]} for p in passes]
     machine = machine_info()
     return {"architecture": architecture, "mode": "short" if short else "full", "workload": WORKLOAD,
             "images": settings["images"], "ceiling": top, "served": served, "served_1024": large,
@@ -408,6 +422,7 @@ def section(results):
     """The docs/benchmarks.md section (bench/report.py adds it to the report; --update-docs puts it in place)."""
     c, r = results["ceiling"], results["retrieval"]
     sweep = ", ".join(f"batch {b}: {v:.1f}" for b, v in c["sweep"].items())
+    passes = " and ".join(f"{p['images_per_s']:.1f}" for p in c.get("passes", []))
     out = ["## CLIP images", "",
            f"open_clip {results['architecture']} with seeded random weights (bench/images.py, {results['mode']} "
            f"run, {results['date']}, on {results['machine']}). Workload: {results['workload']}, "
@@ -416,13 +431,16 @@ def section(results):
            f"(tritonclient.grpc), {results['seconds_per_level']:g} s per level after a warm-up. Ceiling: onnxruntime "
            "in-process on the served image tower's model.onnx and the same pixel_values (from the served "
            f"preprocessing code), intra-op threads as served ({c['threads'] or 'all cores'}), at its best batch size "
-           f"({sweep} images/s). The ceiling leaves out decoding and preprocessing, which the served path pays "
-           "on the same cores: the ratio is what serving raw images costs against the tower alone.", "",
+           f"({sweep} images/s; swept before the server started and after it stopped: {passes} images/s at "
+           "their best batches, the better counts). The ceiling leaves out decoding and preprocessing, which the "
+           "served path pays on the same cores: the ratio is what serving raw images costs against the tower "
+           "alone.", "",
            table(results), ""]
     large = results.get("served_1024")
     if large:
         out += [f"1024×1024 JPEGs served ({large['per_request']} per request, {large['concurrency']} in flight): "
-                f"**{large['images_per_s']:.1f} images/s** (p50 {large['p50_ms']:.0f} ms).", ""]
+                f"**{large['images_per_s']:.1f} images/s** (p50 {large['p50_ms']:.0f} ms), {large['ratio']:.2f} × the "
+                "ceiling (which takes 224² tensors whatever the file's size).", ""]
     out += ["Preprocessing: the served code (model_repository/tokenizer/image_preprocess.py) in-process, one row at "
             "a time (decode, EXIF orientation, resize, center crop, normalize), median over distinct seeded JPEGs "
             "of quality 90, against the image tower's time per image at the ceiling's best batch; share = "
