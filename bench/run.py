@@ -1,7 +1,7 @@
 """Benchmark the served embedding model on four workloads against its own speed; write docs/benchmarks.md.
 
     python -m bench.run                  # full run (~25 min on 2 CPU cores) -> docs/benchmarks.md, docs/*.png
-    python -m bench.run --short          # CI smoke run (< 4 min) -> bench/results/short/
+    python -m bench.run --short          # CI smoke run (< 6 min) -> bench/results/short/
     python -m bench.run --workloads queries,passages --no-breakdown
     make bench BENCH_ARGS="--short"
 
