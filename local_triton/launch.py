@@ -187,17 +187,24 @@ def server_command(model_repository, http_port=8000, grpc_port=8001, metrics_por
 
 
 # The default export's folders: until build/export.py exports into them (without --name) they hold only templates
-# and code, and Triton cannot load them.
+# and code (their config.pbtxt is generated; the tokenizer's is tracked, its tokenizer.json generated), and Triton
+# cannot load them.
 DEFAULT_EXPORT_FOLDERS = ("tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "late_chunking")
 
 
 def every_model(model_repository):
-    """LOAD_MODELS=*: every model of the repository but the default export's folders when nothing was exported into
-    them (a repository holding only named exports, e.g. a CLIP one, serves them alone)."""
-    unexported = () if os.path.isfile(os.path.join(model_repository, "ensemble", "1", "export.json")) \
-        else DEFAULT_EXPORT_FOLDERS
-    return sorted(entry for entry in os.listdir(model_repository) if entry not in unexported and
-                  not entry.startswith(".") and os.path.isdir(os.path.join(model_repository, entry)))
+    """LOAD_MODELS=*: every model of the repository but the default export's folders that nothing was exported into
+    (a repository holding only named exports, e.g. a CLIP one, serves them alone)."""
+    if not os.path.isdir(model_repository):
+        return ["*"]  # Triton says what is wrong with it
+
+    def exported(folder):
+        generated = os.path.join("1", "tokenizer.json") if folder == "tokenizer" else "config.pbtxt"
+        return folder not in DEFAULT_EXPORT_FOLDERS or \
+            os.path.isfile(os.path.join(model_repository, folder, generated))
+
+    return sorted(entry for entry in os.listdir(model_repository) if not entry.startswith(".") and
+                  os.path.isdir(os.path.join(model_repository, entry)) and exported(entry))
 
 
 def with_bls_models(model_repository, names):

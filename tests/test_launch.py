@@ -50,7 +50,12 @@ def test_load_models_star_skips_the_default_exports_unexported_folders(tmp_path)
     command = launch.server_command(str(tmp_path), 1, 2, 3, env={})
     loaded = {arg.split("=", 1)[1] for arg in command if arg.startswith("--load-model=")}
     assert loaded == {"clip", "clip_image", "clip_tokenizer", "proxy", "supervisor"}
-    (tmp_path / "ensemble" / "1" / "export.json").write_text('{"name": "ensemble"}')
+    (tmp_path / "tokenizer" / "1" / "tokenizer.json").write_text("{}")  # an exported tokenizer alone loads
+    command = launch.server_command(str(tmp_path), 1, 2, 3, env={})
+    assert "--load-model=tokenizer" in command and "--load-model=embedding" not in command
+    for folder in launch.DEFAULT_EXPORT_FOLDERS[1:]:  # the default export: generated configs everywhere
+        (tmp_path / folder / "config.pbtxt").write_text("")
     command = launch.server_command(str(tmp_path), 1, 2, 3, env={})
     loaded = {arg.split("=", 1)[1] for arg in command if arg.startswith("--load-model=")}
     assert set(launch.DEFAULT_EXPORT_FOLDERS) <= loaded
+    assert "--load-model=*" in launch.server_command(str(tmp_path / "missing"), env={})
