@@ -333,7 +333,8 @@ def step_error(message, card, model, rows):
         param, first = rows
         return InvalidInput(f"{param}[{first + int(bad_text[1])}] {bad_text[2]}", "invalid_input", param)
     bad_parameter = PARAMETER_ERROR.search(message)
-    if bad_parameter and rows and len(rows) == 2:
+    # texts: the tokenizer's message behind the ensemble's prefix; late chunking and rerank: the message itself
+    if bad_parameter and (rows and len(rows) == 2 or not rows and bad_parameter.start() == 0):
         return InvalidInput(message[bad_parameter.start():], "invalid_value", bad_parameter[1])
     bad_field = RERANK_ERROR.match(message)
     if bad_field and not rows:
