@@ -13,14 +13,12 @@ The encoder stand-in (local_triton/onnxruntime) is a Python stub; the container'
 same ONNX in-process, so the rows marked "stand-in" are what the container does not pay.
 """
 import glob
-import importlib.util
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
-import types
 import urllib.request
 
 import numpy as np
@@ -119,9 +117,6 @@ def segment_times(traces):
 def tokenizer_micro(scratch, texts):
     """The tokenizer model's own Python work per single-text execute (ms, medians): decode, encode, grouping,
     building the response (numpy + tensor objects), with a stand-in triton_python_backend_utils."""
-    fake = types.ModuleType("triton_python_backend_utils")
-    fake.TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
-
     class Tensor:
         def __init__(self, name, array):
             self.name, self.array = name, array
@@ -129,25 +124,15 @@ def tokenizer_micro(scratch, texts):
         def as_numpy(self):
             return self.array
 
-    fake.Tensor = Tensor
-    fake.InferenceResponse = lambda output_tensors=None, error=None: output_tensors
-    fake.get_input_tensor_by_name = lambda request, name: request.inputs.get(name)  # None: an optional input
-    saved = sys.modules.get("triton_python_backend_utils")
-    sys.modules["triton_python_backend_utils"] = fake
-    try:
-        folder = os.path.join(scratch, "tokenizer", "1")
-        spec = importlib.util.spec_from_file_location("tokenizer_under_bench", os.path.join(folder, "model.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        model = module.TritonPythonModel()
-        parameters = {k: {"string_value": v} for k, v in common.config_parameters(scratch, "tokenizer").items()}
-        model.initialize({"model_config": json.dumps({"parameters": parameters}),
-                          "model_repository": os.path.join(scratch, "tokenizer"), "model_version": "1"})
-    finally:
-        if saved is None:
-            del sys.modules["triton_python_backend_utils"]
-        else:
-            sys.modules["triton_python_backend_utils"] = saved
+    module = common.import_python_model(
+        os.path.join(scratch, "tokenizer", "1", "model.py"), "tokenizer_under_bench",
+        TRITONSERVER_RESPONSE_COMPLETE_FINAL=1, Tensor=Tensor,
+        InferenceResponse=lambda output_tensors=None, error=None: output_tensors,
+        get_input_tensor_by_name=lambda request, name: request.inputs.get(name))  # None: an optional input
+    model = module.TritonPythonModel()
+    parameters = {k: {"string_value": v} for k, v in common.config_parameters(scratch, "tokenizer").items()}
+    model.initialize({"model_config": json.dumps({"parameters": parameters}),
+                      "model_repository": os.path.join(scratch, "tokenizer"), "model_version": "1"})
 
     class Sender:
         def send(self, response, flags=0):

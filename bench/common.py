@@ -1,12 +1,14 @@
 """What the bench scripts share: free ports, the export to measure and its scratch copy, the tritonserver they
 start, and the configs' parameters. Imports nothing from the other bench modules, so any of them may import it."""
 import glob
+import importlib.util
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+import types
 import urllib.request
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -144,3 +146,23 @@ def wait_for_proxy(port, timeout_s=60):
                     return
         except OSError:
             time.sleep(0.2)
+
+
+def import_python_model(path, module_name, **fake_attributes):
+    """A Python model's code (the file at `path`) imported with a stand-in triton_python_backend_utils holding
+    `fake_attributes`, which leaves sys.modules again afterwards (benchmarks and unit tests run the models' own code
+    in-process)."""
+    fake = types.ModuleType("triton_python_backend_utils")
+    fake.__dict__.update(fake_attributes)
+    saved = sys.modules.get("triton_python_backend_utils")
+    sys.modules["triton_python_backend_utils"] = fake
+    try:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        if saved is None:
+            del sys.modules["triton_python_backend_utils"]
+        else:
+            sys.modules["triton_python_backend_utils"] = saved
+    return module

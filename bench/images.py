@@ -25,7 +25,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PROJECT not in sys.path:
@@ -142,26 +141,14 @@ def export(repository, architecture, checkpoint):
 
 def preprocess_model(repository):
     """The served preprocessing code, initialized on the export's <name>_image_preprocess folder, in this process."""
-    import importlib.util
 
     import numpy as np
 
     class TritonModelException(Exception):
         pass
 
-    fake = types.ModuleType("triton_python_backend_utils")
-    fake.TritonModelException = TritonModelException
-    saved = sys.modules.get("triton_python_backend_utils")
-    sys.modules["triton_python_backend_utils"] = fake
-    try:
-        spec = importlib.util.spec_from_file_location("bench_image_preprocess", PREPROCESS_CODE)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        if saved is None:
-            del sys.modules["triton_python_backend_utils"]
-        else:
-            sys.modules["triton_python_backend_utils"] = saved
+    module = common.import_python_model(PREPROCESS_CODE, "bench_image_preprocess",
+                                        TritonModelException=TritonModelException)
     folder = os.path.join(repository, f"{NAME}_image_preprocess")
     with open(os.path.join(folder, "1", "preprocess.json"), encoding="utf-8") as handle:
         size = json.load(handle)

@@ -303,23 +303,11 @@ def serving_cost(url, passages, widths, batch, concurrency, rounds):
 def postprocess_cost(repository, widths, rows=32, repeats=200):
     """Microseconds the BLS model's own code (model.py's `vectors`: truncate, re-normalize, quantize) spends on one
     request of `rows` texts for each option, in this process: the only work that differs between the options."""
-    import types
 
     import numpy as np
 
-    fake = types.ModuleType("triton_python_backend_utils")
-    saved = sys.modules.get("triton_python_backend_utils")
-    sys.modules["triton_python_backend_utils"] = fake
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "storage_bls_model", os.path.join(PROJECT, "model_repository", "ensemble_bls", "1", "model.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        if saved is None:
-            del sys.modules["triton_python_backend_utils"]
-        else:
-            sys.modules["triton_python_backend_utils"] = saved
+    module = common.import_python_model(
+        os.path.join(PROJECT, "model_repository", "ensemble_bls", "1", "model.py"), "storage_bls_model")
     model = module.TritonPythonModel.__new__(module.TritonPythonModel)
     model.ranges = {w: ranges_of(repository, w) for w in widths}
     full = max(widths)

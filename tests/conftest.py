@@ -4,7 +4,6 @@ Every input comes from the repository (tests/fixtures) or from pip packages the 
 (set by `make test` for its second pass) runs the Python models on another interpreter's venv, e.g. Python 3.10
 with the container's pins; tests that go through a server carry the `serving` mark, which selects that pass.
 """
-import importlib.util
 import json
 import lzma
 import os
@@ -12,7 +11,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import types
 import urllib.request
 from dataclasses import dataclass
 
@@ -21,6 +19,7 @@ import pytest
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT)
 
+from bench import common  # noqa: E402
 from local_triton import launch  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -46,21 +45,8 @@ def pytest_report_header():
 def import_python_model(model, path=None, **fake_attributes):
     """model_repository/<model>/1/model.py (or the file at `path`, relative to the project) imported with a fake
     triton_python_backend_utils (unit tests), which is taken out of sys.modules again afterwards."""
-    fake = types.ModuleType("triton_python_backend_utils")
-    fake.__dict__.update(fake_attributes)
-    saved = sys.modules.get("triton_python_backend_utils")
-    sys.modules["triton_python_backend_utils"] = fake
-    try:
-        path = os.path.join(PROJECT, *(path.split("/") if path else ("model_repository", model, "1", "model.py")))
-        spec = importlib.util.spec_from_file_location(f"{model}_model_under_test", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        if saved is None:
-            del sys.modules["triton_python_backend_utils"]
-        else:
-            sys.modules["triton_python_backend_utils"] = saved
-    return module
+    path = os.path.join(PROJECT, *(path.split("/") if path else ("model_repository", model, "1", "model.py")))
+    return common.import_python_model(path, f"{model}_model_under_test", **fake_attributes)
 
 
 def free_port():

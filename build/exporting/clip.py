@@ -105,48 +105,34 @@ def build_towers(model, source):
 
     normalize = torch.nn.functional.normalize
 
-    class OpenClipText(torch.nn.Module):
-        def __init__(self):
+    class Tower(torch.nn.Module):
+        """The model (its weights are the graph's) and the function that computes one tower's output."""
+
+        def __init__(self, compute):
             super().__init__()
-            self.model = model
+            self.model, self.compute = model, compute
 
-        def forward(self, input_ids, attention_mask):
-            # the tokenizer pads widths to a multiple of 8 (80 > 77): past 77 there is only padding
-            ids = (input_ids * attention_mask)[:, :CONTEXT_LENGTH]
-            ids = torch.nn.functional.pad(ids, (0, CONTEXT_LENGTH - ids.shape[1]))
-            # int32: open_clip pools at the ids' argmax, and onnxruntime has no ArgMax kernel for int64
-            return self.model.encode_text(ids.to(torch.int32), normalize=True)
+        def forward(self, *inputs):
+            return self.compute(*inputs)
 
-    class OpenClipImage(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
+    def open_clip_text(input_ids, attention_mask):
+        # the tokenizer pads widths to a multiple of 8 (80 > 77): past 77 there is only padding
+        ids = (input_ids * attention_mask)[:, :CONTEXT_LENGTH]
+        ids = torch.nn.functional.pad(ids, (0, CONTEXT_LENGTH - ids.shape[1]))
+        # int32: open_clip pools at the ids' argmax, and onnxruntime has no ArgMax kernel for int64
+        return model.encode_text(ids.to(torch.int32), normalize=True)
 
-        def forward(self, pixel_values):
-            return self.model.encode_image(pixel_values, normalize=True)
+    def hf_text(input_ids, attention_mask):
+        features = model.get_text_features(input_ids=input_ids[:, :CONTEXT_LENGTH],
+                                           attention_mask=attention_mask[:, :CONTEXT_LENGTH])
+        return normalize(features.pooler_output, p=2.0, dim=-1)
 
-    class HfText(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, attention_mask):
-            # the tokenizer pads widths to a multiple of 8 (80 > 77 positions): past 77 there is only padding
-            features = self.model.get_text_features(input_ids=input_ids[:, :CONTEXT_LENGTH],
-                                                    attention_mask=attention_mask[:, :CONTEXT_LENGTH])
-            return normalize(features.pooler_output, p=2.0, dim=-1)
-
-    class HfImage(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.model = model
-
-        def forward(self, pixel_values):
-            return normalize(self.model.get_image_features(pixel_values=pixel_values).pooler_output, p=2.0, dim=-1)
+    def hf_image(pixel_values):
+        return normalize(model.get_image_features(pixel_values=pixel_values).pooler_output, p=2.0, dim=-1)
 
     if source == "open_clip":
-        return OpenClipText().eval(), OpenClipImage().eval()
-    return HfText().eval(), HfImage().eval()
+        return Tower(open_clip_text).eval(), Tower(lambda pixels: model.encode_image(pixels, normalize=True)).eval()
+    return Tower(hf_text).eval(), Tower(hf_image).eval()
 
 
 def export_towers(text_tower, image_tower, tokenizer, image_size, workdir):
