@@ -280,7 +280,7 @@ def main(argv=None):
         grpc_url, proxy_url = f"127.0.0.1:{ports['grpc']}", f"http://127.0.0.1:{ports['proxy']}"
         reference = asyncio.run(reference_vectors(grpc_url, queries + passages))
         workload = Workload(queries, passages, reference, "ensemble", proxy_url, grpc_url,
-                            os.environ.get("API_KEY"))
+                            common.launch.secret("API_KEY"))  # API_KEY or API_KEY_FILE, as the proxy reads it
         rows = []
         for n in clients:
             progress(f"{n} clients for {args.seconds:g} s")

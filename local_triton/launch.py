@@ -14,6 +14,7 @@ Settings (environment variables; the README's "Security" and "Settings" sections
   TRITON_METRICS_ADDRESS  address of the metrics port (default: TRITON_ADDRESS)
   ADMIN_API_KEY(_FILE)    key for Triton's restricted APIs (repository, shared memory, trace, logging); unset: a
                           random key, so nobody can call them
+  API_KEY, ADMIN_API_KEY  plain values reach tritonserver (and its stubs) only as *_FILE files: keys_to_files
   MODEL_CONTROL           explicit (default: models load and unload at run time) or none
   LOAD_MODELS             models to load at start in explicit mode, comma-separated (default *: all, but the
                           default export's folders while they hold no export: every_model); an export's
@@ -32,6 +33,7 @@ stub would only stop at its exit timeout (Server.has_dead_stub): a stop gives it
 in flight, then kills it.
 """
 import argparse
+import atexit
 import glob
 import json
 import os
@@ -42,6 +44,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import urllib.request
 from urllib.parse import quote
@@ -140,6 +143,27 @@ def server_env(python=sys.executable):
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (*libs, env.get("LD_LIBRARY_PATH")) if p)
     env["PATH"] = os.pathsep.join((os.path.dirname(python), env.get("PATH", "")))
     return env
+
+
+KEY_VARIABLES = ("API_KEY", "ADMIN_API_KEY")
+
+
+def keys_to_files(env):
+    """Plain API_KEY / ADMIN_API_KEY in `env` -> API_KEY_FILE / ADMIN_API_KEY_FILE, in place. Every Python stub
+    inherits tritonserver's environment (the tokenizer's, the supervisor's...: /proc/<pid>/environ), so the values
+    go into files only the owner reads (0600, in a new 0700 directory from mkdtemp) that only the proxy opens. A
+    *_FILE setting without its plain variable is kept. Returns the directory (for its owner to remove), or None."""
+    plain = {name: env.pop(name) for name in KEY_VARIABLES if name in env}
+    plain = {name: value for name, value in plain.items() if value}  # set but empty: unset, as secret() reads it
+    if not plain:
+        return None
+    directory = tempfile.mkdtemp(prefix="triton-embed-keys-")
+    for name, value in plain.items():
+        path = os.path.join(directory, name.lower())
+        with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as handle:
+            handle.write(value)
+        env[f"{name}_FILE"] = path
+    return directory
 
 
 def admin_key_for(env=None):
@@ -247,8 +271,9 @@ class Server:
     """A running tritonserver and the shared-memory regions of its Python stubs (removed after it exits: a stub
     that died leaves its region behind)."""
 
-    def __init__(self, process, admin_key=None, http_port=None, address="127.0.0.1"):
+    def __init__(self, process, admin_key=None, http_port=None, address="127.0.0.1", keys_dir=None):
         self.process, self.regions, self.noted = process, set(), 0.0
+        self.keys_dir = keys_dir  # keys_to_files(): lives as long as this server (a reload reads the files again)
         self.admin_key, self.http_port, self.address = admin_key, http_port, address
         self.stubs = {}  # pid -> model directory, learnt while each stub lives
 
@@ -307,6 +332,11 @@ class Server:
             path = os.path.join("/dev/shm", region.lstrip("/"))
             if path.startswith(SHM_PREFIX) and os.path.exists(path):
                 os.remove(path)
+        self.remove_keys()
+
+    def remove_keys(self):
+        if self.keys_dir:
+            shutil.rmtree(self.keys_dir, ignore_errors=True)
 
 
 def start(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, extra_args=(), log_file=None,
@@ -315,12 +345,21 @@ def start(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, e
     env.update(extra_env or {})
     # The proxy calls Triton's own HTTP frontend (readiness, repository API): where it is, for the models to read.
     env["TRITON_HTTP_PORT"] = str(http_port)
-    admin_key = admin_key_for(env)
-    command = server_command(model_repository, http_port, grpc_port, metrics_port, extra_args, python, env,
-                             admin_key)
-    process = subprocess.Popen(command, env=env, stdout=log_file, stderr=subprocess.STDOUT if log_file else None,
-                               start_new_session=True)  # our signal handling decides when it stops
-    return Server(process, admin_key, http_port, setting("TRITON_ADDRESS", "127.0.0.1", env))
+    # The keys as files, not values: every Python stub inherits this environment (keys_to_files). The admin key is
+    # read back from its file, so the launcher and the proxy see the same one.
+    keys_dir = keys_to_files(env)
+    try:
+        admin_key = admin_key_for(env)
+        command = server_command(model_repository, http_port, grpc_port, metrics_port, extra_args, python, env,
+                                 admin_key)
+        process = subprocess.Popen(command, env=env, stdout=log_file,
+                                   stderr=subprocess.STDOUT if log_file else None,
+                                   start_new_session=True)  # our signal handling decides when it stops
+    except BaseException:
+        if keys_dir:
+            shutil.rmtree(keys_dir, ignore_errors=True)
+        raise
+    return Server(process, admin_key, http_port, setting("TRITON_ADDRESS", "127.0.0.1", env), keys_dir)
 
 
 def public_tiers(model_repository):
@@ -432,6 +471,8 @@ def main(argv=None):
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGUSR1, on_restart)
+    # Each server's key files go with it (Server.cleanup); these are the current one's, whatever ends the launcher.
+    atexit.register(lambda: server is not None and server.remove_keys())
     exit_timeout_s = int(setting("EXIT_TIMEOUT_S", "30"))
     started, failures, serving = False, 0, []
     while True:

@@ -1,12 +1,16 @@
 """`python -m local_triton.launch` (what `make serve` runs): ready on the given ports, clean stop on SIGTERM."""
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
-from conftest import PROJECT, free_port, port_is_free
+import pytest
+
+from conftest import MODEL_PYTHON, PROJECT, free_port, port_is_free
 
 
 def test_launcher_serves_and_stops_cleanly_on_sigterm(minilm_repository, tmp_path):
@@ -59,3 +63,101 @@ def test_load_models_star_skips_the_default_exports_unexported_folders(tmp_path)
     loaded = {arg.split("=", 1)[1] for arg in command if arg.startswith("--load-model=")}
     assert set(launch.DEFAULT_EXPORT_FOLDERS) <= loaded
     assert "--load-model=*" in launch.server_command(str(tmp_path / "missing"), env={})
+
+
+def test_keys_to_files_moves_plain_keys_into_private_files(tmp_path):
+    """Issue 16: every Python stub inherits tritonserver's environment, so the launcher hands it the keys as files
+    (0600 in a 0700 directory) instead of values; *_FILE settings pass through; the server's cleanup removes them."""
+    from local_triton import launch
+
+    env = {"API_KEY": "user-key", "ADMIN_API_KEY": "admin-key", "PATH": "/bin"}
+    directory = launch.keys_to_files(env)
+    try:
+        assert set(env) == {"API_KEY_FILE", "ADMIN_API_KEY_FILE", "PATH"} and env["PATH"] == "/bin"
+        assert os.stat(directory).st_mode & 0o777 == 0o700
+        for name, value in (("API_KEY", "user-key"), ("ADMIN_API_KEY", "admin-key")):
+            assert os.path.dirname(env[f"{name}_FILE"]) == directory
+            assert os.stat(env[f"{name}_FILE"]).st_mode & 0o777 == 0o600
+            assert launch.secret(name, env) == value  # as the proxy's secret() reads it
+        assert launch.admin_key_for(env) == "admin-key"
+    finally:
+        launch.Server(None, keys_dir=directory).cleanup()
+    assert not os.path.exists(directory)
+
+    mounted = tmp_path / "admin"
+    mounted.write_text("from-a-secret\n")
+    env = {"ADMIN_API_KEY_FILE": str(mounted), "API_KEY": ""}  # a file already: untouched; empty: unset
+    assert launch.keys_to_files(env) is None
+    assert env == {"ADMIN_API_KEY_FILE": str(mounted)}
+    env = {"API_KEY": "plain wins", "API_KEY_FILE": str(mounted)}  # secret()'s order: the plain value first
+    directory = launch.keys_to_files(env)
+    try:
+        assert set(env) == {"API_KEY_FILE"} and launch.secret("API_KEY", env) == "plain wins"
+    finally:
+        launch.Server(None, keys_dir=directory).cleanup()
+
+
+def environ(pid):
+    with open(f"/proc/{pid}/environ", "rb") as handle:
+        return dict(entry.split(b"=", 1) for entry in handle.read().split(b"\0") if b"=" in entry)
+
+
+def test_launcher_keeps_the_keys_out_of_the_python_stubs_environment(minilm_repository, tmp_path):
+    """Issue 16: API_KEY and ADMIN_API_KEY reach neither tritonserver's environment nor any stub's (the tokenizer's
+    included); the proxy reads them from the files and still enforces the key, the launcher's drain still opens
+    Triton's restricted repository API, and the files go when the launcher stops."""
+    from local_triton import launch
+
+    user_key, admin_key = "stub-leak-user-key", "stub-leak-admin-key"
+    http_port, grpc_port, metrics_port, proxy_port = (free_port() for _ in range(4))
+    log = open(tmp_path / "launch.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "local_triton.launch", "--model-repository", str(minilm_repository),
+         "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
+         "--model-python", MODEL_PYTHON, "--no-restart"],
+        cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "PROXY_PORT": str(proxy_port), "API_KEY": user_key, "ADMIN_API_KEY": admin_key})
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert process.poll() is None, (tmp_path / "launch.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the proxy never answered /health 200"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{proxy_port}/health", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            time.sleep(0.5)
+
+        [triton] = [pid for pid, (_, args) in launch.children(process.pid).items() if b"tritonserver" in args[0]]
+        stubs = {pid: args[1].decode(errors="replace").split("/")[-3]  # argv[1]: <repository>/<model>/1/model.py
+                 for pid, (_, args) in launch.children(triton).items()
+                 if any(b"triton_python_backend_stub" in arg for arg in args)}
+        assert {"tokenizer", "proxy"} <= set(stubs.values()), stubs
+        for pid, who in ((triton, "tritonserver"), *stubs.items()):
+            values = environ(pid)
+            assert not {b"API_KEY", b"ADMIN_API_KEY"} & set(values), who
+            assert not [name for name, value in values.items()
+                        if user_key.encode() in value or admin_key.encode() in value], who
+        server_env = environ(triton)
+        key_files = [server_env[b"API_KEY_FILE"].decode(), server_env[b"ADMIN_API_KEY_FILE"].decode()]
+        assert all(os.stat(path).st_mode & 0o777 == 0o600 for path in key_files)
+        assert os.stat(os.path.dirname(key_files[0])).st_mode & 0o777 == 0o700
+
+        body = json.dumps({"input": ["hello"]}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{proxy_port}/v1/embeddings", body,
+                                         {"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 401
+        request.add_header("Authorization", f"Bearer {user_key}")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert response.status == 200 and len(json.load(response)["data"][0]["embedding"]) == 384
+
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=90) == 0, (tmp_path / "launch.log").read_text()[-3000:]  # 0: the drain ran
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert not os.path.exists(os.path.dirname(key_files[0]))
