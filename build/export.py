@@ -65,6 +65,7 @@ from exporting.repository import (  # noqa: E402
     ensure_proxy,
     install,
     model_names,
+    token_guard,
     warmup_lengths,
     write_chunks_config,
     write_clip_image_configs,
@@ -169,8 +170,10 @@ def main(argv=None):
     warmup = warmup_lengths(max_length)
     with tempfile.TemporaryDirectory() as workdir:
         staging = os.path.join(workdir, "repository")
+        token_budget = build_batch_strategy(os.path.join(staging, names[2]))
         onnx_path = finalize_onnx(export_onnx(encoder, tokenizer, outputs, workdir),
-                                  os.path.join(staging, names[2], "1"), args.fp16, args.external_data, static_dims)
+                                  os.path.join(staging, names[2], "1"), args.fp16, args.external_data, static_dims,
+                                  token_guard(token_budget, names, max_length))
         figures = parity_check(encoder, tokenizer, onnx_path, outputs, max_length, 0.999 if args.fp16 else 0.9999)
         write_tokenizer(tokenizer, max_length, os.path.join(staging, names[1], "1"))
         write_prompts(os.path.join(staging, names[1], "1"), prompts, default_prompt)
@@ -178,7 +181,6 @@ def main(argv=None):
         write_configs(staging, names, outputs, config.hidden_size, colbert_dim, warmup, max_length)
         write_chunks_config(staging, names, chunks_name(args.name), config.hidden_size)
         write_warmup(staging, names[2], tokenizer, warmup)
-        token_budget = build_batch_strategy(os.path.join(staging, names[2]))
         manifest = {
             "id": args.name or args.model, "kind": "embedding", "name": names[0], "tokenizer_model": names[1],
             "encoder_model": names[2],
@@ -223,13 +225,14 @@ def export_cross_encoder(args, folder, config, tokenizer, repository, started):
     with tempfile.TemporaryDirectory() as workdir:
         staging = os.path.join(workdir, "repository")
         exported = cross_encoder.export_onnx(graph, tokenizer, os.path.join(workdir, "model.onnx"), OPSET)
+        token_budget = build_batch_strategy(os.path.join(staging, names[2]))
         onnx_path = finalize_onnx(exported, os.path.join(staging, names[2], "1"), args.fp16, args.external_data,
-                                  {"logits": [labels], "scores": [labels]})
+                                  {"logits": [labels], "scores": [labels]},
+                                  token_guard(token_budget, names, max_length))
         figures = cross_encoder.parity_check(folder, tokenizer, onnx_path, max_length, 1e-2 if args.fp16 else 1e-4)
         write_tokenizer(tokenizer, max_length, os.path.join(staging, names[1], "1"))
         write_cross_encoder_configs(staging, names, labels, warmup, max_length)
         write_warmup(staging, names[2], tokenizer, warmup)
-        token_budget = build_batch_strategy(os.path.join(staging, names[2]))
         manifest = {
             "id": args.name, "kind": "cross-encoder", "name": names[0], "tokenizer_model": names[1],
             "encoder_model": names[2], "bls_model": names[3], "rerank_model": names[4], "model": args.model,
@@ -293,8 +296,9 @@ def export_clip(args, repository, started, folder=None):
     with tempfile.TemporaryDirectory() as workdir:
         staging = os.path.join(workdir, "repository")
         text_path, image_path = clip.export_towers(text_tower, image_tower, tokenizer, image_size, workdir)
+        token_budget = build_batch_strategy(os.path.join(staging, names[2]))
         text_onnx = finalize_onnx(text_path, os.path.join(staging, names[2], "1"), False, args.external_data,
-                                  {"embedding": [dim]})
+                                  {"embedding": [dim]}, token_guard(token_budget, names, clip.CONTEXT_LENGTH))
         image_onnx = finalize_onnx(image_path, os.path.join(staging, image_names[2], "1"), False,
                                    args.external_data, {"embedding": [dim]})
         figures = clip.parity_check(reference, tokenizer, text_onnx, image_onnx, image_size, 0.9999)
@@ -304,7 +308,6 @@ def export_clip(args, repository, started, folder=None):
         write_vectors(os.path.join(staging, names[3], "1"), [dim], calibration)
         write_configs(staging, names, ["dense"], dim, None, warmup, clip.CONTEXT_LENGTH, encoder_only=())
         write_warmup(staging, names[2], tokenizer, warmup)
-        token_budget = build_batch_strategy(os.path.join(staging, names[2]))
         write_clip_image_configs(staging, args.name, *image_size, dim)
         image_config.write_preprocess(os.path.join(staging, image_names[1], "1"), pixels)
         manifest = {

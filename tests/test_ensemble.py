@@ -9,6 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from triton_clients import (
     PROTOCOLS,
@@ -186,3 +189,42 @@ def test_ensemble_bls_splits_a_request_over_the_token_budget_across_encoder_runs
                    names=["embedding", "num_tokens"])
     np.testing.assert_allclose(result["embedding"], one_by_one[0][indices], atol=1e-5, rtol=0)
     np.testing.assert_array_equal(result["num_tokens"].reshape(-1), one_by_one[1][indices])
+
+
+def encoder_ids(protocol, rows, width):
+    """input_ids and attention_mask of [rows, width] tokens, for calling the encoder directly."""
+    module = httpclient if protocol == "http" else grpcclient
+    ids = np.full((rows, width), 1000, dtype=np.int64)
+    ids[:, 0], ids[:, -1] = 101, 102  # [CLS] ... [SEP]
+    tensors = []
+    for name, data in (("input_ids", ids), ("attention_mask", np.ones_like(ids))):
+        tensor = module.InferInput(name, [rows, width], "INT64")
+        tensor.set_data_from_numpy(data)
+        tensors.append(tensor)
+    return tensors
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_direct_call_to_the_encoder_over_max_batch_tokens_is_refused(server, protocol):
+    """Triton's batcher cannot refuse a request (token_budget.c always takes a batch's first one), so the encoder
+    graph does (graph.add_token_guard): 256 rows x 256 tokens = 65,536 padded tokens, over max_batch_tokens
+    (16,384), sent straight to `embedding` over KServe, is refused at once with an error naming the limit and
+    ensemble_bls, instead of running whole. A request at the budget still answers, and so does the ensemble."""
+    connection = client(protocol, url_for(server, protocol))
+    try:
+        started = time.monotonic()
+        with pytest.raises(InferenceServerException) as refused:
+            connection.infer("embedding", encoder_ids(protocol, 256, 256), outputs=outputs(protocol, ["embedding"]))
+        message = str(refused.value)
+        print(f"\n{protocol}: [256, 256] refused in {time.monotonic() - started:.2f} s: {message[:400]}")
+        assert "over max_batch_tokens" in message and "more than 16384 padded tokens" in message, message
+        assert "'ensemble_bls'" in message and "{256,256}" in message, message
+        at_budget = connection.infer("embedding", encoder_ids(protocol, 64, 256),
+                                     outputs=outputs(protocol, ["embedding"])).as_numpy("embedding")
+        assert at_budget.shape == (64, 384) and np.isfinite(at_budget).all()
+    finally:
+        connection.close()
+    assert infer(protocol, url_for(server, protocol), VARIED_TEXTS[:3])["embedding"].shape == (3, 384)
+    # The encoder's batches are formed by token_budget.c: Triton core loads it for the stand-in backend too.
+    assert "Loading custom batching strategy library" in server.log()
+    assert "batchstrategy.so for model embedding" in server.log()

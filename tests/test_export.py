@@ -107,6 +107,13 @@ def test_token_budget_strategy_is_built_and_configured(minilm_repository):
     assert _parameter(os.path.join(encoder, "config.pbtxt"), "max_batch_tokens") == budget
     manifest = json.load(open(os.path.join(minilm_repository, "ensemble", "1", "export.json")))
     assert manifest["token_budget_batching"] is True
+    # The graph's token guard (graph.add_token_guard) reads input_ids first: everything else reads its output.
+    import onnx
+
+    graph = onnx.load(os.path.join(encoder, "1", "model.onnx"), load_external_data=False).graph
+    guard = [n for n in graph.node if n.op_type == "Reshape" and "over max_batch_tokens" in n.name]
+    assert len(guard) == 1 and f"more than {budget} padded tokens" in guard[0].name
+    assert [n.name for n in graph.node if "input_ids" in n.input] == ["token_guard/Shape", guard[0].name]
 
 
 def test_skip_if_exported_skips(xlmr_repository, tiny_xlmr_dir):

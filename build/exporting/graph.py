@@ -120,9 +120,67 @@ def export_onnx(encoder, tokenizer, outputs, workdir):
     return path
 
 
-def finalize_onnx(exported, version_dir, fp16, external_data, static_dims):
+def token_guard_message(budget, encoder, splitter):
+    """The guard node's name: onnxruntime quotes it in the error of a request the guard refuses."""
+    return (f"request over max_batch_tokens: more than {budget} padded tokens (rows x width of input_ids, shapes "
+            f"below) in one run of model '{encoder}'; send it through '{splitter}', which splits it")
+
+
+def add_token_guard(model, budget, message):
+    """Refuse, before any real work, a run of more than `budget` padded tokens (rows x width of input_ids).
+
+    Triton's batcher cannot refuse a request: token_budget.c closes a batch before it passes max_batch_tokens, but
+    the first request of a batch is always taken (core 24.07 only logs an error from the include function, and not
+    taking a batch's first request would stall the queue), so a direct call to the encoder with rows x width over
+    the budget would run whole, however large. The guard lives in the graph, so it holds in Triton's C++
+    onnxruntime backend too: Reshape(input_ids, [rows, width + over]) with over = 1 past the budget fails at once,
+    and onnxruntime's error quotes the node's name (`message`) and both shapes. Everything downstream reads the
+    reshaped input_ids, so nothing heavy runs first. A batch the strategy formed never passes the budget (a request
+    over it is always alone), so the guard only ever refuses the request that is over it."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    if "input_ids" not in [i.name for i in graph.input]:
+        return
+    guarded = "input_ids_within_max_batch_tokens"
+
+    def rename(nodes):
+        for node in nodes:
+            for i, name in enumerate(node.input):
+                if name == "input_ids":
+                    node.input[i] = guarded
+            for attribute in node.attribute:  # subgraphs (If, Loop) may read input_ids from the outer scope
+                for sub in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                    rename(sub.node)
+
+    rename(graph.node)
+    graph.initializer.extend([numpy_helper.from_array(np.array([budget], np.int64), "token_guard/budget"),
+                              numpy_helper.from_array(np.array([1], np.int64), "token_guard/one"),
+                              numpy_helper.from_array(np.array([0, 1], np.int64), "token_guard/width_axis")])
+    nodes = [
+        helper.make_node("Shape", ["input_ids"], ["token_guard/shape"], name="token_guard/Shape"),
+        helper.make_node("ReduceProd", ["token_guard/shape"], ["token_guard/tokens"], name="token_guard/Tokens",
+                         keepdims=1),
+        helper.make_node("LessOrEqual", ["token_guard/tokens", "token_guard/budget"], ["token_guard/fits"],
+                         name="token_guard/Fits"),
+        helper.make_node("Cast", ["token_guard/fits"], ["token_guard/fits64"], name="token_guard/Cast", to=7),
+        helper.make_node("Sub", ["token_guard/one", "token_guard/fits64"], ["token_guard/over"],
+                         name="token_guard/Over"),
+        helper.make_node("Mul", ["token_guard/over", "token_guard/width_axis"], ["token_guard/extra"],
+                         name="token_guard/Extra"),
+        helper.make_node("Add", ["token_guard/shape", "token_guard/extra"], ["token_guard/new_shape"],
+                         name="token_guard/NewShape"),
+        helper.make_node("Reshape", ["input_ids", "token_guard/new_shape"], [guarded], name=message),
+    ]
+    for node in reversed(nodes):
+        graph.node.insert(0, node)
+
+
+def finalize_onnx(exported, version_dir, fp16, external_data, static_dims, token_guard=None):
     """Fix the declared output shapes (Triton's ORT backend compares them with config.pbtxt exactly), optionally
-    convert to fp16, and save in the layout Triton's ORT backend loads."""
+    convert to fp16, add the token guard (token_guard = (budget, message): add_token_guard), and save in the
+    layout Triton's ORT backend loads."""
     import onnx
 
     model = onnx.load(exported)
@@ -135,6 +193,8 @@ def finalize_onnx(exported, version_dir, fp16, external_data, static_dims):
         from onnxruntime.transformers.float16 import convert_float_to_float16
 
         model = convert_float_to_float16(model, keep_io_types=True)
+    if token_guard is not None:
+        add_token_guard(model, *token_guard)
     if model.ir_version > MAX_IR_VERSION:
         model.ir_version = MAX_IR_VERSION
     os.makedirs(version_dir, exist_ok=True)

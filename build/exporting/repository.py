@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 
 from . import fail, pbtxt, read_json
-from .graph import ENCODER_ONLY, OUTPUT_TENSORS
+from .graph import ENCODER_ONLY, OUTPUT_TENSORS, token_guard_message
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE_REPOSITORY = os.path.join(PROJECT, "model_repository")
@@ -221,13 +221,23 @@ def build_batch_strategy(encoder_dir):
     source = os.path.join(SOURCE_REPOSITORY, "embedding", "token_budget.c")
     if compiler is None:
         print("export: warning: no C compiler (cc/gcc), so no batchstrategy.so: encoder batches are bounded by "
-              "max_batch_size rows, not by max_batch_tokens")
+              "max_batch_size rows, not by max_batch_tokens, and a direct call to the encoder is not refused")
         return False
+    os.makedirs(encoder_dir, exist_ok=True)
     result = subprocess.run([compiler, "-O2", "-Wall", "-shared", "-fPIC", "-o",
                              os.path.join(encoder_dir, "batchstrategy.so"), source], capture_output=True, text=True)
     if result.returncode != 0:
         fail(f"compiling {source} failed:\n{result.stderr}")
     return True
+
+
+def token_guard(token_budget, names, max_length):
+    """finalize_onnx's token_guard for an encoder batched by token_budget.c (None without it: batches bounded by
+    rows alone may pass max_batch_tokens legitimately). A lone row of max_length tokens always passes."""
+    if not token_budget:
+        return None
+    budget = max(int(tokenizer_parameter("max_batch_tokens")), max_length)
+    return budget, token_guard_message(budget, names[2], names[3])
 
 
 def warmup_lengths(max_length):

@@ -6,8 +6,12 @@
  * queued request still fits the batch being formed. build/export.py compiles this file into
  * <encoder>/batchstrategy.so and writes max_batch_tokens into the encoder's config.pbtxt.
  *
- * A request's size is rows x padded width of its input_ids. The first request of a batch is always taken (a lone
- * request over the budget would otherwise never run; the tokenizer refuses such requests anyway).
+ * A request's size is rows x padded width of its input_ids. The first request of a batch is always taken: this
+ * library cannot refuse a request. Triton core r24.07 (dynamic_batch_scheduler.cc, CustomBatchIncl) only logs an
+ * error returned here and goes on with should_include as set; should_include = false for a batch's first request
+ * leaves it at the head of the queue, re-asked in a busy loop, and stalls the model until the request's timeout.
+ * A request over the budget is refused by the encoder graph instead (build/exporting/graph.py, add_token_guard),
+ * which holds in the C++ onnxruntime backend too; the tokenizer never sends one.
  *
  * The few Triton C API declarations this needs are written out here (tritonbackend.h / tritonserver.h, API 1.19):
  * the library is built with nothing but a C compiler, and its symbols resolve against the running tritonserver.
