@@ -120,7 +120,7 @@ def test_overload_script_measures_every_route(minilm_repository, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "bench.overload", "--repository", str(minilm_repository), "--clients", "2,6",
          "--seconds", "4", "--output", str(tmp_path), "--edit",
-         "ensemble_bls:max_queue_size: 256=>max_queue_size: 200"],
+         "ensemble_bls:max_queue_size: 16=>max_queue_size: 200"],
         cwd=PROJECT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "max_queue_size: 200" in (tmp_path / "repository" / "ensemble_bls" / "config.pbtxt").read_text()

@@ -148,12 +148,21 @@ def test_concurrent_mixed_requests_each_get_their_own_answer(server):
         limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
         async with httpx.AsyncClient(base_url=server.proxy_url, timeout=120, limits=limits) as http:
             async def one(i, texts):
-                if i % 2:
-                    return (await http.post("/v1/embedding", json=[{"query": t} for t in texts])).json()
-                return (await http.post("/v1/embeddings", json={"input": texts, "encoding_format": "base64"})).json()
+                while True:  # a well-behaved client: a refusal (admission control) is retried after Retry-After
+                    if i % 2:
+                        response = await http.post("/v1/embedding", json=[{"query": t} for t in texts])
+                    else:
+                        response = await http.post("/v1/embeddings", json={"input": texts, "encoding_format": "base64"})
+                    if response.status_code != 429:
+                        return response.json()
+                    assert response.json()["error"]["code"] == "overloaded", response.text
+                    refused.append(i)
+                    await asyncio.sleep(float(response.headers["retry-after"]))
             return await asyncio.gather(*(one(i, texts) for i, texts in enumerate(requests)))
 
+    refused = []
     answers = asyncio.run(send_all())
+    print(f"\n200 concurrent requests: {len(refused)} refusals (429, retried)")
     assert len(answers) == 200
     for i, (texts, answer) in enumerate(zip(requests, answers)):
         items = answer if i % 2 else answer["data"]
@@ -164,6 +173,54 @@ def test_concurrent_mixed_requests_each_get_their_own_answer(server):
     # 201 BLS calls (request 0 is split in two): had they reached Triton one at a time, the tokenizer would have
     # run once per call; concurrent calls let its dynamic batcher merge them.
     assert server.stats("tokenizer")["execution_count"] - executions_before < 201
+
+
+def test_abandoned_requests_over_the_admission_bound_never_reach_triton(server):
+    """Issue 16: 20 clients send 16 long texts each and leave after 1 s. Admission by work refuses what would wait
+    over admission_target_s at once (429), so those never reach Triton; the admitted ones still run (Triton 24.07's
+    BLS cannot cancel a call), and ensemble_bls's success counter rises by at most their number. Before admission
+    by work, all 20 were admitted and ran."""
+    texts = [f"abandoned {i} " + "lorem ipsum dolor sit amet, consectetur adipiscing elit " * 30 for i in range(16)]
+    with httpx.Client(base_url=server.proxy_url, timeout=120) as http:
+        for _ in range(4):  # the gate measures the server's rate first (1 s of busy time)
+            assert http.post("/v1/embeddings", json={"input": texts}).status_code == 200
+    successes = lambda: server.stats("ensemble_bls")["inference_stats"]["success"]["count"]  # noqa: E731
+    before = successes()
+
+    async def leave_after_1_s():
+        async with httpx.AsyncClient(base_url=server.proxy_url, timeout=1.0,
+                                     limits=httpx.Limits(max_connections=20)) as http:
+            async def one():
+                try:
+                    return (await http.post("/v1/embeddings", json={"input": texts})).status_code
+                except httpx.TimeoutException:
+                    return "left"
+            return await asyncio.gather(*(one() for _ in range(20)))
+
+    outcomes = asyncio.run(leave_after_1_s())
+    left, refused = outcomes.count("left"), outcomes.count(429)
+    last, steady_since, deadline = successes(), time.monotonic(), time.monotonic() + 60
+    # until the admitted ones have run (an execute of ensemble_bls answers its requests together: wait a while)
+    while time.monotonic() - steady_since < 10 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        if successes() != last:
+            last, steady_since = successes(), time.monotonic()
+    ran = successes() - before
+    print(f"\n20 abandoned requests: {refused} refused at once, {left} admitted and left, {ran} ran in Triton")
+    assert refused >= 5 and left + refused + outcomes.count(200) == 20, outcomes
+    assert ran <= 20 - refused, (ran, outcomes)
+    assert client_ok(server)
+
+
+def client_ok(server):
+    """The proxy still answers (a 429 while admitted work drains is retried after its Retry-After)."""
+    with httpx.Client(base_url=server.proxy_url, timeout=60) as http:
+        for _ in range(30):
+            response = http.post("/v1/embeddings", json={"input": ["still serving"]})
+            if response.status_code != 429:
+                return response.status_code == 200
+            time.sleep(float(response.headers["retry-after"]))
+    return False
 
 
 # ---------------------------------------------------------------- truncation and limits

@@ -142,7 +142,7 @@ class FakeService:
 
 def settings(**overrides):
     values = {"api_key": "", "admin_api_key": "", "max_inputs_per_request": 16, "max_input_chars": 200,
-              "max_concurrent_requests": 64, "max_image_bytes": 1000, "max_images_per_request": 4,
+              "max_concurrent_requests": 64, "admission_target_s": 2.0, "max_image_bytes": 1000, "max_images_per_request": 4,
               "image_url_hosts": "", "image_url_max_bytes": 1000, "image_url_timeout_s": 2.0,
               "image_url_allow_private": False,
               "max_body_bytes": 4096, "body_timeout_s": 5.0, "swagger_path": None}
@@ -489,3 +489,100 @@ def test_chunk_embeddings_route_translates_spans(client):
 def test_chunk_embeddings_route_refuses_bad_bodies(client, body, words):
     response = client.post("/v1/chunk_embeddings", json=body)
     assert response.status_code == 400 and words in response.json()["error"]["message"], response.text
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_work_gate_refuses_work_that_would_wait_over_the_target():
+    """Little's law: with a measured rate of 1000 cost/s and a 2 s target, 2000 in flight is the bound; a request is
+    always admitted when nothing is in flight; before a rate is measured nothing is refused."""
+    import admission
+
+    clock = FakeClock()
+    gate = admission.WorkGate(2.0, clock)
+    tickets = [gate.admit(1000) for _ in range(5)]  # no rate yet: all admitted
+    assert all(tickets) and gate.rate() is None
+    for ticket in tickets:  # 5000 finished over 5 busy seconds: 1000 per second
+        clock.now += 1.0
+        ticket.close()
+    assert gate.rate() == pytest.approx(1000.0) and gate.in_flight == 0
+    clock.now += 60.0  # idle time does not count: the rate is per busy second
+    assert gate.rate() == pytest.approx(1000.0)
+    big = gate.admit(50_000)  # nothing in flight: admitted however big
+    assert big is not None
+    assert gate.admit(10) is None  # 50,010 in flight would take 50 s
+    clock.now += 50.0
+    big.close()
+    first, second = gate.admit(1500), gate.admit(500)
+    assert first and second and gate.admit(1) is None  # 2000 in flight = 2 s: the bound
+    assert admission.WorkGate(0, clock).admit(1) and admission.WorkGate(0, clock).admit(10**9)  # 0: off
+
+
+def test_work_gate_keeps_the_cost_until_the_bls_calls_return():
+    """A client that leaves ends its HTTP request, but its BLS calls still run in Triton: their cost stays in flight
+    until they return (or are given up when their stub died)."""
+    import admission
+
+    clock = FakeClock()
+    gate = admission.WorkGate(2.0, clock)
+
+    async def request():
+        ticket = gate.admit(700)
+        releases = [admission.hold(), admission.hold()]
+        ticket.close()  # the client left
+        return releases
+    releases = asyncio.run(request())
+    assert gate.in_flight == 700
+    releases[0]()
+    releases[0]()  # released twice (done callback and abort): counted once
+    assert gate.in_flight == 700
+    releases[1]()
+    assert gate.in_flight == 0 and gate.finished == 700
+    assert admission.hold()() is None  # outside a request: a no-op
+
+
+def test_proxy_refuses_work_over_admission_target_at_once():
+    """Through the app: once a rate is measured, a request that would wait over admission_target_s is refused at
+    once, before its body is read (429, Retry-After, the setting named); GETs and admin routes are not gated."""
+    import httpx
+
+    client = make_client(admin_api_key="adm1n")
+    gate = None
+    release, held = asyncio.Event(), []
+    original = client.service.embed
+
+    async def held_embed(card, texts, outputs, param, parameters=None):
+        held.append(texts)
+        await release.wait()
+        return await original(card, texts, outputs, param, parameters)
+
+    async def scenario():
+        nonlocal gate
+        transport = httpx.ASGITransport(app=client.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
+            guard_layer = client.app.app  # MetricsMiddleware -> HttpGuard
+            gate = guard_layer.gate
+            gate.samples.append((gate.busy_s - 10.0, gate.finished - 1000))  # measured: 100 cost per busy second
+            client.service.embed = held_embed
+            first = asyncio.ensure_future(http.post("/v1/embeddings", json={"input": "x " * 50}))
+            while not held:
+                await asyncio.sleep(0.01)
+            refused = await http.post("/v1/embeddings", json={"input": "one more"})
+            probe = await http.get("/health")
+            admin = await http.post("/v1/models/fake-dense/load", headers={"Authorization": "Bearer adm1n"})
+            release.set()
+            done = await first
+            after = await http.post("/v1/embeddings", json={"input": "after"})
+        return refused, probe, admin, done, after
+
+    refused, probe, admin, done, after = asyncio.run(scenario())
+    error = error_of(refused, 429, "busy", "admission_target_s")
+    assert error["code"] == "overloaded" and refused.headers["retry-after"] == "1"
+    assert probe.status_code == 200 and admin.status_code == 200
+    assert done.status_code == 200 and after.status_code == 200 and gate.in_flight == 0

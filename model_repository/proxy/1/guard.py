@@ -2,6 +2,7 @@
 import asyncio
 import time
 
+from admission import REQUEST_COST, WorkGate
 from http_errors import ApiError
 
 ADMIN_PATHS = ("/v1/models/", "/load_clip_model", "/unload_clip_model", "/delete_clip_model")  # not admitted
@@ -10,8 +11,9 @@ class HttpGuard:
     """ASGI layer under the metrics: refuses what must never reach a route, and stops work nobody waits for.
 
     - while shutting down: 503 with Retry-After;
-    - over max_concurrent_requests inference requests at once: 429 with Retry-After, at once (admission control:
-      the excess is refused, not queued until it times out; admin routes are not counted);
+    - admission control, refused at once with 429 and Retry-After instead of queued into a timeout (admin routes are
+      not counted): over max_concurrent_requests inference requests at once, or work in flight that would take over
+      admission_target_s to finish (admission.WorkGate; decided from Content-Length, before the body is read);
     - a body that is not JSON: 415 (stops cross-site "simple" POSTs), over max_body_bytes: 413, not received within
       body_timeout_s: 408;
     - a client that leaves before its answer: the route is cancelled (its Triton call's result is dropped) and the
@@ -20,6 +22,7 @@ class HttpGuard:
     def __init__(self, app, settings, service):
         self.app, self.settings, self.service = app, settings, service
         self.admitted = 0  # inference requests in the app now (one event loop: no lock needed)
+        self.gate = WorkGate(settings.admission_target_s)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -37,6 +40,12 @@ class HttpGuard:
                 429, f"the server is busy: {self.admitted} requests in progress, the limit is "
                      f"{self.settings.max_concurrent_requests} (setting max_concurrent_requests); retry", "overloaded",
                 headers={"Retry-After": "1", "Connection": "close"}))
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        ticket = None
+        if inference and declared.isdigit():  # chunked bodies: admitted once their size is known
+            ticket = self.gate.admit(REQUEST_COST + int(declared))
+            if ticket is None:
+                return await self.refuse(send, self.busy())
         self.admitted += inference
         try:
             try:
@@ -45,9 +54,21 @@ class HttpGuard:
                 return await self.refuse(send, error)
             except ConnectionError:
                 return  # client left while sending: nothing to answer
+            if inference and ticket is None:
+                ticket = self.gate.admit(REQUEST_COST + len(body))
+                if ticket is None:
+                    return await self.refuse(send, self.busy())
             return await self.run(scope, receive, send, body)
         finally:
             self.admitted -= inference
+            if ticket is not None:
+                ticket.close()  # its cost leaves the gate once its BLS calls have returned too
+
+    def busy(self):
+        wait = self.gate.wait_s()
+        return ApiError(429, f"the server is busy: the work in progress would take {wait:.1f} s to finish, over "
+                             f"admission_target_s ({self.settings.admission_target_s:g} s); retry", "overloaded",
+                        headers={"Retry-After": "1", "Connection": "close"})
 
     async def read_body(self, scope, receive):
         headers = dict(scope["headers"])

@@ -48,6 +48,7 @@ SETTINGS = {
     "max_input_chars": ("PROXY_MAX_INPUT_CHARS", int),
     "max_concurrent_requests": ("PROXY_MAX_CONCURRENT_REQUESTS", int),
     "bls_concurrency": ("PROXY_BLS_CONCURRENCY", int),
+    "admission_target_s": ("PROXY_ADMISSION_TARGET_S", float),
     "request_timeout_s": ("PROXY_REQUEST_TIMEOUT_S", float),
     "header_timeout_s": ("PROXY_HEADER_TIMEOUT_S", float),
     "body_timeout_s": ("PROXY_BODY_TIMEOUT_S", float),

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from admission import hold
 from errors import Conflict, InvalidInput, LoadFailed, NotFound, Overloaded, ServiceError, Timeout, Unavailable
 
 TEXT_ERROR = re.compile(r"text\[(\d+)\] (.+)", re.S)  # the tokenizer's per-text messages (prefixed by the ensemble)
@@ -212,6 +213,8 @@ class Service:
             preferred_memory=pb.PreferredMemory(pb.TRITONSERVER_MEMORY_CPU, 0))
         self.loop = loop = asyncio.get_running_loop()
         future, abort = loop.run_in_executor(self.executor, request.exec), loop.create_future()
+        release = hold()  # the request's admitted work stays in flight until this call returns (or is given up)
+        future.add_done_callback(release)
         entry = (card.models, abort, future)
         self.inflight.add(entry)
         try:
@@ -220,6 +223,7 @@ class Service:
         finally:
             self.inflight.discard(entry)
         if abort in done:  # its stub died: that call will never return (its thread stays blocked)
+            release()
             raise abort.exception()
         if not done:
             raise Timeout(f"inference did not finish within {self.settings.request_timeout_s:g} s (setting "
