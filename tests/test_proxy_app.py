@@ -142,7 +142,8 @@ class FakeService:
 
 def settings(**overrides):
     values = {"api_key": "", "admin_api_key": "", "max_inputs_per_request": 16, "max_input_chars": 200,
-              "max_concurrent_requests": 64, "admission_target_s": 2.0, "max_image_bytes": 1000, "max_images_per_request": 4,
+              "max_concurrent_requests": 64, "admission_target_s": 2.0, "max_image_bytes": 1000,
+              "max_images_per_request": 4,
               "image_url_hosts": "", "image_url_max_bytes": 1000, "image_url_timeout_s": 2.0,
               "image_url_allow_private": False,
               "max_body_bytes": 4096, "body_timeout_s": 5.0, "swagger_path": None}
