@@ -7,6 +7,7 @@ with the container's pins; tests that go through a server carry the `serving` ma
 import json
 import lzma
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -50,9 +51,17 @@ def import_python_model(model, path=None, **fake_attributes):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below Linux's ephemeral range (32768-60999): a port the kernel hands out (bind to 0) is one that
+    a client connection of another test may take before the server binds it (seen: 'Socket ... already in use')."""
+    for _ in range(500):
+        port = random.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port in 20000-32000")
 
 
 def port_is_free(port):
@@ -105,6 +114,19 @@ class Server:
 
 
 def start_server(repository, log_dir, extra_env=None, extra_args=()):
+    for attempt in range(3):  # a port taken between the check and the server's bind: again, on other ports
+        try:
+            return start_server_once(repository, log_dir, extra_env, extra_args)
+        except PortTaken:
+            if attempt == 2:
+                raise
+
+
+class PortTaken(RuntimeError):
+    pass
+
+
+def start_server_once(repository, log_dir, extra_env, extra_args):
     ports = [free_port() for _ in range(4)]
     log_path = os.path.join(log_dir, "tritonserver.log")
     log_file = open(log_path, "w")
@@ -116,7 +138,9 @@ def start_server(repository, log_dir, extra_env=None, extra_args=()):
         launch.wait_ready(process, server.http_port, timeout_s=240)
     except Exception:
         launch.stop(process)
-        raise RuntimeError("tritonserver did not start:\n" + server.log()[-4000:]) from None
+        log = server.log()
+        failed = PortTaken if "already in use" in log else RuntimeError
+        raise failed("tritonserver did not start:\n" + log[-4000:]) from None
     return server
 
 
