@@ -182,10 +182,14 @@ def test_abandoned_requests_over_the_admission_bound_never_reach_triton(server):
     by work, all 20 were admitted and ran."""
     texts = [f"abandoned {i} " + "lorem ipsum dolor sit amet, consectetur adipiscing elit " * 30 for i in range(16)]
     with httpx.Client(base_url=server.proxy_url, timeout=120) as http:
-        for _ in range(4):  # the gate measures the server's rate first (1 s of busy time)
+        end = time.monotonic() + 4  # the gate measures the server's rate first (admission.MIN_MEASURED_S busy)
+        while time.monotonic() < end:
             assert http.post("/v1/embeddings", json={"input": texts}).status_code == 200
     successes = lambda: server.stats("ensemble_bls")["inference_stats"]["success"]["count"]  # noqa: E731
-    before = successes()
+    before = None
+    while before != successes():  # Triton counts a success after its response has gone: let the counter settle
+        before = successes()
+        time.sleep(1)
 
     async def leave_after_1_s():
         async with httpx.AsyncClient(base_url=server.proxy_url, timeout=1.0,
