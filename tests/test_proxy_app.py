@@ -367,12 +367,8 @@ def test_a_post_with_no_body_at_all_needs_no_content_type():
     assert sent[0]["status"] == 200 and client.service.admin == [("load", "fake-m3")]
 
 
-def test_requests_over_max_concurrent_requests_get_429_at_once():
-    """Admission control: with 2 inference requests held in the service, the third is refused at once (429,
-    Retry-After); admin routes and GETs are not counted; once the two finish, requests are admitted again."""
-    import httpx
-
-    client = make_client(max_concurrent_requests=2, admin_api_key="adm1n")
+def hold_embeddings(client):
+    """The fake service's embed() waits for the returned event; `held` lists the texts of the calls waiting."""
     release, held = asyncio.Event(), []
     original = client.service.embed
 
@@ -381,6 +377,16 @@ def test_requests_over_max_concurrent_requests_get_429_at_once():
         await release.wait()
         return await original(card, texts, outputs, param, parameters)
     client.service.embed = held_embed
+    return release, held
+
+
+def test_requests_over_max_concurrent_requests_get_429_at_once():
+    """Admission control: with 2 inference requests held in the service, the third is refused at once (429,
+    Retry-After); admin routes and GETs are not counted; once the two finish, requests are admitted again."""
+    import httpx
+
+    client = make_client(max_concurrent_requests=2, admin_api_key="adm1n")
+    release, held = hold_embeddings(client)
 
     async def scenario():
         transport = httpx.ASGITransport(app=client.app)
@@ -555,13 +561,7 @@ def test_proxy_refuses_work_over_admission_target_at_once():
 
     client = make_client(admin_api_key="adm1n")
     gate = None
-    release, held = asyncio.Event(), []
-    original = client.service.embed
-
-    async def held_embed(card, texts, outputs, param, parameters=None):
-        held.append(texts)
-        await release.wait()
-        return await original(card, texts, outputs, param, parameters)
+    release, held = hold_embeddings(client)
 
     async def scenario():
         nonlocal gate
@@ -570,7 +570,6 @@ def test_proxy_refuses_work_over_admission_target_at_once():
             guard_layer = client.app.app  # MetricsMiddleware -> HttpGuard
             gate = guard_layer.gate
             gate.samples.append((gate.busy_s - 10.0, gate.finished - 1000))  # measured: 100 cost per busy second
-            client.service.embed = held_embed
             first = asyncio.ensure_future(http.post("/v1/embeddings", json={"input": "x " * 50}))
             while not held:
                 await asyncio.sleep(0.01)

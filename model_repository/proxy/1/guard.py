@@ -40,7 +40,8 @@ class HttpGuard:
                 429, f"the server is busy: {self.admitted} requests in progress, the limit is "
                      f"{self.settings.max_concurrent_requests} (setting max_concurrent_requests); retry", "overloaded",
                 headers={"Retry-After": "1", "Connection": "close"}))
-        declared = dict(scope["headers"]).get(b"content-length", b"")
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length", b"")
         ticket = None
         if inference and declared.isdigit():  # chunked bodies: admitted once their size is known
             ticket = self.gate.admit(REQUEST_COST + int(declared))
@@ -49,7 +50,7 @@ class HttpGuard:
         self.admitted += inference
         try:
             try:
-                body = await self.read_body(scope, receive)
+                body = await self.read_body(headers, receive)
             except ApiError as error:
                 return await self.refuse(send, error)
             except ConnectionError:
@@ -70,8 +71,7 @@ class HttpGuard:
                              f"admission_target_s ({self.settings.admission_target_s:g} s); retry", "overloaded",
                         headers={"Retry-After": "1", "Connection": "close"})
 
-    async def read_body(self, scope, receive):
-        headers = dict(scope["headers"])
+    async def read_body(self, headers, receive):
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
         declared = headers.get(b"content-length", b"")
         limit = self.settings.max_body_bytes
