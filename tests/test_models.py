@@ -271,9 +271,17 @@ def test_interleaved_concurrent_requests_are_never_mixed_up(multi_server, refere
         async with httpx.AsyncClient(base_url=multi_server.proxy_url, timeout=120, headers=USER) as http:
             async def one(model, indices):
                 async with limit:
-                    return await http.post("/v1/embeddings", json={"model": model,
-                                                                   "input": [TEXTS[i] for i in indices]})
+                    while True:  # a refusal by admission control (429) is retried after its Retry-After
+                        response = await http.post("/v1/embeddings", json={"model": model,
+                                                                           "input": [TEXTS[i] for i in indices]})
+                        if response.status_code != 429:
+                            return response
+                        assert response.json()["error"]["code"] == "overloaded", response.text
+                        refused.append(model)
+                        await asyncio.sleep(float(response.headers["retry-after"]))
             return await asyncio.gather(*(one(model, indices) for model, indices in plan))
+
+    refused = []
 
     started = time.perf_counter()
     responses = asyncio.run(run())
@@ -286,7 +294,8 @@ def test_interleaved_concurrent_requests_are_never_mixed_up(multi_server, refere
         worst = min(worst, assert_matches(vectors(result), references[model][indices], model).min())
     counts = {m: sum(1 for model, _ in plan if model == m) for m in (MINILM, TINY)}
     print(f"\n200 interleaved requests ({counts[MINILM]} MiniLM, {counts[TINY]} tiny XLM-R), 16 in flight: "
-          f"{elapsed:.1f} s, all answers their own model's vectors (min cosine {worst:.8f})")
+          f"{elapsed:.1f} s, {len(refused)} refusals (429, retried), all answers their own model's vectors "
+          f"(min cosine {worst:.8f})")
     # Statistics per model: the proxy's counters and Triton's own nv_* metrics are labelled by model.
     proxy_metrics = httpx.get(multi_server.proxy_url + "/metrics", timeout=10).text
     triton_metrics = httpx.get(f"http://127.0.0.1:{multi_server.metrics_port}/metrics", timeout=10).text

@@ -46,7 +46,7 @@ class HttpGuard:
         if inference and declared.isdigit():  # chunked bodies: admitted once their size is known
             ticket = self.gate.admit(REQUEST_COST + int(declared))
             if ticket is None:
-                return await self.refuse(send, self.busy())
+                return await self.refuse(send, self.busy(REQUEST_COST + int(declared)))
         self.admitted += inference
         try:
             try:
@@ -58,15 +58,15 @@ class HttpGuard:
             if inference and ticket is None:
                 ticket = self.gate.admit(REQUEST_COST + len(body))
                 if ticket is None:
-                    return await self.refuse(send, self.busy())
+                    return await self.refuse(send, self.busy(REQUEST_COST + len(body)))
             return await self.run(scope, receive, send, body)
         finally:
             self.admitted -= inference
             if ticket is not None:
                 ticket.close()  # its cost leaves the gate once its BLS calls have returned too
 
-    def busy(self):
-        wait = self.gate.wait_s()
+    def busy(self, cost):
+        wait = self.gate.wait_s(cost)  # the same estimate admit() refused on, this request included
         return ApiError(429, f"the server is busy: the work in progress would take {wait:.1f} s to finish, over "
                              f"admission_target_s ({self.settings.admission_target_s:g} s); retry", "overloaded",
                         headers={"Retry-After": "1", "Connection": "close"})
