@@ -259,6 +259,10 @@ RAW_CASES = [  # (case, bytes, expected status)
     ("bad chunk size", HEAD + b"Transfer-Encoding: chunked\r\n\r\nZZ\r\nabc\r\n", 400),
     ("Content-Length and chunked", HEAD + b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
     ("1 MB header", b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 2**20 + b"\r\n\r\n", 400),
+    ("60 KB header (under max_header_bytes)", b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 60000 + b"\r\n\r\n",
+     200),
+    ("70 headers of 1 KB (over max_header_bytes)", b"GET /health HTTP/1.1\r\nHost: x\r\n" +
+     b"".join(b"X-%d: %s\r\n" % (i, b"a" * 1024) for i in range(70)) + b"\r\n", 400),
     ("declared 10**12 bytes", HEAD + b"Content-Length: 1000000000000\r\n\r\n" + SMALL, 413),
     ("chunked, over max_body_bytes", HEAD + b"Transfer-Encoding: chunked\r\n\r\n" +
      (b"100000\r\n" + b"a" * 2**20 + b"\r\n") * 3 + b"0\r\n\r\n", 413),

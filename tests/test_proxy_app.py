@@ -586,3 +586,29 @@ def test_proxy_refuses_work_over_admission_target_at_once():
     assert error["code"] == "overloaded" and refused.headers["retry-after"] == "1"
     assert probe.status_code == 200 and admin.status_code == 200
     assert done.status_code == 200 and after.status_code == 200 and gate.in_flight == 0
+
+
+def test_a_requests_work_leaves_the_gate_before_its_answer_goes_out():
+    """A client that sends its next request the moment it has an answer must not find its own finished request
+    still in flight (a sequential client got 429s once the server answered fast enough): when the answer's last
+    message is sent, the gate holds nothing."""
+    client = make_client()
+    gate = client.app.app.gate  # MetricsMiddleware -> HttpGuard
+    body = b'{"input": ["one text"]}'
+    scope = {"type": "http", "method": "POST", "path": "/v1/embeddings", "raw_path": b"/v1/embeddings",
+             "query_string": b"", "root_path": "", "scheme": "http", "server": ("proxy", 80), "client": ("c", 1),
+             "http_version": "1.1", "state": {},
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+    messages, in_flight_when_answered = [{"type": "http.request", "body": body, "more_body": False}], []
+
+    async def receive():
+        if messages:
+            return messages.pop()
+        await asyncio.sleep(3600)
+
+    async def send(message):
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            in_flight_when_answered.append(gate.in_flight)
+
+    asyncio.run(client.app(scope, receive, send))
+    assert in_flight_when_answered == [0] and gate.finished == len(body) + 512

@@ -7,6 +7,17 @@ from http_errors import ApiError
 
 ADMIN_PATHS = ("/v1/models/", "/load_clip_model", "/unload_clip_model", "/delete_clip_model")  # not admitted
 
+
+def released_when_answered(send, ticket):
+    """`send` that closes the request's ticket before the last byte of its answer goes out: a client that sends its
+    next request as soon as it has the answer must not find its own finished request still counted in flight."""
+    async def send_and_release(message):
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            ticket.close()
+        await send(message)
+    return send_and_release
+
+
 class HttpGuard:
     """ASGI layer under the metrics: refuses what must never reach a route, and stops work nobody waits for.
 
@@ -59,7 +70,7 @@ class HttpGuard:
                 ticket = self.gate.admit(REQUEST_COST + len(body))
                 if ticket is None:
                     return await self.refuse(send, self.busy(REQUEST_COST + len(body)))
-            return await self.run(scope, receive, send, body)
+            return await self.run(scope, receive, released_when_answered(send, ticket) if ticket else send, body)
         finally:
             self.admitted -= inference
             if ticket is not None:

@@ -1,8 +1,12 @@
-"""uvicorn in a thread of the proxy's stub, with its own asyncio loop and no signal handlers (Triton owns signals).
+"""uvicorn in a thread of the proxy's stub, with its own event loop (uvloop) and no signal handlers (Triton owns
+signals).
 
-The port is bound before the thread starts, so a busy port fails the model load with a clear message. Headers must
+HTTP is parsed by httptools (llhttp, in C): at 64 clients the proxy answered 25 % more requests than with h11, and
+added 0.2 ms less at concurrency 1 (docs/benchmarks.md). What llhttp leaves to its caller is checked here: a request
+line and headers over max_header_bytes are refused (400), and so is an HTTP/1.1 request without a Host header. The
+port is bound before the thread starts, so a busy port fails the model load with a clear message. Headers must
 arrive within header_timeout_s of a connection opening, and of each later request's first byte (uvicorn has no such
-limit; h11 would wait for ever); the body has its own limit in app.HttpGuard.
+limit); the body has its own limit in guard.HttpGuard.
 """
 import asyncio
 import socket
@@ -10,44 +14,87 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import h11
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+import uvloop
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 START_TIMEOUT_S = 15.0
 
 
-def header_timeout_protocol(seconds):
-    class HeaderTimeoutProtocol(H11Protocol):
-        """Closes a connection whose request headers are not complete within `seconds` of their first byte (slowloris),
-        for every request of a keep-alive connection (uvicorn's keep-alive timer stops at the first byte of the next
-        request, and h11 would wait for ever), and for a connection that sends nothing at all."""
+class BadHeaders(Exception):
+    """Raised from a parser callback: httptools stops parsing and uvicorn answers 400 (send_400_response)."""
+
+
+def guarded_protocol(header_timeout_s, max_header_bytes):
+    class GuardedHttpProtocol(HttpToolsProtocol):
+        """Per request: headers complete within header_timeout_s of their first byte (slowloris; for every request
+        of a keep-alive connection, and for a connection that sends nothing at all), at most max_header_bytes of
+        request line and headers, and a Host header in HTTP/1.1 (RFC 9112 3.2)."""
 
         def connection_made(self, transport):
             super().connection_made(transport)
-            self.header_deadline = self.loop.call_later(seconds, self.headers_overdue)
+            self.refusal, self.header_deadline = None, None
+            self.expect_headers()
 
-        def data_received(self, data):
-            super().data_received(data)
-            # h11 is IDLE from a request's first byte until its headers are complete (then SEND_BODY or DONE).
-            waiting = self.conn.their_state is h11.IDLE and not self.transport.is_closing()
-            if waiting and self.header_deadline is None:
-                self.header_deadline = self.loop.call_later(seconds, self.headers_overdue)
-            elif not waiting and self.header_deadline is not None:
+        def expect_headers(self):
+            self.reading_headers, self.header_bytes = True, 0
+            if self.header_deadline is None:
+                self.header_deadline = self.loop.call_later(header_timeout_s, self.headers_overdue)
+
+        def on_message_begin(self):
+            super().on_message_begin()
+            self.expect_headers()
+
+        def on_url(self, url):
+            self.count(len(url))
+            super().on_url(url)
+
+        def on_header(self, name, value):
+            self.count(len(name) + len(value) + 4)
+            super().on_header(name, value)
+
+        def count(self, size):
+            self.header_bytes += size
+            if self.header_bytes > max_header_bytes:
+                self.refusal = f"request line and headers over {max_header_bytes} bytes (setting max_header_bytes)"
+                raise BadHeaders(self.refusal)
+
+        def on_headers_complete(self):
+            self.reading_headers = False
+            if self.header_deadline is not None:
                 self.header_deadline.cancel()
                 self.header_deadline = None
+            if self.parser.get_http_version() == "1.1" and not any(name == b"host" for name, _ in self.headers):
+                self.refusal = "an HTTP/1.1 request needs a Host header"
+                raise BadHeaders(self.refusal)
+            super().on_headers_complete()
+
+        def data_received(self, data):
+            continuing = self.reading_headers and self.header_bytes > 0
+            super().data_received(data)
+            # llhttp buffers a header line until it ends: a read that ends inside headers begun in an earlier read
+            # counts whole, so a header line that never ends is bounded too.
+            if continuing and self.reading_headers and not self.transport.is_closing():
+                try:
+                    self.count(len(data))
+                except BadHeaders:
+                    self.send_400_response(self.refusal)
+
+        def send_400_response(self, msg):
+            super().send_400_response(self.refusal or msg)
 
         def headers_overdue(self):
             self.header_deadline = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            if self.reading_headers and not self.transport.is_closing():
                 self.transport.close()
 
         def connection_lost(self, exc):
             if self.header_deadline is not None:
                 self.header_deadline.cancel()
+                self.header_deadline = None
             super().connection_lost(exc)
 
-    return HeaderTimeoutProtocol
+    return GuardedHttpProtocol
 
 
 class Server:
@@ -75,7 +122,8 @@ class Server:
     def start(self):
         self.socket = self.socket or self.bind()
         config = uvicorn.Config(self.app, lifespan="off", log_level="warning", access_log=False,
-                                http=header_timeout_protocol(self.settings.header_timeout_s),
+                                http=guarded_protocol(self.settings.header_timeout_s,
+                                                     self.settings.max_header_bytes),
                                 timeout_keep_alive=self.settings.keep_alive_s,
                                 timeout_graceful_shutdown=self.settings.shutdown_grace_s)
         self.server = uvicorn.Server(config)
@@ -89,7 +137,7 @@ class Server:
             time.sleep(0.01)
 
     def serve(self):
-        loop = asyncio.new_event_loop()
+        loop = uvloop.new_event_loop()
         asyncio.set_event_loop(loop)
         loop.set_default_executor(ThreadPoolExecutor(4, thread_name_prefix="proxy-admin"))
         try:
