@@ -60,18 +60,25 @@ class MetricsMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        started, status = time.perf_counter(), [CLIENT_CLOSED]
+        started, status, noted = time.perf_counter(), [CLIENT_CLOSED], [False]
         scope.setdefault("state", {})
+
+        def note():
+            if not noted[0]:
+                noted[0] = True
+                self.metrics.in_flight.dec()
+                self.metrics.observe_request(route_label(self.router, scope), status[0],
+                                             time.perf_counter() - started, scope["state"].get("model"))
 
         async def send_and_note(message):
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                note()  # before the answer's last byte goes out: a client reading /metrics next sees it counted
             await send(message)
 
         self.metrics.in_flight.inc()
         try:
             await self.app(scope, receive, send_and_note)
         finally:
-            self.metrics.in_flight.dec()
-            self.metrics.observe_request(route_label(self.router, scope), status[0], time.perf_counter() - started,
-                                         scope["state"].get("model"))
+            note()

@@ -1,9 +1,9 @@
 """uvicorn in a thread of the proxy's stub, with its own event loop (uvloop) and no signal handlers (Triton owns
 signals).
 
-HTTP is parsed by httptools (llhttp, in C): at 64 clients the proxy answered 25 % more requests than with h11, and
-added 0.2 ms less at concurrency 1 (docs/benchmarks.md). What llhttp leaves to its caller is checked here: a request
-line and headers over max_header_bytes are refused (400), and so is an HTTP/1.1 request without a Host header. The
+HTTP is parsed by httptools (llhttp, in C): with it, at 64 clients the proxy answered 19 % more requests than with
+h11 (docs/benchmarks.md, "Proxy overhead"). What llhttp leaves to its caller is checked here: a request line and
+headers over max_header_bytes are refused (400), and so is an HTTP/1.1 request without a Host header. The
 port is bound before the thread starts, so a busy port fails the model load with a clear message. Headers must
 arrive within header_timeout_s of a connection opening, and of each later request's first byte (uvicorn has no such
 limit); the body has its own limit in guard.HttpGuard.
@@ -70,11 +70,12 @@ def guarded_protocol(header_timeout_s, max_header_bytes):
             super().on_headers_complete()
 
         def data_received(self, data):
-            continuing = self.reading_headers and self.header_bytes > 0
+            continuing, counted = self.reading_headers and self.header_bytes > 0, self.header_bytes
             super().data_received(data)
-            # llhttp buffers a header line until it ends: a read that ends inside headers begun in an earlier read
-            # counts whole, so a header line that never ends is bounded too.
-            if continuing and self.reading_headers and not self.transport.is_closing():
+            # llhttp buffers a header line until it ends, uncounted until then: a read that ends no line of headers
+            # begun earlier counts whole, so a header line that never ends is bounded too.
+            if continuing and self.reading_headers and self.header_bytes == counted and \
+                    not self.transport.is_closing():
                 try:
                     self.count(len(data))
                 except BadHeaders:
