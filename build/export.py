@@ -65,6 +65,7 @@ from exporting.repository import (  # noqa: E402
     ensure_proxy,
     install,
     model_names,
+    templates_digest,
     token_guard,
     warmup_lengths,
     write_chunks_config,
@@ -117,9 +118,14 @@ def parse_args(argv):
 
 
 def already_exported(repository, name, model):
+    """Whether --skip-if-exported skips: an export of `model` (any when None) rendered from today's templates."""
     manifest = read_json(repository, model_names(name)[0], "1", "export.json")
-    # an export from before the BLS and rerank models is redone: the proxy needs them
-    return manifest is not None and model in (None, manifest.get("model")) and "bls_model" in manifest
+    if manifest is None or model not in (None, manifest.get("model")):
+        return False
+    if manifest.get("templates") != templates_digest():  # rendered from other config templates: redone
+        print("export: the config templates changed since this export: exporting again")
+        return False
+    return True
 
 
 def main(argv=None):
@@ -201,7 +207,7 @@ def main(argv=None):
 def install_export(staging, repository, names, manifest, started):
     """The staged export, its manifest beside the ensemble, moved into the repository (with the proxy)."""
     with open(os.path.join(staging, names[0], "1", "export.json"), "w", encoding="utf-8") as handle:
-        json.dump(manifest, handle, indent=2)
+        json.dump({**manifest, "templates": templates_digest()}, handle, indent=2)
     os.makedirs(repository, exist_ok=True)
     install(staging, repository, names)
     ensure_proxy(repository)

@@ -125,6 +125,22 @@ def test_skip_if_exported_skips(xlmr_repository, tiny_xlmr_dir):
     assert _snapshot(xlmr_repository) == before
 
 
+def test_skip_if_exported_redoes_an_export_rendered_from_other_templates(xlmr_repository, tiny_xlmr_dir, tmp_path):
+    """An export whose configs came from other templates (an older checkout) is exported again, so a changed config
+    template always reaches the served configs."""
+    repository = tmp_path / "repository"
+    shutil.copytree(xlmr_repository, repository)
+    manifest_path = repository / "ensemble" / "1" / "export.json"
+    manifest = json.loads(manifest_path.read_text())
+    current = manifest["templates"]
+    manifest_path.write_text(json.dumps({**manifest, "templates": "rendered-from-older-templates"}))
+    result = run_export("--repository", str(repository), "--skip-if-exported", "--model", str(tiny_xlmr_dir),
+                        "--max-length", str(TINY_XLMR_MAX_LENGTH))
+    assert result.returncode == 0, result.stderr
+    assert "templates changed" in result.stdout and "skipped" not in result.stdout
+    assert json.loads(manifest_path.read_text())["templates"] == current
+
+
 @pytest.fixture(scope="module")
 def named_repository(minilm_repository, tiny_xlmr_dir, tmp_path_factory):
     """MiniLM's repository plus the tiny XLM-R exported beside it as `tiny-xlmr`."""

@@ -1,6 +1,8 @@
 """The Triton side of an export: the five models' names, their configs rendered from the templates in
 model_repository/ (the encoder's GPU variants included), the encoder's warm-up samples and batchstrategy.so
 (token_budget.c compiled), the tokenizer's tokenizer.json, and the staged models installed into the repository."""
+import glob
+import hashlib
 import os
 import re
 import shutil
@@ -26,6 +28,17 @@ QUANTIZED_OUTPUTS = [("embedding_int8", "TYPE_INT8"), ("embedding_uint8", "TYPE_
 # The BLS model's compact ColBERT vectors (pooled with the request's colbert_pool_factor): [rows, vectors, width]
 COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8", "TYPE_INT8"),
                    ("colbert_vectors_binary", "TYPE_UINT8")]
+
+
+def templates_digest():
+    """sha256 of every config template export renders (model_repository/*/*.template): an export rendered from
+    other templates is stale, and --skip-if-exported redoes it (else a changed config never reaches it)."""
+    digest = hashlib.sha256()
+    for path in sorted(glob.glob(os.path.join(SOURCE_REPOSITORY, "*", "*.template"))):
+        digest.update(os.path.relpath(path, SOURCE_REPOSITORY).encode() + b"\0")
+        with open(path, "rb") as handle:
+            digest.update(handle.read() + b"\0")
+    return digest.hexdigest()
 
 
 def model_names(name):
