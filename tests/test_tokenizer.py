@@ -117,9 +117,6 @@ def test_ids_match_hugging_face_concurrent_requests(served):
 def test_length_groups_for_a_caller_that_runs_them(server):
     """Asked for `length_group` (the BLS model asks), one request comes back padded to its longest row, and each
     row is told its group: grouping.plan_groups over the rows' lengths with the config's parameters."""
-    sys.path.insert(0, os.path.join(PROJECT, "model_repository", "tokenizer", "1"))
-    from grouping import plan_groups
-
     connection = client("http", server.http_url)
     try:
         parameters = {k: v["string_value"] for k, v in connection.get_model_config("tokenizer")["parameters"].items()}
