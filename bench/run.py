@@ -107,7 +107,7 @@ def add_probe(scratch):
 def tuning_snapshot(repository):
     """The tuning-relevant lines of every config in the measured repository, for the report."""
     keep = re.compile(r"max_queue_delay_microseconds|queue_policy|instance_group|thread_count|pad_to_multiple_of|"
-                      r"min_padding_efficiency|batch_overhead_tokens|max_batch_size|"
+                      r"min_padding_efficiency|batch_overhead_tokens|split_overhead_tokens|max_batch_size|"
                       r"max_batch_tokens|bls_concurrency")
     snapshot = {}
     for model in ("tokenizer", "embedding", "ensemble", "proxy"):

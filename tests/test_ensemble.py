@@ -228,3 +228,34 @@ def test_a_direct_call_to_the_encoder_over_max_batch_tokens_is_refused(server, p
     # The encoder's batches are formed by token_budget.c: Triton core loads it for the stand-in backend too.
     assert "Loading custom batching strategy library" in server.log()
     assert "batchstrategy.so for model embedding" in server.log()
+
+
+def test_a_flood_of_long_requests_stays_within_the_token_budget(server):
+    """The encoder has no queue policy, so Triton's batcher keeps growing a batch queued behind a running one and
+    restarts token_budget.c's state on each pass; the library carries the queued batch's tokens across passes.
+    100 requests of 4 texts x 256 tokens at once, three times: every one answers (before, 250 of 300 reached the
+    graph's guard, 'more than 16384 padded tokens'), and the encoder did merge them (batches over 4 rows)."""
+    text = "a fox jumps over the lazy dog " * 60  # over MiniLM's 256 tokens: cut to 256
+    connection = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        def merged_batches():
+            stats = connection.get_inference_statistics("embedding", as_json=True)["model_stats"][0]
+            return sum(int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", [])
+                       if int(b["batch_size"]) > 4)
+
+        merged_before = merged_batches()
+        answers = queue.Queue()
+        for round_ in range(3):
+            for i in range(100):
+                texts = np.array([f"flood {round_} {i} {k}: {text}".encode() for k in range(4)], dtype=np.object_)
+                request = grpcclient.InferInput("text", [4, 1], "BYTES")
+                request.set_data_from_numpy(texts.reshape(-1, 1))
+                connection.async_infer("ensemble", [request], lambda result, error: answers.put((result, error)),
+                                       outputs=[grpcclient.InferRequestedOutput("embedding")])
+            received = [answers.get(timeout=300) for _ in range(100)]
+            errors = [str(error)[:300] for _, error in received if error is not None]
+            assert not errors, f"{len(errors)} of 100 failed, e.g. {errors[0]}"
+            assert all(result.as_numpy("embedding").shape == (4, 384) for result, _ in received)
+        assert merged_batches() > merged_before
+    finally:
+        connection.close()

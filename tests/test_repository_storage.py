@@ -66,7 +66,8 @@ def test_a_repository_path_triton_cannot_serve_is_refused_clearly(minilm_reposit
 
 def test_gpu_variants_parse_as_model_configs(minilm_repository):
     """configs/gpu.pbtxt and configs/gpu-trt.pbtxt (for --model-config-name) are valid ModelConfig text, pin the
-    instance to the GPU, drop the rate limiter, and keep the exported outputs."""
+    instance to the GPU, drop the rate limiter, and keep the exported outputs. None has a queue policy: in Triton
+    24.07 one turns off the batcher's prefetching, which left the encoder idle with requests queued (README)."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
@@ -75,6 +76,7 @@ def test_gpu_variants_parse_as_model_configs(minilm_repository):
             return text_format.Parse(handle.read(), model_config_pb2.ModelConfig())
 
     cpu = parse(os.path.join(minilm_repository, "embedding", "config.pbtxt"))
+    assert cpu.HasField("dynamic_batching") and not cpu.dynamic_batching.HasField("default_queue_policy")
     for variant in ("gpu", "gpu-trt"):
         config = parse(os.path.join(minilm_repository, "embedding", "configs", f"{variant}.pbtxt"))
         assert [g.kind for g in config.instance_group] == [model_config_pb2.ModelInstanceGroup.KIND_GPU]

@@ -116,7 +116,8 @@ def test_ids_match_hugging_face_concurrent_requests(served):
 
 def test_length_groups_for_a_caller_that_runs_them(server):
     """Asked for `length_group` (the BLS model asks), one request comes back padded to its longest row, and each
-    row is told its group: grouping.plan_groups over the rows' lengths with the config's parameters."""
+    row is told its group: grouping.plan_groups over the rows' lengths with split_overhead_tokens (one request's
+    groups run as their own encoder requests, back to back: each costs only its hop, not batch_overhead_tokens)."""
     connection = client("http", server.http_url)
     try:
         parameters = {k: v["string_value"] for k, v in connection.get_model_config("tokenizer")["parameters"].items()}
@@ -127,8 +128,9 @@ def test_length_groups_for_a_caller_that_runs_them(server):
     lengths = result["num_tokens"].reshape(-1).tolist()
     multiple = int(parameters["pad_to_multiple_of"])
     assert result["input_ids"].shape == (32, _round_up(max(lengths), multiple))
-    plan = plan_groups([[n] for n in lengths], multiple, float(parameters["batch_overhead_tokens"]),
+    plan = plan_groups([[n] for n in lengths], multiple, float(parameters["split_overhead_tokens"]),
                        float(parameters["min_padding_efficiency"]), int(parameters["max_batch_tokens"]))
+    assert len(plan) > 1  # texts of 5 lengths: one run padded to the longest would not be the cheapest
     for index, (rows, width) in enumerate(plan):
         assert result["length_group"][rows].tolist() == [[index, width]] * len(rows)
 

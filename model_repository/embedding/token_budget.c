@@ -13,6 +13,15 @@
  * A request over the budget is refused by the encoder graph instead (build/exporting/graph.py, add_token_guard),
  * which holds in the C++ onnxruntime backend too; the tokenizer never sends one.
  *
+ * A batch keeps growing after Triton has queued it for the instance (the encoder has no queue policy, so the batcher
+ * prefetches: core PR #237), and Triton restarts this library's state on every pass over the queue
+ * (dynamic_batch_scheduler.cc: CustomBatchFini when a batch is queued, Fini + Init when a pass starts, as the queue's
+ * cursor is never valid without timeouts). A fresh state would take a whole budget more into a queued batch (measured:
+ * 250 of 300 requests of 4 x 256 tokens refused by the guard). So a state carries the tokens of the batch it
+ * continues: Triton initializes the same payload (the same `userp` slot) right after finalizing a state that was
+ * asked about requests. A new payload is initialized twice (NewPayload, then the pass's Fini + Init with no request
+ * asked in between): its second state starts empty even when the payload object is a recycled one.
+ *
  * The few Triton C API declarations this needs are written out here (tritonbackend.h / tritonserver.h, API 1.19):
  * the library is built with nothing but a C compiler, and its symbols resolve against the running tritonserver.
  */
@@ -43,14 +52,23 @@ extern void TRITONSERVER_ErrorDelete(TRITONSERVER_Error* error);
 
 #define DEFAULT_BUDGET 16384
 
-typedef struct {
-  uint64_t budget; /* max_batch_tokens of the model's config */
-} Batcher;
+typedef struct Batcher Batcher;
 
 typedef struct {
+  Batcher* batcher;
   uint64_t budget, used;
   bool empty;
+  void** payload; /* the payload's user-pointer slot this state was created for */
+  bool asked;     /* IncludeRequest was called with it */
 } Batch;
+
+/* One per model; r24.07 runs one batcher thread per dynamically batched model (backend_model.cc), so the calls
+ * below come one at a time. */
+struct Batcher {
+  uint64_t budget;      /* max_batch_tokens of the model's config */
+  Batch* open;          /* the state initialized last, while not finalized */
+  Batch last_finalized; /* what it left for a pass that continues its payload */
+};
 
 /* The value of parameters { key: "max_batch_tokens" value: { string_value: "N" } } in the config's JSON form. */
 static uint64_t
@@ -101,9 +119,21 @@ TRITONBACKEND_ModelBatcherFinalize(TRITONBACKEND_Batcher* batcher)
 TRITONSERVER_Error*
 TRITONBACKEND_ModelBatchInitialize(const TRITONBACKEND_Batcher* batcher, void** userp)
 {
+  Batcher* owner = (Batcher*)batcher; /* Triton passes it const; this library owns it */
+  if (owner->open != NULL) { /* its payload went to the instance while growing: Triton drops it without Fini */
+    free(owner->open);
+  }
   Batch* batch = calloc(1, sizeof(Batch));
-  batch->budget = ((const Batcher*)batcher)->budget;
+  batch->batcher = owner;
+  batch->budget = owner->budget;
   batch->empty = true;
+  batch->payload = userp;
+  if (owner->last_finalized.asked && owner->last_finalized.payload == userp) { /* a new pass, same queued payload */
+    batch->used = owner->last_finalized.used;
+    batch->empty = owner->last_finalized.empty;
+  }
+  owner->last_finalized.asked = false;
+  owner->open = batch;
   *userp = batch;
   return NULL;
 }
@@ -112,6 +142,7 @@ TRITONSERVER_Error*
 TRITONBACKEND_ModelBatchIncludeRequest(TRITONBACKEND_Request* request, void* userp, bool* should_include)
 {
   Batch* batch = userp;
+  batch->asked = true;
   TRITONBACKEND_Input* input = NULL;
   const int64_t* shape = NULL;
   uint32_t dims = 0;
@@ -140,6 +171,11 @@ TRITONBACKEND_ModelBatchIncludeRequest(TRITONBACKEND_Request* request, void* use
 TRITONSERVER_Error*
 TRITONBACKEND_ModelBatchFinalize(void* userp)
 {
-  free(userp);
+  Batch* batch = userp;
+  batch->batcher->last_finalized = *batch;
+  if (batch->batcher->open == batch) {
+    batch->batcher->open = NULL;
+  }
+  free(batch);
   return NULL;
 }

@@ -118,6 +118,7 @@ class TritonPythonModel:
         self.prompt_tokens = {name: len(self.tokenizer.encode(text).ids) for name, text in self.prompts.items()}
         self.multiple = max(1, int(_parameter(config, "pad_to_multiple_of")))
         self.overhead = float(_parameter(config, "batch_overhead_tokens"))
+        self.split_overhead = float(_parameter(config, "split_overhead_tokens"))
         self.min_efficiency = float(_parameter(config, "min_padding_efficiency"))
         self.max_batch_tokens = int(_parameter(config, "max_batch_tokens"))
         self.max_text_bytes = int(_parameter(config, "max_text_bytes"))
@@ -281,7 +282,7 @@ class TritonPythonModel:
     def send_split(self, request, encodings, flags):
         lengths = [len(e.ids) for e in encodings]
         groups = np.zeros((len(lengths), 2), dtype=np.int32)  # per row: (group index, the group's padded width)
-        plan = plan_groups([[n] for n in lengths], self.multiple, self.overhead, self.min_efficiency,
+        plan = plan_groups([[n] for n in lengths], self.multiple, self.split_overhead, self.min_efficiency,
                            self.max_batch_tokens)
         for index, (rows, width) in enumerate(plan):
             groups[rows] = (index, width)
