@@ -236,7 +236,7 @@ def test_a_flood_of_long_requests_stays_within_the_token_budget(server):
     100 requests of 4 texts x 256 tokens at once, three times: every one answers (before, 250 of 300 reached the
     graph's guard, 'more than 16384 padded tokens'), and the encoder did merge them (batches over 4 rows)."""
     text = "a fox jumps over the lazy dog " * 60  # over MiniLM's 256 tokens: cut to 256
-    connection = grpcclient.InferenceServerClient(server.grpc_url)
+    connection = client("grpc", server.grpc_url)
     try:
         def merged_batches():
             stats = connection.get_inference_statistics("embedding", as_json=True)["model_stats"][0]
@@ -247,11 +247,10 @@ def test_a_flood_of_long_requests_stays_within_the_token_budget(server):
         answers = queue.Queue()
         for round_ in range(3):
             for i in range(100):
-                texts = np.array([f"flood {round_} {i} {k}: {text}".encode() for k in range(4)], dtype=np.object_)
-                request = grpcclient.InferInput("text", [4, 1], "BYTES")
-                request.set_data_from_numpy(texts.reshape(-1, 1))
-                connection.async_infer("ensemble", [request], lambda result, error: answers.put((result, error)),
-                                       outputs=[grpcclient.InferRequestedOutput("embedding")])
+                texts = [f"flood {round_} {i} {k}: {text}" for k in range(4)]
+                connection.async_infer("ensemble", [text_input("grpc", texts)],
+                                       callback=lambda result, error: answers.put((result, error)),
+                                       outputs=outputs("grpc", ["embedding"]))
             received = [answers.get(timeout=300) for _ in range(100)]
             errors = [str(error)[:300] for _, error in received if error is not None]
             assert not errors, f"{len(errors)} of 100 failed, e.g. {errors[0]}"

@@ -56,7 +56,7 @@ typedef struct Batcher Batcher;
 
 typedef struct {
   Batcher* batcher;
-  uint64_t budget, used;
+  uint64_t used;
   bool empty;
   void** payload; /* the payload's user-pointer slot this state was created for */
   bool asked;     /* IncludeRequest was called with it */
@@ -125,7 +125,6 @@ TRITONBACKEND_ModelBatchInitialize(const TRITONBACKEND_Batcher* batcher, void** 
   }
   Batch* batch = calloc(1, sizeof(Batch));
   batch->batcher = owner;
-  batch->budget = owner->budget;
   batch->empty = true;
   batch->payload = userp;
   if (owner->last_finalized.asked && owner->last_finalized.payload == userp) { /* a new pass, same queued payload */
@@ -160,7 +159,7 @@ TRITONBACKEND_ModelBatchIncludeRequest(TRITONBACKEND_Request* request, void* use
   for (uint32_t i = 0; i < dims; i++) {
     tokens *= (uint64_t)shape[i];
   }
-  *should_include = batch->empty || batch->used + tokens <= batch->budget;
+  *should_include = batch->empty || batch->used + tokens <= batch->batcher->budget;
   if (*should_include) {
     batch->used += tokens;
     batch->empty = false;
