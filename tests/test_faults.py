@@ -48,10 +48,10 @@ class Request:
     retry_after: str | None = None
 
 
-async def under_load(url, fault, limit_s=90.0, settle_s=1.0, warmup_s=1.5, until=None):
+async def under_load(url, fault, limit_s=90.0, settle_s=1.0, warmup_s=1.5, until=None, recovery=None):
     """CLIENTS clients send one short text per request, back to back. After warmup_s, `fault()` runs; the load goes on
-    until a request sent after the fault has succeeded, then settle_s more (or limit_s, or until `until()`). Returns
-    (requests, fault time)."""
+    until a request sent after the fault (after `recovery()`, when given, a time or None) has succeeded, then
+    settle_s more (or limit_s, or until `until()`). Returns (requests, fault time)."""
     requests, fault_at, recovered_at = [], [], []
     limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
 
@@ -75,7 +75,8 @@ async def under_load(url, fault, limit_s=90.0, settle_s=1.0, warmup_s=1.5, until
                 except httpx.TransportError:  # refused or reset: the proxy's process is gone for now
                     outcome, retry_after = "connection", None
                 requests.append(Request(started, time.monotonic(), outcome, retry_after))
-                if outcome == 200 and fault_at and started > fault_at[0] and not recovered_at:
+                serving_since = (fault_at[0] if recovery is None else recovery()) if fault_at else None
+                if outcome == 200 and serving_since and started > serving_since and not recovered_at:
                     recovered_at.append(time.monotonic())
                 if outcome != 200:
                     await asyncio.sleep(0.1)  # a client that backs off a little (Retry-After says 1-2 s)
@@ -137,15 +138,62 @@ def wait_healthy(url, timeout_s=120):
 
 # ================================================================ in-place reload (RATE_LIMIT=off)
 # Class-scoped servers: each is stopped before the next one starts (2 cores).
+UPSTREAM_ABORT = "boost::interprocess::lock_exception"  # triton-inference-server/server#8882, still open
+
+
+class Reloading:
+    """RATE_LIMIT=off: a dead tokenizer or encoder stub is reloaded in place by the supervisor model. A stub killed
+    while it holds a shared-memory lock can instead abort tritonserver 2.48 (UPSTREAM_ABORT, no launcher here): then
+    the server exits, as an orchestrator needs, and `start_again()` plays the orchestrator. Admission by work is off:
+    these tests need ~100 requests in flight (admission control has tests/test_admission.py, test_proxy.py and
+    bench/overload.py)."""
+
+    def __init__(self, repository, log_dir):
+        self.repository, self.log_dir, self.aborts = repository, log_dir, 0
+        self.start()
+
+    def start(self):
+        folder = self.log_dir / f"run{self.aborts}"
+        folder.mkdir()
+        self.server = start_server(self.repository, folder,
+                                   extra_env={"RATE_LIMIT": "off", "PROXY_ADMISSION_TARGET_S": "0"})
+        wait_for_proxy(self.server)
+
+    def __getattr__(self, name):  # proxy_url, process, log() of the server now running
+        return getattr(self.server, name)
+
+    def aborted(self):
+        """Whether tritonserver died of the upstream abort (it must not die of anything else)."""
+        code = self.server.process.poll()
+        if code is None:
+            return False
+        assert code == -signal.SIGABRT and UPSTREAM_ABORT in self.server.log(), (code, self.server.log()[-3000:])
+        return True
+
+    def start_again(self):
+        launch.stop(self.server.process)
+        self.aborts += 1
+        self.start()
+
+
+def fault_surviving_upstream_abort(reloading, scenario):
+    """Runs `scenario()`; if tritonserver aborted (UPSTREAM_ABORT), checks that no client hung or saw a 500, starts the
+    server again and runs the scenario once more: what is under test is the recovery when the server survives."""
+    for attempt in range(2):
+        requests, fault_at = scenario()
+        if not reloading.aborted():
+            return requests, fault_at
+        outcomes = {str(r.outcome) for r in requests if r.ended > fault_at}
+        print(f"\ntritonserver aborted ({UPSTREAM_ABORT}), attempt {attempt + 1}: {sorted(outcomes)}")
+        assert outcomes <= {"200", "503", "connection"}, outcomes
+        reloading.start_again()
+    raise AssertionError(f"tritonserver aborted twice in a row ({UPSTREAM_ABORT})")
+
+
 @pytest.fixture(scope="class")
 def reloading(minilm_repository, tmp_path_factory):
-    """RATE_LIMIT=off: a dead tokenizer or encoder stub is reloaded in place by the supervisor model. Admission by
-    work is off here: these tests need ~100 requests in flight (admission control has tests/test_admission.py,
-    test_proxy.py and bench/overload.py)."""
-    running = start_server(minilm_repository, tmp_path_factory.mktemp("faults_reload"),
-                           extra_env={"RATE_LIMIT": "off", "PROXY_ADMISSION_TARGET_S": "0"})
+    running = Reloading(minilm_repository, tmp_path_factory.mktemp("faults_reload"))
     try:
-        wait_for_proxy(running)
         yield running
     finally:
         launch.stop(running.process)  # a server with a dead stub: killed after launch.DEAD_STUB_GRACE_S
@@ -221,10 +269,14 @@ class TestReloadInPlace:
 
     @pytest.mark.parametrize("model", ["tokenizer", "embedding"])
     def test_stub_killed_under_load_is_reloaded_in_place(self, reloading, model):
-        wait_healthy(reloading.proxy_url)
-        server_pid = reloading.process.pid
-        dead = stub_pid(server_pid, model)
-        requests, fault_at = asyncio.run(under_load(reloading.proxy_url, kill_stub(server_pid, model)))
+        def scenario():
+            wait_healthy(reloading.proxy_url)
+            scenario.dead = stub_pid(reloading.process.pid, model)
+            return asyncio.run(under_load(reloading.proxy_url, kill_stub(reloading.process.pid, model),
+                                          until=lambda: reloading.process.poll() is not None))
+
+        requests, fault_at = fault_surviving_upstream_abort(reloading, scenario)
+        server_pid, dead = reloading.process.pid, scenario.dead
         measured = report(f"{model} stub killed (RATE_LIMIT=off: reload in place)", requests, fault_at)
         assert measured["503"] > 0  # the calls waiting on the dead stub were failed, not left hanging
         assert measured["recovery_s"] < 20, measured
@@ -236,10 +288,14 @@ class TestReloadInPlace:
         """Issue 16: a tokenizer stub stopped with SIGSTOP took no work for 20 s while every health check said 200.
         The supervisor kills a stub stopped for stopped_s (5 s) and recovers it as a dead one; the requests that
         waited on it fail with 503 within about stopped_s + the reload, the rest are served again."""
-        wait_healthy(reloading.proxy_url)
-        server_pid = reloading.process.pid
-        hung = stub_pid(server_pid, "tokenizer")
-        requests, fault_at = asyncio.run(under_load(reloading.proxy_url, lambda: os.kill(hung, signal.SIGSTOP)))
+        def scenario():
+            wait_healthy(reloading.proxy_url)
+            scenario.hung = stub_pid(reloading.process.pid, "tokenizer")
+            return asyncio.run(under_load(reloading.proxy_url, lambda: os.kill(scenario.hung, signal.SIGSTOP),
+                                          until=lambda: reloading.process.poll() is not None))
+
+        requests, fault_at = fault_surviving_upstream_abort(reloading, scenario)
+        server_pid, hung = reloading.process.pid, scenario.hung
         measured = report("tokenizer stub stopped (SIGSTOP): killed after 5 s, reloaded in place", requests, fault_at,
                           fail_fast_s=FAIL_FAST_S + 5.0)
         assert measured["recovery_s"] < 25, measured
@@ -268,6 +324,14 @@ class Supervised:
     def log(self):
         with open(self.log_path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
+
+    def restarted_since(self, offset):
+        """The launcher started tritonserver again after `offset` (a length of the log): because the supervisor asked,
+        or because the dead stub aborted the server first (UPSTREAM_ABORT: the launcher's other path)."""
+        log = self.log()[offset:]
+        asked = "starting tritonserver again: the supervisor asked" in log
+        aborted = "starting tritonserver again: it exited by itself (code -6)" in log and UPSTREAM_ABORT in log
+        return asked or aborted
 
     def server_pid(self):
         servers = [pid for pid, (state, argv) in launch.children(self.process.pid).items()
@@ -321,7 +385,7 @@ class TestUnderTheLauncher:
         2.48, so the supervisor has the launcher restart tritonserver. A dead proxy's port closes with the process,
         so clients see refused connections (at once) until the new proxy listens."""
         wait_healthy(supervised.proxy_url)
-        server_pid = supervised.server_pid()
+        server_pid, offset = supervised.server_pid(), len(supervised.log())
         supervised.regions()
         requests, fault_at = asyncio.run(under_load(supervised.proxy_url, kill_stub(server_pid, model)))
         measured = report(f"{model} stub killed (the launcher restarts tritonserver)", requests, fault_at)
@@ -331,22 +395,22 @@ class TestUnderTheLauncher:
             time.sleep(0.5)
         assert supervised.server_pid() != server_pid
         wait_healthy(supervised.proxy_url)
-        assert "starting tritonserver again: the supervisor asked" in supervised.log(), supervised.log()[-3000:]
+        assert supervised.restarted_since(offset), supervised.log()[-3000:]
 
 
     def test_stub_killed_with_the_rate_limiter_restarts_the_server(self, supervised):
         """RATE_LIMIT=on: the dead stub keeps its rate-limiter resource, nothing in that server can run again; the
         supervisor asks the launcher (SIGUSR1) to restart tritonserver; the proxy fails the waiting calls (503)."""
         wait_healthy(supervised.proxy_url)
-        server_pid = supervised.server_pid()
+        server_pid, offset = supervised.server_pid(), len(supervised.log())
         old_regions = supervised.regions() | supervised.seen_regions  # the restarted server's too (test above)
         requests, fault_at = asyncio.run(under_load(supervised.proxy_url, kill_stub(server_pid, "tokenizer")))
         measured = report("tokenizer stub killed (RATE_LIMIT=on: the launcher restarts tritonserver)", requests,
                           fault_at)
-        assert measured["503"] > 0
+        assert measured["503"] > 0 or UPSTREAM_ABORT in supervised.log()[offset:]  # (an aborted server answers none)
         assert measured["recovery_s"] < 60, measured
         assert supervised.server_pid() != server_pid
-        assert "starting tritonserver again: the supervisor asked" in supervised.log()
+        assert supervised.restarted_since(offset), supervised.log()[-3000:]
         # The killed server's stubs, the dead ones included, left no /dev/shm region behind (issue 9: 1-69 MiB).
         assert not [r for r in old_regions if os.path.exists(os.path.join("/dev/shm", r))]
 
@@ -461,20 +525,49 @@ def few_bls_threads(minilm_repository, tmp_path_factory):
                                 {"RATE_LIMIT": "off", "PROXY_BLS_CONCURRENCY": "4"})
 
 
+def kill_under_load_and_watch_the_restart(supervised, model):
+    """Kills `model`'s stub under load; the load goes on until the launcher's next tritonserver serves. Returns
+    (requests, fault time, when that server was first seen or None, the old server's pid, the log since)."""
+    server_pid, offset = supervised.server_pid(), len(supervised.log())
+    restarted = []
+
+    def watch():
+        deadline = time.monotonic() + 120
+        while not restarted and time.monotonic() < deadline:
+            if supervised.running_server() not in (server_pid, None):
+                restarted.append(time.monotonic())
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    requests, fault_at = asyncio.run(under_load(supervised.proxy_url, kill_stub(server_pid, model), settle_s=3.0,
+                                                recovery=lambda: (restarted or [None])[0]))
+    watcher.join()
+    return requests, fault_at, (restarted or [None])[0], server_pid, supervised.log()[offset:]
+
+
 class TestStrandedCalls:
     def test_stub_killed_with_most_bls_threads_stranded_restarts_the_server(self, few_bls_threads):
         """The calls a dead stub had never return, each holding a BLS thread: reloading in place would leave a proxy
         that answers 504 to everything (measured: 8 threads, 8 clients, one kill). The supervisor has the server
-        restarted instead once half of bls_concurrency is lost."""
-        server_pid = few_bls_threads.server_pid()
-        requests, fault_at = asyncio.run(under_load(few_bls_threads.proxy_url, kill_stub(server_pid, "embedding"),
-                                                    settle_s=3.0))
+        restarted instead once half of bls_concurrency is lost; until then the proxy refuses new work (503). Served
+        again counts from the new server: calls queued for the one free BLS thread may still finish on the old one,
+        after the encoder's in-place reload and before the restart."""
+        for attempt in range(2):  # the kill may abort tritonserver first (UPSTREAM_ABORT): then once more
+            wait_healthy(few_bls_threads.proxy_url)
+            requests, fault_at, restarted, server_pid, log = kill_under_load_and_watch_the_restart(few_bls_threads,
+                                                                                                  "embedding")
+            if UPSTREAM_ABORT not in log:
+                break
+            print(f"\ntritonserver aborted ({UPSTREAM_ABORT}), attempt {attempt + 1}")
+        else:
+            raise AssertionError(f"tritonserver aborted twice in a row ({UPSTREAM_ABORT})")
         measured = report("embedding stub killed, 4 BLS threads for 8 clients (launcher restarts tritonserver)",
                           requests, fault_at)
         assert measured["recovery_s"] < 60, measured
-        assert few_bls_threads.server_pid() != server_pid
-        assert "BLS threads wait for ever on dead stubs" in few_bls_threads.log()
-        recovered = min(r.ended for r in requests if r.outcome == 200 and r.started > fault_at)
+        assert restarted and few_bls_threads.server_pid() != server_pid
+        assert "BLS threads wait for ever on dead stubs" in log, log[-3000:]
+        recovered = min(r.ended for r in requests if r.outcome == 200 and r.started > restarted)
         assert all(r.outcome == 200 for r in requests if r.started > recovered), "serving again, every request"
 
 

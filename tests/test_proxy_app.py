@@ -57,6 +57,7 @@ class FakeService:
         self.models = {"fake-dense": Card("fake-dense", "ensemble", ("dense",)),
                        "fake-m3": Card("fake-m3", "fake-m3", ("dense", "sparse", "colbert"))}
         self.default, self.draining, self.calls, self.admin = "fake-dense", False, [], []
+        self.failed = ""  # the registry's "not live" reason
 
     def cards(self):
         return list(self.models.values())
@@ -75,7 +76,7 @@ class FakeService:
         return (False, "shutting down") if self.draining else (True, "ok")
 
     def live(self):
-        return True, "ok"
+        return (False, self.failed) if self.failed else (True, "ok")
 
     async def embed(self, card, texts, outputs, param, parameters=None):
         self.calls.append((card.id, list(texts), outputs))
@@ -417,6 +418,19 @@ def test_draining_answers_503_with_retry_after(client):
     assert response.headers["retry-after"] == "1"
     health = client.get("/health")
     assert (health.status_code, health.text) == (503, "shutting down")
+
+
+def test_not_live_refuses_new_work_with_503_until_the_restart(client):
+    """BLS threads stranded on dead stubs: the supervisor restarts the server, so new work gets 503 (a request served
+    now would be cut by the restart); probes still answer."""
+    client.service.failed = "3 of the 4 BLS threads wait for ever on dead stubs"
+    response = client.post("/v1/embeddings", json={"input": "x"})
+    error = error_of(response, 503, "being restarted", "3 of the 4 BLS threads")
+    assert error["code"] == "restarting" and response.headers["retry-after"] == "2"
+    assert client.get("/health/live").status_code == 503 and client.get("/v1/models").status_code == 200
+    assert client.service.calls == []
+    client.service.failed = ""
+    assert client.post("/v1/embeddings", json={"input": "x"}).status_code == 200
 
 
 def test_metrics_are_labelled_by_model(client):

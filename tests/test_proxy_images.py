@@ -466,6 +466,42 @@ def test_embed_images_splits_by_the_image_models_batch_size_and_names_the_client
     assert caught.value.param == "input"
 
 
+def test_calls_on_a_dead_stub_fail_at_once_and_only_the_running_ones_are_stranded(clip_service):
+    """A stub that died never answers: its calls fail at once (503), and the calls still queued for a BLS thread are
+    cancelled, so the proxy counts as stranded (its liveness) only the threads that really wait for ever."""
+    card = registry.read_card(clip_service.registry.repository, "clip")
+    started, dead = [], threading.Event()
+
+    class DeadStubRequest:
+        def __init__(self, **_):
+            pass
+
+        def exec(self):
+            started.append(time.monotonic())
+            dead.wait(30)
+
+    clip_service.pb.InferenceRequest = DeadStubRequest
+    clip_service.executor = one_thread = ThreadPoolExecutor(1)
+
+    async def scenario():
+        calls = [asyncio.ensure_future(clip_service.infer(card, "clip_image", {"image": np.zeros((1, 1))}, ["e"], None))
+                 for _ in range(3)]
+        while not started:
+            await asyncio.sleep(0.01)
+        stranded = await asyncio.to_thread(clip_service.abort_inflight, "clip_image", "model 'clip_image' stopped "
+                                                                                     "being ready")
+        return stranded, await asyncio.gather(*calls, return_exceptions=True)
+
+    try:
+        stranded, results = asyncio.run(scenario())
+        assert all(isinstance(r, proxy_service.Unavailable) and "stopped being ready" in str(r) for r in results)
+        assert len(stranded) == 1 and not stranded[0].done() and len(started) == 1  # the queued two never ran
+    finally:
+        dead.set()
+        one_thread.shutdown()
+    assert len(started) == 1
+
+
 def test_load_and_unload_cover_the_image_models(clip_service):
     clip_service.load_now("clip")
     assert clip_service.triton.controls == [("load", "clip"), ("load", "clip_bls"), ("load", "clip_image")]

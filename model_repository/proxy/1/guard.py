@@ -21,7 +21,7 @@ def released_when_answered(send, ticket):
 class HttpGuard:
     """ASGI layer under the metrics: refuses what must never reach a route, and stops work nobody waits for.
 
-    - while shutting down: 503 with Retry-After;
+    - while shutting down, or while not live (the supervisor is restarting the server): 503 with Retry-After;
     - admission control, refused at once with 429 and Retry-After instead of queued into a timeout (admin routes are
       not counted): over max_concurrent_requests inference requests at once, or work in flight that would take over
       admission_target_s to finish (admission.WorkGate; decided from Content-Length, before the body is read);
@@ -43,6 +43,10 @@ class HttpGuard:
         if self.service.draining:
             return await self.refuse(send, ApiError(503, "the server is shutting down", "shutting_down",
                                                     headers={"Retry-After": "1", "Connection": "close"}))
+        live, why = self.service.live()
+        if not live:  # the supervisor restarts this server: a request served now would be cut by the restart
+            return await self.refuse(send, ApiError(503, f"the server is being restarted ({why})", "restarting",
+                                                    headers={"Retry-After": "2", "Connection": "close"}))
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.run(scope, receive, send, None)
         inference = not scope["path"].startswith(ADMIN_PATHS)

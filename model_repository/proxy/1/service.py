@@ -116,7 +116,9 @@ class Service:
                     waiting.set_exception(Unavailable(reason + "; retry", "model_not_ready", retry_after=2))
         if calls and self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(abort)
-        return [call for _, call in calls]
+        for _, call in calls:  # one still queued for a BLS thread never runs: only the running ones are stranded
+            call.cancel()
+        return [call for _, call in calls if not call.cancelled()]
 
     # ---------------------------------------------------------------- inference
     async def embed(self, card, texts, outputs, param, parameters=None):
@@ -212,10 +214,11 @@ class Service:
             # Outputs come back in host memory even when the encoder runs on a GPU (as_numpy needs that).
             preferred_memory=pb.PreferredMemory(pb.TRITONSERVER_MEMORY_CPU, 0))
         self.loop = loop = asyncio.get_running_loop()
-        future, abort = loop.run_in_executor(self.executor, request.exec), loop.create_future()
+        call = self.executor.submit(request.exec)  # (its own future: cancellable while it waits for a thread)
+        future, abort = asyncio.wrap_future(call, loop=loop), loop.create_future()
         release = hold()  # the request's admitted work stays in flight until this call returns (or is given up)
         future.add_done_callback(release)
-        entry = (card.models, abort, future)
+        entry = (card.models, abort, call)
         self.inflight.add(entry)
         try:
             done, _ = await asyncio.wait({future, abort}, timeout=self.settings.request_timeout_s,
