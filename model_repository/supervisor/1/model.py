@@ -263,6 +263,8 @@ class TritonPythonModel:
         try:
             for name in [model, *self.callers_of(model)]:
                 self.reload(name)
+                if self.check_proxy():  # its threads stranded on the dead stub: the rest of the reloads would be lost
+                    return
         except Exception as error:  # noqa: BLE001
             return self.restart(f"{why} and its reload failed ({error})")
         log(f"'{model}' reloaded {time.monotonic() - started:.1f} s after its stub was found dead")
@@ -299,15 +301,18 @@ class TritonPythonModel:
         return [c for c in dict.fromkeys(callers) if c and c != model]
 
     def check_proxy(self):
-        """The proxy's liveness (its BLS threads stranded on dead stubs): two rounds in a row not live: restart."""
+        """The proxy's liveness (its BLS threads stranded on dead stubs): two checks in a row not live: restart (then
+        True). Checked every round, and after each step of a reload, whose calls may be what stranded them."""
         if not self.triton.ready("proxy"):
-            return
+            return False
         port = os.environ.get("PROXY_PORT") or self.proxy_config_port()
         answer = self.triton.call("GET", "/health/live", port=int(port), timeout=2.0) if port else None
         self.proxy_not_live = self.proxy_not_live + 1 if answer is not None and answer[0] == 503 else 0
-        if self.proxy_not_live >= 2:
-            self.proxy_not_live = 0
-            self.restart(f"the proxy is not live ({answer[1].decode(errors='replace')[:200]})")
+        if self.proxy_not_live < 2:
+            return False
+        self.proxy_not_live = 0
+        self.restart(f"the proxy is not live ({answer[1].decode(errors='replace')[:200]})")
+        return True
 
     def proxy_config_port(self):
         answer = self.triton.call("GET", "/v2/models/proxy/config")
