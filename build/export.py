@@ -122,8 +122,8 @@ def already_exported(repository, name, model):
     manifest = read_json(repository, model_names(name)[0], "1", "export.json")
     if manifest is None or model not in (None, manifest.get("model")):
         return False
-    if manifest.get("templates") != templates_digest():  # rendered from other config templates: redone
-        print("export: the config templates changed since this export: exporting again")
+    if manifest.get("templates") != templates_digest():  # from other config templates or token_budget.c: redone
+        print("export: the config templates or the batching strategy changed since this export: exporting again")
         return False
     return True
 

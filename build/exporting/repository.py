@@ -31,10 +31,13 @@ COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8
 
 
 def templates_digest():
-    """sha256 of every config template export renders (model_repository/*/*.template): an export rendered from
-    other templates is stale, and --skip-if-exported redoes it (else a changed config never reaches it)."""
+    """sha256 of every config template export renders (model_repository/*/*.template) and of the encoder's batching
+    strategy it compiles (token_budget.c): an export made from other ones is stale, and --skip-if-exported redoes it
+    (else a changed config or strategy never reaches it)."""
     digest = hashlib.sha256()
-    for path in sorted(glob.glob(os.path.join(SOURCE_REPOSITORY, "*", "*.template"))):
+    sources = glob.glob(os.path.join(SOURCE_REPOSITORY, "*", "*.template")) + [
+        os.path.join(SOURCE_REPOSITORY, "embedding", "token_budget.c")]
+    for path in sorted(sources):
         digest.update(os.path.relpath(path, SOURCE_REPOSITORY).encode() + b"\0")
         with open(path, "rb") as handle:
             digest.update(handle.read() + b"\0")

@@ -1,0 +1,148 @@
+"""The encoder's batching strategy (model_repository/embedding/token_budget.c) called as Triton core r24.07 calls it
+(dynamic_batch_scheduler.cc), compiled here with a stand-in for the few Triton functions it uses. The server-side
+proof that Triton loads it and that batches hold the budget is tests/test_ensemble.py; here, the call patterns
+themselves: a pass continuing a queued batch, a new batch, and the batcher's busy-wait over a batch that cannot grow.
+"""
+import ctypes
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE = os.path.join(PROJECT, "model_repository", "embedding", "token_budget.c")
+# Triton's functions as the library calls them: no model config (the default budget, 16384), and a request whose
+# input_ids shape is the FakeRequest it points to.
+TRITON_STAND_IN = r"""
+#include <stdint.h>
+#include <stddef.h>
+typedef struct { int64_t shape[2]; } FakeRequest;
+static int error_object;
+void* TRITONBACKEND_ModelConfig(void* model, uint32_t version, void** config) { return &error_object; }
+void* TRITONSERVER_MessageSerializeToJson(void* message, const char** base, size_t* size) { return &error_object; }
+void* TRITONSERVER_MessageDelete(void* message) { return NULL; }
+void TRITONSERVER_ErrorDelete(void* error) {}
+void* TRITONBACKEND_RequestInput(void* request, const char* name, void** input) { *input = request; return NULL; }
+void* TRITONBACKEND_InputProperties(void* input, const char** name, int* datatype, const int64_t** shape,
+                                    uint32_t* dims, uint64_t* size, uint32_t* buffers) {
+  *shape = ((FakeRequest*)input)->shape;
+  *dims = 2;
+  return NULL;
+}
+"""
+
+
+class FakeRequest(ctypes.Structure):
+    _fields_ = [("shape", ctypes.c_int64 * 2)]
+
+
+@pytest.fixture(scope="module")
+def strategy(tmp_path_factory):
+    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler")  # make setup installs gcc; export builds the library with it too
+    folder = tmp_path_factory.mktemp("token_budget")
+    (folder / "triton.c").write_text(TRITON_STAND_IN)
+    library = folder / "strategy.so"
+    subprocess.run([compiler, "-O2", "-Wall", "-shared", "-fPIC", "-o", str(library), SOURCE,
+                    str(folder / "triton.c")], check=True, capture_output=True)
+    return ctypes.CDLL(str(library))
+
+
+class Batcher:
+    """One model's batcher state, and Triton's calls on the payload slot `slot` (a payload's user pointer)."""
+
+    def __init__(self, library):
+        self.library, self.state = library, ctypes.c_void_p()
+        assert not library.TRITONBACKEND_ModelBatcherInitialize(ctypes.byref(self.state), None)  # no error
+        self.slot = ctypes.c_void_p()
+
+    def init(self):
+        self.library.TRITONBACKEND_ModelBatchInitialize(self.state, ctypes.byref(self.slot))
+
+    def include(self, rows, width):
+        request, included = FakeRequest((rows, width)), ctypes.c_bool()
+        self.library.TRITONBACKEND_ModelBatchIncludeRequest(ctypes.byref(request), self.slot, ctypes.byref(included))
+        return included.value
+
+    def fini(self):
+        self.library.TRITONBACKEND_ModelBatchFinalize(self.slot)
+
+    def close(self):
+        self.library.TRITONBACKEND_ModelBatcherFinalize(self.state)
+
+
+def test_a_pass_over_a_queued_batch_keeps_its_tokens(strategy):
+    """Triton restarts the state on every pass over the queue; a pass continuing the same queued payload starts with
+    the tokens already in it, so a batch that grows after being queued still holds max_batch_tokens."""
+    batcher = Batcher(strategy)
+    batcher.init()  # NewPayload
+    batcher.fini()
+    batcher.init()  # the pass
+    assert batcher.include(32, 256)  # 8192 tokens
+    assert batcher.include(16, 256)  # 12288
+    batcher.fini()  # queued for the instance; the next pass grows it
+    batcher.init()
+    assert not batcher.include(32, 256)  # 20480 > 16384
+    assert batcher.include(16, 256)  # 16384: at the budget
+    assert not batcher.include(1, 8)
+    batcher.fini()
+    batcher.close()
+
+
+def test_a_batch_first_request_is_always_taken(strategy):
+    """The library cannot refuse a request (a refused first one would stall the queue); the graph's guard does."""
+    batcher = Batcher(strategy)
+    batcher.init()
+    assert batcher.include(256, 256)  # 65,536 tokens, alone
+    assert not batcher.include(1, 8)
+    batcher.fini()
+    batcher.close()
+
+
+def timed_passes(batcher, count, include=None):
+    """`count` passes over the batcher's payload (Fini + Init, as r24.07's GetDynamicBatch starts each pass),
+    each including `include` (rows, width) or asking about nothing; returns the seconds they took."""
+    started = time.perf_counter()
+    for _ in range(count):
+        batcher.fini()
+        batcher.init()
+        if include:
+            batcher.include(*include)
+    return time.perf_counter() - started
+
+
+def fruitless_for(batcher, seconds, include=None):
+    """Passes that include nothing, for `seconds` of wall time: past the library's grace (2 ms of them)."""
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        timed_passes(batcher, 1, include)
+
+
+def test_the_batcher_polls_instead_of_spinning_over_a_batch_that_cannot_grow(strategy):
+    """r24.07's batcher re-examines a queued batch whose next request cannot join it (over the budget, or another
+    shape) in a busy loop while the instance is busy (17-28 % of a core, bench/TUNING.md). Once such passes over the
+    same payload have gone on for 2 ms, each Init sleeps 100 µs: 100 passes then take at least 10 ms. Passes that
+    include a request never sleep."""
+    full = Batcher(strategy)
+    full.init()
+    full.fini()
+    full.init()
+    assert full.include(64, 256)  # the queued batch holds the whole budget
+    fruitless_for(full, 0.01, include=(1, 8))  # its next request is asked about and refused
+    refused = timed_passes(full, 100, include=(1, 8))
+    other_shape = timed_passes(full, 100)  # Triton stops at a request of another shape without asking
+    full.close()
+    growing = Batcher(strategy)
+    growing.init()
+    growing.fini()
+    growing.init()
+    assert growing.include(4, 64)
+    taking = timed_passes(growing, 1000, include=(1, 8))  # every pass takes one more request
+    growing.close()
+    print(f"\n100 refusing passes {refused * 1000:.1f} ms, 100 stopped by a shape {other_shape * 1000:.1f} ms, "
+          f"1000 growing {taking * 1000:.1f} ms")
+    assert refused > 0.009 and other_shape > 0.009  # the sleeps are lower bounds
+    assert taking < 0.05  # 1000 passes that take a request: none sleeps (sleeping, they would take >= 100 ms)
