@@ -3,7 +3,10 @@ costs nearly nothing, the regime a GPU leaves. Single-text requests (the queries
 `ensemble` of a 2-layer, 64-wide random XLM-R (the 250k XLM-R tokenizer), against `echo_ensemble`: two bare
 Python-backend models that only pass their input on, in the same server, measured alternately.
 
-    python -m bench.overhead [--concurrency 64] [--rounds 2]     # also a step of python -m bench.run
+The server runs as on a GPU: RATE_LIMIT=off (README, docs/deploying.md). The CPU default (on) makes the tokenizer
+and the encoder take turns, which the echo models do not: --rate-limit on measures that (bench/TUNING.md has both).
+
+    python -m bench.overhead [--concurrency 64] [--rounds 2] [--rate-limit on]  # also a step of python -m bench.run
 """
 import argparse
 import json
@@ -87,13 +90,16 @@ def build_repository(work_dir, progress):
     return repository
 
 
-def measure(work_dir, concurrency=64, rounds=2, window_requests=2000, max_trials=6, stability=25, progress=print):
-    """{"ensemble": best row, "echo_ensemble": best row, "ratio", "concurrency"}: the models measured alternately,
-    `rounds` times each, best of each kept (background noise on a shared machine only ever slows a round)."""
+def measure(work_dir, concurrency=64, rounds=2, window_requests=2000, max_trials=6, stability=25, progress=print,
+            rate_limit="off"):
+    """{"ensemble": best row, "echo_ensemble": best row, "ratio", "concurrency", "rate_limit"}: the models measured
+    alternately, `rounds` times each, best of each kept (background noise on a shared machine only ever slows a
+    round)."""
     os.makedirs(work_dir, exist_ok=True)
     repository = build_repository(work_dir, progress)
     ports, log_path = common.free_ports(), os.path.join(work_dir, "loadgen.log")
-    server = common.start_server(repository, ports, os.path.join(work_dir, "tritonserver.log"))
+    server = common.start_server(repository, ports, os.path.join(work_dir, "tritonserver.log"),
+                                 env={"RATE_LIMIT": rate_limit})
     best = {}
     try:
         for _ in range(rounds):
@@ -109,7 +115,7 @@ def measure(work_dir, concurrency=64, rounds=2, window_requests=2000, max_trials
     finally:
         common.stop_server(server)
     ratio = best["ensemble"]["requests_per_s"] / best["echo_ensemble"]["requests_per_s"] if len(best) == 2 else None
-    return {"concurrency": concurrency, "rounds": rounds, **best, "ratio": ratio}
+    return {"concurrency": concurrency, "rounds": rounds, "rate_limit": rate_limit, **best, "ratio": ratio}
 
 
 def main(argv=None):
@@ -117,8 +123,10 @@ def main(argv=None):
     parser.add_argument("--work-dir", default=os.path.join(common.RESULTS, "overhead"))
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rate-limit", choices=["on", "off"], default="off",
+                        help="the launcher's RATE_LIMIT (default off: the GPU setting, the regime this measures)")
     args = parser.parse_args(argv)
-    result = measure(args.work_dir, args.concurrency, args.rounds)
+    result = measure(args.work_dir, args.concurrency, args.rounds, rate_limit=args.rate_limit)
     print(json.dumps(result, indent=1, default=str))
     return 0
 

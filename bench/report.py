@@ -83,7 +83,8 @@ def targets(run):
         out.append({"target": f"serving floor: tiny-model ensemble / echo ensemble (c={floor['concurrency']})",
                     "wanted": "≥ 0.7", "value": floor["ratio"], "ok": (floor["ratio"] or 0) >= 0.7,
                     "detail": f"{_num(rows[0].get('requests_per_s'))} vs {_num(rows[1].get('requests_per_s'))} "
-                              f"single-text requests/s (2-layer 64-wide XLM-R; best of {floor['rounds']} rounds)"})
+                              f"single-text requests/s (2-layer 64-wide XLM-R; best of {floor['rounds']} rounds; "
+                              f"RATE_LIMIT={floor.get('rate_limit', 'on')})"})
     for target in out:
         target["status"] = "not measured" if target["value"] is None else "met" if target["ok"] else "missed"
     return out
