@@ -25,12 +25,14 @@
  * While the queued batch cannot grow (the queue's head has another shape, or is over the budget) and the instance is
  * busy, r24.07's batcher thread busy-waits: each pass adds nothing and returns no wait (GetDynamicBatch returns early
  * when nothing is pending) and the prefetch slot stays free, so the next pass starts at once. On 2 cores that thread
- * took 30-40 % of a core during 32-text requests through ensemble_bls (98 % of tritonserver's samples, perf) from the
- * encoder it waits for. So once passes over one payload have included nothing for SPIN_GRACE_NS, each Init sleeps
- * SPIN_SLEEP_NS: the thread polls instead of spinning (client-batched ensemble_bls 30.1 -> 40-42 texts/s, A/B in
- * bench/TUNING.md). The cost: Triton holds the batcher's and the payload's locks around these calls, so a request
- * arriving, or the instance taking the queued batch, during a sleep waits for its end (at most SPIN_SLEEP_NS); the
- * grace keeps short waits (a burst of arrivals) free of it.
+ * took 26-41 % of a core during 32-text requests through ensemble_bls (98 % of tritonserver's samples, perf), from
+ * the encoder it waits for. So once passes over one payload have included nothing for SPIN_GRACE_NS, each Init sleeps
+ * SPIN_SLEEP_NS: the thread polls instead of spinning (32-text requests through ensemble_bls at 2 clients: 30.1 ->
+ * 39-45 texts/s, bench/TUNING.md). The cost: Triton holds the batcher's and the payload's locks around these calls, so
+ * a request arriving, or the instance taking the queued batch, during a sleep waits for its end (at most
+ * SPIN_SLEEP_NS); the next batch, formed while the instance runs the one it took, starts up to two sleeps late (a
+ * recycled payload looks like the same one until a request joins it). The grace keeps short waits (a burst of
+ * arrivals) free of it.
  *
  * The few Triton C API declarations this needs are written out here (tritonbackend.h / tritonserver.h, API 1.19):
  * the library is built with nothing but a C compiler, and its symbols resolve against the running tritonserver.
