@@ -76,6 +76,25 @@ def test_health(client):
     assert (response.status_code, response.text) == (200, "ok")
 
 
+def test_idle_keep_alive_connection_outlives_the_clients_expiry(server):
+    """httpx (so the OpenAI SDK) reuses an idle connection for 5 s. With the proxy's keep-alive at 5 s too, a busy
+    proxy closed connections as clients reused them: httpx.ReadError in CI under 200 clients. An idle connection
+    must still answer after the client's own expiry, so the client always closes first."""
+    def health(sock):
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while not answer.endswith(b"\r\n\r\nok"):  # the whole answer, so the next one starts clean
+            chunk = sock.recv(65536)
+            assert chunk, f"the proxy closed the connection: {answer!r}"
+            answer += chunk
+        return answer.split(b"\r\n", 1)[0]
+
+    with socket.create_connection(("127.0.0.1", server.proxy_port), timeout=10) as sock:
+        assert health(sock) == b"HTTP/1.1 200 OK"
+        time.sleep(6.0)  # past httpx's keepalive_expiry (5 s)
+        assert health(sock) == b"HTTP/1.1 200 OK"
+
+
 @pytest.mark.parametrize("encoding", ["float", "base64", None])
 def test_openai_api_matches_grpc(client, expected, encoding):
     body = {"input": TEXTS, "model": MINILM, **({"encoding_format": encoding} if encoding else {})}
