@@ -306,6 +306,47 @@ class TestReloadInPlace:
             reloading.log()
         assert reloading.process.poll() is None
 
+    def test_tritonserver_gone_unreaped_fails_requests_at_once(self, reloading):
+        """CI: tritonserver aborted (UPSTREAM_ABORT) while 8 requests waited in the proxy, and they timed out after
+        30 s: a stub ends only once its dead parent is reaped (python_backend checks kill(parent, 0)), and this test
+        process had not reaped it. The proxy sees its parent change and answers 503 at once. Runs last: it kills the
+        class's server."""
+        wait_healthy(reloading.proxy_url)
+        server_pid = reloading.process.pid
+        os.kill(stub_pid(server_pid, "tokenizer"), signal.SIGSTOP)  # the requests below wait in the proxy
+
+        async def scenario():
+            async with httpx.AsyncClient(base_url=reloading.proxy_url, timeout=REQUEST_TIMEOUT_S) as http:
+                async def one(i):
+                    started = time.monotonic()
+                    response = await http.post("/v1/embeddings", json={"input": [f"request {i}: a fox"]})
+                    return response, time.monotonic() - started
+
+                waiting = [asyncio.ensure_future(one(i)) for i in range(4)]
+                await asyncio.sleep(1.0)
+                assert not any(w.done() for w in waiting)  # all four wait on the stopped tokenizer
+                killed_at = time.monotonic()
+                os.kill(server_pid, signal.SIGKILL)  # only tritonserver (its stubs live on), and no wait(): a zombie
+                answers = await asyncio.gather(*waiting)
+                failed_after_s = time.monotonic() - killed_at
+                later = await http.post("/v1/embeddings", json={"input": ["after: a fox"]})
+                live = await http.get("/health/live")
+                return answers, failed_after_s, later, live
+
+        try:
+            answers, failed_after_s, later, live = asyncio.run(scenario())
+            assert launch.children(os.getpid())[server_pid][0] == "Z"  # still unreaped all along
+        finally:
+            reloading.process.kill()  # the stubs' process group (the stopped tokenizer too), then reaps
+        MEASURED["tritonserver killed, not reaped"] = {"in_flight_failed_after_s": round(failed_after_s, 2)}
+        print(f"\nin flight when tritonserver was killed (not reaped): 503 after {failed_after_s:.2f} s")
+        for response, _ in answers:
+            assert response.status_code == 503 and response.headers.get("retry-after"), response.text
+            assert "exited" in response.json()["error"]["message"], response.text
+        assert failed_after_s < 2 * float(os.environ.get("PROXY_READINESS_INTERVAL_S", 1)) + 1.0
+        assert later.status_code == 503 and later.headers.get("retry-after"), later.text
+        assert live.status_code == 503 and "exited" in live.text, live.text
+
 
 # ================================================================ under the launcher (RATE_LIMIT=on, the default)
 class Supervised:

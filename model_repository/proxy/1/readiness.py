@@ -5,8 +5,9 @@ A model that stops being ready while no admin action of the proxy's is changing 
 supervisor model (model_repository/supervisor: its stub died): the calls waiting on it fail at once (503 with
 Retry-After). Triton neither answers nor cancels such a call, so each keeps one of the proxy's BLS threads for good;
 once half of them are stranded the proxy says it is not live (/health/live 503), and the supervisor has the server
-restarted. It also restarts the HTTP server's thread should it stop.
+restarted. It also restarts the HTTP server's thread should it stop, and fails everything once tritonserver is gone.
 """
+import os
 import socket
 import threading
 
@@ -17,6 +18,7 @@ class Readiness:
             service, triton, settings, pb_utils, server, log
         self.own_model, self.own_ready = own_model, False
         self.stranded = set()  # BLS calls failed because their model stopped being ready, still not returned
+        self.server_pid = os.getppid()  # tritonserver started this stub
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="proxy-readiness", daemon=True)
 
@@ -61,6 +63,8 @@ class Readiness:
             self.stopping.wait(self.settings.readiness_interval_s)
 
     def refresh(self):
+        if os.getppid() != self.server_pid:
+            return self.server_gone()
         # This model is being unloaded (a drain: the launcher's SIGTERM handling, or an admin): stop taking requests
         # now. Triton runs finalize() only once the BLS calls of the requests in flight are answered.
         own_ready = self.triton.ready(self.own_model)
@@ -82,3 +86,13 @@ class Readiness:
         stranded = len(self.stranded)
         self.service.registry.failed = f"{stranded} of the {threads} BLS threads wait for ever on dead stubs" \
             if 2 * stranded >= threads else ""
+
+    def server_gone(self):
+        """tritonserver died (an abort) and its parent has not reaped it yet: the stub's own check (kill(parent, 0))
+        ends this process only once it is reaped, and until then the calls in flight would wait request_timeout_s for
+        answers that never come, and new requests would join them. Fail them all now (503)."""
+        why = f"tritonserver (pid {self.server_pid}) exited"
+        if self.service.registry.failed != why:
+            self.log(f"proxy: {why}: every request gets 503 until this process ends")
+            self.service.registry.failed = why
+        self.service.abort_inflight(None, why, "server_exited")

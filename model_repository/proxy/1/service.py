@@ -106,14 +106,15 @@ class Service:
                     self.bls_rows[name] = max(1, int((self.triton.config(name) or {}).get("max_batch_size") or 1))
                 self.registry.ready[name] = ready
 
-    def abort_inflight(self, model, reason):
-        """From the readiness thread: fail (503) the calls waiting on `model`; returns their BLS calls (futures)."""
-        calls = [(abort, call) for models, abort, call in list(self.inflight) if model in models]
+    def abort_inflight(self, model, reason, code="model_not_ready"):
+        """From the readiness thread: fail (503) the calls waiting on `model` (None: every call); returns their BLS
+        calls (futures)."""
+        calls = [(abort, call) for models, abort, call in list(self.inflight) if model is None or model in models]
 
         def abort():
             for waiting, _ in calls:
                 if not waiting.done():
-                    waiting.set_exception(Unavailable(reason + "; retry", "model_not_ready", retry_after=2))
+                    waiting.set_exception(Unavailable(reason + "; retry", code, retry_after=2))
         if calls and self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(abort)
         for _, call in calls:  # one still queued for a BLS thread never runs: only the running ones are stranded
