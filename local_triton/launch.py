@@ -34,7 +34,9 @@ in flight, then kills it.
 """
 import argparse
 import atexit
+import filecmp
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -81,9 +83,13 @@ def secret(name, env=None):
 
 
 def _pytriton_root():
-    import pytriton  # the wheel that carries tritonserver; imported only to locate it
-
-    return os.path.dirname(os.path.abspath(pytriton.__file__))
+    """The folder of the wheel that carries tritonserver. Found, not imported: `import pytriton` loads its client,
+    whose dependencies (gevent, tritonclient...) a `pip install --no-deps` of the wheel lacks (bench/gpu.py's
+    machines), and only the binaries are needed."""
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("nvidia-pytriton==0.5.10 is not installed (it carries tritonserver)")
+    return os.path.abspath(list(spec.submodule_search_locations)[0])
 
 
 def in_container():
@@ -115,7 +121,8 @@ def prepare_backends(python=sys.executable, backend_dir=BACKEND_DIR):
         if not os.path.exists(source):
             raise SystemExit(f"{source} is missing: is nvidia-pytriton==0.5.10 installed, with a stub for {version}?")
         target = os.path.join(python_dir, name)
-        if not os.path.exists(target) or os.path.getmtime(target) < os.path.getmtime(source):
+        # by content: a stub left by another Python of the same wheel has the same mtime (and would not load)
+        if not os.path.exists(target) or not filecmp.cmp(source, target, shallow=False):
             shutil.copy2(source, target)
     ort_dir = os.path.join(backend_dir, "onnxruntime")
     os.makedirs(ort_dir, exist_ok=True)
