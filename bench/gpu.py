@@ -15,20 +15,27 @@ max_batch_tokens 16384 and 65536. GPU utilisation is sampled with nvidia-smi dur
 """
 import argparse
 import http.client
+import importlib.util
 import itertools
 import json
 import lzma
+import multiprocessing
 import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import threading
 import time
+import types
+import urllib.request
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
+
+from tokenizers import Tokenizer  # noqa: E402
 
 from bench import common  # noqa: E402
 from bench import corpus as corpus_lib  # noqa: E402
@@ -42,11 +49,10 @@ def progress(message):
     print(f"[gpu bench] {message}", flush=True)
 
 
-def build_repository(work_dir, shape, device, tokenizer_instances, max_batch_tokens):
+def build_repository(work_dir, shape, device, tokenizer_instances, max_batch_tokens, tokenizer_parameters=None):
     """tokenizer (the project's model + the XLM-R tokenizer), embedding (torch_encoder), ensemble (the project's
-    template). Returns the repository path."""
+    template). tokenizer_parameters: {name: value} replacing the tracked config's. Returns the repository path."""
     from exporting import repository as export_repository  # (bench/common.py put build/ on sys.path)
-    from tokenizers import Tokenizer
 
     repository = os.path.join(work_dir, "repository")
     shutil.rmtree(repository, ignore_errors=True)
@@ -61,9 +67,10 @@ def build_repository(work_dir, shape, device, tokenizer_instances, max_batch_tok
     with open(config_path, encoding="utf-8") as handle:
         text = handle.read()
     text = text.replace("kind: KIND_CPU, count: 1,", f"kind: KIND_CPU, count: {tokenizer_instances},")
-    tracked = common.pbtxt.parameters(text)["max_batch_tokens"]  # the tracked value, whatever it is now
-    text = text.replace(f'key: "max_batch_tokens" value: {{ string_value: "{tracked}" }}',
-                        f'key: "max_batch_tokens" value: {{ string_value: "{max_batch_tokens}" }}')
+    for key, value in {"max_batch_tokens": max_batch_tokens, **(tokenizer_parameters or {})}.items():
+        tracked = common.pbtxt.parameters(text)[key]  # the tracked value, whatever it is now
+        text = text.replace(f'key: "{key}" value: {{ string_value: "{tracked}" }}',
+                            f'key: "{key}" value: {{ string_value: "{value}" }}')
     with open(config_path, "w", encoding="utf-8") as handle:
         handle.write(text)
 
@@ -127,11 +134,11 @@ class GpuSampler:
         return statistics.mean(s[0] for s in self.samples), max(s[1] for s in self.samples)
 
 
-def load(port, texts, concurrency, seconds):
-    """Closed loop of `concurrency` threads, one text per KServe HTTP request: (texts/s, p50 ms, p99 ms, errors)."""
+def _client(port, texts, threads, seconds, offset, results):
+    """One client process: `threads` closed loops, one text per KServe HTTP request -> (latencies ms, errors)."""
     latencies, errors, lock = [], [0], threading.Lock()
     deadline = time.monotonic() + seconds
-    counter = itertools.count()
+    counter = itertools.count(offset)
 
     def worker():
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
@@ -154,18 +161,110 @@ def load(port, texts, concurrency, seconds):
                 else:
                     errors[0] += 1
 
-    started = time.monotonic()
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    for thread in threads:
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for thread in pool:
         thread.start()
-    for thread in threads:
+    for thread in pool:
         thread.join()
+    results.put((latencies, errors[0]))
+
+
+def load(port, texts, concurrency, seconds, processes=1):
+    """`concurrency` closed loops spread over `processes` client processes (one Python process's GIL caps what its
+    threads can send: a fast GPU encoder would otherwise measure the client): (texts/s, p50 ms, p99 ms, errors)."""
+    processes = max(1, min(processes, concurrency))
+    results = multiprocessing.get_context("fork").Queue()
+    started = time.monotonic()
+    workers = [multiprocessing.get_context("fork").Process(
+        target=_client, args=(port, texts, concurrency // processes + (i < concurrency % processes), seconds,
+                              i * 7919, results)) for i in range(processes)]
+    for worker in workers:
+        worker.start()
+    latencies, errors = [], 0
+    for _ in workers:
+        part, failed = results.get()
+        latencies += part
+        errors += failed
+    for worker in workers:
+        worker.join()
     elapsed = time.monotonic() - started
     if not latencies:
-        return 0.0, None, None, errors[0]
+        return 0.0, None, None, errors
     latencies.sort()
     return (len(latencies) / elapsed, latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99) - 1],
-            errors[0])
+            errors)
+
+
+def executions(port):
+    """{model: (inferences, executions)} from Triton's metrics: their ratio is the mean rows per model run."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    counts = {}
+    for metric, index in (("nv_inference_count", 0), ("nv_inference_exec_count", 1)):
+        for model, value in re.findall(rf'^{metric}{{model="([^"]+)"[^}}]*}} ([0-9.e+]+)$', text, re.M):
+            counts.setdefault(model, [0.0, 0.0])[index] += float(value)
+    return counts
+
+
+def rows_per_run(before, after, model):
+    runs = after.get(model, [0, 0])[1] - before.get(model, [0, 0])[1]
+    return (after[model][0] - before[model][0]) / runs if runs else None
+
+
+def encoder_class():
+    """The served encoder's own class (bench/models/torch_encoder), loaded without Triton's utils module."""
+    sys.modules.setdefault("triton_python_backend_utils", types.ModuleType("triton_python_backend_utils"))
+    path = os.path.join(PROJECT, "bench", "models", "torch_encoder", "1", "model.py")
+    spec = importlib.util.spec_from_file_location("torch_encoder_model", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ceiling(shape, device, workloads, batches, seconds):
+    """The encoder alone, in this process, on the same texts (tokenized once, sorted by length so each batch pads
+    little), at each batch size: {workload: (best texts/s, its batch size)}. What serving is measured against."""
+    import torch
+
+    module = encoder_class()
+    dev = torch.device(device if device == "cpu" or torch.cuda.is_available() else "cpu")
+    model = module.build_encoder(shape, dev)
+    with lzma.open(os.path.join(PROJECT, "tests", "fixtures", "xlmr-tokenizer", "tokenizer.json.xz")) as packed:
+        tokenizer = Tokenizer.from_str(packed.read().decode())
+    tokenizer.enable_truncation(MAX_LENGTH)
+    tokenizer.no_padding()
+    best = {}
+    for name, texts in workloads.items():
+        ids = sorted((e.ids for e in tokenizer.encode_batch(texts)), key=len)
+        for batch in batches[name]:
+            runs = []
+            for first in range(0, len(ids), batch):
+                rows = ids[first:first + batch]
+                width = max(len(r) for r in rows)
+                input_ids = torch.full((len(rows), width), 1, dtype=torch.int64)
+                for row, r in enumerate(rows):
+                    input_ids[row, :len(r)] = torch.tensor(r)
+                runs.append((input_ids.to(dev), (input_ids != 1).to(torch.int64).to(dev), len(rows)))
+            with torch.inference_mode():
+                for input_ids, mask, _ in runs[:2]:  # warm-up
+                    model(input_ids, mask)
+                done, started = 0, time.perf_counter()
+                while time.perf_counter() - started < seconds:
+                    for input_ids, mask, rows in runs:
+                        model(input_ids, mask).cpu()
+                        done += rows
+                rate = done / (time.perf_counter() - started)
+            progress(f"ceiling: {name} batch {batch}: {rate:,.1f} texts/s")
+            if rate > best.get(name, (0, 0))[0]:
+                best[name] = (rate, batch)
+    del model
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return best
+
+
+def levels(text):
+    return [int(x) for x in text.split(",") if x]
 
 
 def parse_args(argv):
@@ -174,12 +273,28 @@ def parse_args(argv):
     parser.add_argument("--tiny", action="store_true", help="a tiny encoder instead of bge-m3's shape (smoke test)")
     parser.add_argument("--short", action="store_true", help="one configuration, short runs (smoke test)")
     parser.add_argument("--seconds", type=float, help="seconds per measurement (default 20; short 3)")
+    parser.add_argument("--matrix", help="configurations, RATE_LIMIT:tokenizers:max_batch_tokens[:pad_to_multiple_of"
+                                         ":batch_overhead_tokens], comma-separated (default: on and off x 1, 2, 4 "
+                                         "tokenizers at 16384, and off:2:65536; the tokenizer's tracked padding)")
+    parser.add_argument("--queries", type=levels, help="requests in flight, comma-separated (default 16,64,256)")
+    parser.add_argument("--passages", type=levels, help="requests in flight, comma-separated (default 8,32,64)")
+    parser.add_argument("--client-processes", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)),
+                        help="load generator processes (default: half the cores, at most 8)")
     parser.add_argument("--work-dir", default=os.path.join(PROJECT, "bench", "results", "gpu"))
     parser.add_argument("--output", help="report path (default docs/benchmarks-gpu.md; short: in --work-dir)")
     args = parser.parse_args(argv)
     args.seconds = args.seconds or (3.0 if args.short else 20.0)
     args.output = args.output or (os.path.join(args.work_dir, "benchmarks-gpu.md") if args.short
                                   else os.path.join(PROJECT, "docs", "benchmarks-gpu.md"))
+    if args.matrix:
+        args.matrix = [(fields[0], int(fields[1]), int(fields[2]),
+                        dict(zip(("pad_to_multiple_of", "batch_overhead_tokens"), fields[3:])))
+                       for fields in (c.split(":") for c in args.matrix.split(","))]
+    else:
+        args.matrix = [("on", 1, 16384, {})] if args.short else \
+            [(rl, n, 16384, {}) for rl in ("on", "off") for n in (1, 2, 4)] + [("off", 2, 65536, {})]
+    args.levels = {"queries": args.queries or ([4] if args.short else [16, 64, 256]),
+                   "passages": args.passages or ([2] if args.short else [8, 32, 64])}
     return args
 
 
@@ -187,47 +302,63 @@ def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.work_dir, exist_ok=True)
     shape = TINY_SHAPE if args.tiny else BGE_M3_SHAPE
-    if args.short:
-        matrix = [("on", 1, 16384)]
-        levels = {"queries": [4], "passages": [2]}
-    else:
-        matrix = [(rl, n, 16384) for rl in ("on", "off") for n in (1, 2, 4)] + [("off", 2, 65536)]
-        levels = {"queries": [16, 64, 256], "passages": [8, 32, 64]}
-    rows, machine = [], ""
+    machine = ""
     if shutil.which("nvidia-smi"):
         machine = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
                                  capture_output=True, text=True).stdout.strip()
-    for rate_limit, instances, budget in matrix:
-        repository, tokenizer = build_repository(args.work_dir, shape, args.device, instances, budget)
-        tokenizer.no_padding()
-        workloads = {name: [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS[name],
-                                                                 64 if args.short else 600)]
-                     for name in levels}
+    with lzma.open(os.path.join(PROJECT, "tests", "fixtures", "xlmr-tokenizer", "tokenizer.json.xz")) as packed:
+        tokenizer = Tokenizer.from_str(packed.read().decode())
+    tokenizer.enable_truncation(MAX_LENGTH)
+    workloads = {name: [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS[name],
+                                                            64 if args.short else 600)]
+                 for name in args.levels}
+    # The ceiling's batch sizes: the served encoder's own (up to max_batch_size 256) and smaller.
+    batches = {"queries": [16, 64, 256], "passages": [8, 32, 64]}
+    best = ceiling(shape, args.device, workloads, batches, min(args.seconds, 10.0))
+    rows, results = [], os.path.join(args.work_dir, "results.json")
+
+    def save():  # after every row: a run cut short keeps what it measured
+        with open(results, "w", encoding="utf-8") as handle:
+            json.dump({"rows": rows, "machine": machine, "shape": shape, "device": args.device,
+                       "ceiling": {name: {"texts_per_s": rate, "batch": batch} for name, (rate, batch) in best.items()},
+                       "client_processes": args.client_processes}, handle, indent=1)
+    save()
+    for rate_limit, instances, budget, padding in args.matrix:
+        repository, _ = build_repository(args.work_dir, shape, args.device, instances, budget, padding)
+        with open(os.path.join(repository, "tokenizer", "config.pbtxt"), encoding="utf-8") as handle:
+            tracked = common.pbtxt.parameters(handle.read())
         ports = common.free_ports()
         server = common.start_server(repository, ports, os.path.join(args.work_dir, "tritonserver.log"),
                                      {"RATE_LIMIT": rate_limit, "LOAD_MODELS": "tokenizer,embedding,ensemble"},
                                      timeout_s=900)
         try:
-            for name, concurrencies in levels.items():
+            for name, concurrencies in args.levels.items():
                 load(ports["http"], workloads[name], 4, 1.0)  # warm-up
                 for concurrency in concurrencies:
+                    before = executions(ports["metrics"])
                     with GpuSampler() as sampler:
-                        rate, p50, p99, errors = load(ports["http"], workloads[name], concurrency, args.seconds)
+                        rate, p50, p99, errors = load(ports["http"], workloads[name], concurrency, args.seconds,
+                                                      args.client_processes)
                     util, memory = sampler.summary()
+                    after = executions(ports["metrics"])
                     row = {"workload": name, "rate_limit": rate_limit, "tokenizers": instances,
-                           "max_batch_tokens": budget, "concurrency": concurrency, "texts_per_s": rate,
-                           "p50_ms": p50, "p99_ms": p99, "errors": errors, "gpu_util": util, "gpu_memory_mb": memory}
+                           "max_batch_tokens": budget, "pad_to_multiple_of": int(tracked["pad_to_multiple_of"]),
+                           "batch_overhead_tokens": int(tracked["batch_overhead_tokens"]),
+                           "concurrency": concurrency, "texts_per_s": rate,
+                           "encoder_rows_per_run": rows_per_run(before, after, "embedding"),
+                           "tokenizer_requests_per_run": rows_per_run(before, after, "tokenizer"),
+                           "ratio": rate / best[name][0], "p50_ms": p50, "p99_ms": p99, "errors": errors,
+                           "gpu_util": util, "gpu_memory_mb": memory}
                     rows.append(row)
+                    save()
                     progress(json.dumps(row))
         finally:
             common.stop_server(server)
-    with open(os.path.join(args.work_dir, "results.json"), "w", encoding="utf-8") as handle:
-        json.dump({"rows": rows, "machine": machine, "shape": shape, "device": args.device}, handle, indent=1)
-    write_report(args, rows, machine, shape)
+    write_report(args, rows, machine, shape, best)
     return 0
 
 
-def write_report(args, rows, machine, shape):
+def write_report(args, rows, machine, shape, best):
     def num(value, digits=1):
         return "—" if value is None else f"{value:,.{digits}f}"
 
@@ -237,12 +368,19 @@ def write_report(args, rows, machine, shape):
              f"{shape['layers']} layers, hidden {shape['hidden']}, vocabulary {shape['vocab']:,}, random weights, "
              "PyTorch fp16 in a Python-backend model (the lent machines have no onnxruntime-gpu): the container's "
              "onnxruntime backend would run the exported ONNX instead. Tokenizer: the project's model with the 250k "
-             "XLM-R tokenizer. Load: KServe HTTP, one text per request, from this process's threads.", "",
-             "| workload | rate limiter | tokenizers | max_batch_tokens | in flight | texts/s | p50 ms | p99 ms | "
-             "GPU util % | GPU MiB | errors |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "XLM-R tokenizer. Load: KServe HTTP, one text per request, closed loops in client processes.", "",
+             "Ceiling: the same encoder in the bench's own process on the same texts, sorted by length, at its best "
+             "batch size: " + "; ".join(f"{name} {rate:,.1f} texts/s (batch {batch})"
+                                        for name, (rate, batch) in best.items()) +
+             f". Load: {args.client_processes} client processes.", "",
+             "| workload | rate limiter | tokenizers | max_batch_tokens | pad to | run overhead | in flight | "
+             "texts/s | of ceiling | p50 ms | p99 ms | encoder rows/run | GPU util % | GPU MiB | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['workload']} | {r['rate_limit']} | {r['tokenizers']} | {r['max_batch_tokens']} | "
-                     f"{r['concurrency']} | {num(r['texts_per_s'])} | {num(r['p50_ms'])} | {num(r['p99_ms'])} | "
+                     f"{r['pad_to_multiple_of']} | {r['batch_overhead_tokens']} | "
+                     f"{r['concurrency']} | {num(r['texts_per_s'])} | {num(r['ratio'], 2)} | {num(r['p50_ms'])} | "
+                     f"{num(r['p99_ms'])} | {num(r['encoder_rows_per_run'])} | "
                      f"{num(r['gpu_util'], 0)} | {num(r['gpu_memory_mb'], 0)} | {r['errors']} |")
     os.makedirs(os.path.dirname(args.output), exist_ok=True)
     with open(args.output, "w", encoding="utf-8") as handle:

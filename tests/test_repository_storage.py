@@ -94,3 +94,25 @@ def test_gpu_variants_parse_as_model_configs(minilm_repository):
                     .split(":")[1].split("x"))
     assert rows == trt.max_batch_size and length == 256  # MiniLM's max length; rows x length = the token budget
     assert rows * length <= int(trt.parameters["max_batch_tokens"].string_value)
+
+
+def test_tokenizer_gpu_variants_group_lengths_coarser(minilm_repository):
+    """tokenizer/configs/{gpu,gpu-trt}.pbtxt (loaded with the encoder's under --model-config-name) are the tokenizer's
+    config.pbtxt with coarser length groups (docs/benchmarks-gpu.md: runs of 3 rows -> 222 on an H100), and nothing
+    else changed."""
+    from exporting.repository import GPU_TOKENIZER
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    def parse(path):
+        with open(path, encoding="utf-8") as handle:
+            return text_format.Parse(handle.read(), model_config_pb2.ModelConfig())
+
+    cpu = parse(os.path.join(minilm_repository, "tokenizer", "config.pbtxt"))
+    assert set(GPU_TOKENIZER) == {"pad_to_multiple_of", "batch_overhead_tokens"}
+    for variant in ("gpu", "gpu-trt"):
+        config = parse(os.path.join(minilm_repository, "tokenizer", "configs", f"{variant}.pbtxt"))
+        for key, value in GPU_TOKENIZER.items():
+            assert config.parameters[key].string_value == value != cpu.parameters[key].string_value, (variant, key)
+            config.parameters[key].string_value = cpu.parameters[key].string_value
+        assert config == cpu, variant

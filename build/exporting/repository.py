@@ -152,9 +152,35 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
 
 
 def copy_tokenizer(staging, tokenizer):
-    """The tokenizer model's tracked config and code (not the image preprocessing model's, which lives beside them)."""
+    """The tokenizer model's tracked config and code (not the image preprocessing model's, which lives beside them),
+    and its configs for GPUs."""
     shutil.copytree(os.path.join(SOURCE_REPOSITORY, "tokenizer"), os.path.join(staging, tokenizer), dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "tokenizer.json", "image*"))
+                    ignore=shutil.ignore_patterns("__pycache__", "tokenizer.json", "image*", "configs"))
+    write_tokenizer_gpu_configs(os.path.join(staging, tokenizer))
+
+
+# On a GPU an encoder run costs about the same for 3 rows as for 200 (kernel launches, not arithmetic), and Triton's
+# dynamic batcher joins equal shapes only: the CPU's fine length groups (widths in steps of 8, a run worth 256
+# tokens) left bge-m3 runs of 1-3 rows. Coarser groups, measured on an H100 (docs/benchmarks-gpu.md): single queries
+# at 256 in flight 194 -> 1,694 texts/s (runs of 3.4 -> 222 rows), passages 70-78 -> 114-169.
+GPU_TOKENIZER = {"pad_to_multiple_of": "32", "batch_overhead_tokens": "4096"}
+
+
+def write_tokenizer_gpu_configs(tokenizer_dir):
+    """<tokenizer>/configs/{gpu,gpu-trt}.pbtxt: the tokenizer's config.pbtxt with GPU_TOKENIZER's length grouping.
+    Triton loads them under --model-config-name (launcher MODEL_CONFIG_NAME), as the encoder's configs/."""
+    with open(os.path.join(tokenizer_dir, "config.pbtxt"), encoding="utf-8") as handle:
+        text = handle.read()
+    for key, value in GPU_TOKENIZER.items():
+        text, found = re.subn(rf'(key: "{key}" value: {{ string_value: )"[^"]*"', rf'\1"{value}"', text)
+        if found != 1:
+            fail(f"tokenizer/config.pbtxt has no parameter {key!r}")
+    header = ("# Written by build/export.py: config.pbtxt with the length grouping for GPUs (GPU_TOKENIZER in "
+              "build/exporting/repository.py).\n")
+    os.makedirs(os.path.join(tokenizer_dir, "configs"), exist_ok=True)
+    for variant in ("gpu", "gpu-trt"):
+        with open(os.path.join(tokenizer_dir, "configs", f"{variant}.pbtxt"), "w", encoding="utf-8") as handle:
+            handle.write(header + text)
 
 
 def clip_image_names(name):
@@ -317,6 +343,7 @@ def install(staging, repository, names):
     remove(os.path.join(repository, encoder, "warmup"))
     remove(os.path.join(repository, encoder, "batchstrategy.so"))
     remove(os.path.join(repository, encoder, "configs"))
+    remove(os.path.join(repository, tokenizer, "configs"))
     version = os.path.join(repository, tokenizer, "1")
     for entry in os.listdir(version) if os.path.isdir(version) else []:
         if not entry.endswith(".py") and entry != "__pycache__":
