@@ -3,7 +3,7 @@
 One request = the same 8 texts. Both clients keep their connection open; after a warm-up, requests alternate
 gRPC and proxy (so drift on a noisy machine hits both alike) and the p50/p90 of each are compared.
 
-    python bench/proxy_overhead.py --grpc 127.0.0.1:8001 --proxy http://127.0.0.1:8080 [--requests 200]
+    python bench/proxy_overhead.py --grpc 127.0.0.1:8001 --proxy http://127.0.0.1:8080 [--requests 200] [--model NAME]
 """
 import argparse
 import http.client as httplib
@@ -29,6 +29,7 @@ def main(argv=None):
     parser.add_argument("--requests", type=int, default=200, help="timed requests per path")
     parser.add_argument("--warmup", type=int, default=30)
     parser.add_argument("--encoding", choices=["float", "base64"], default="float")
+    parser.add_argument("--model", help="the proxy's model name (default: the first of its /v1/models)")
     args = parser.parse_args(argv)
 
     grpc = grpcclient.InferenceServerClient(args.grpc)
@@ -38,7 +39,10 @@ def main(argv=None):
     # The stdlib client: light per request (httpx alone added ~1 ms here), keep-alive like the gRPC channel.
     proxy = urllib.parse.urlsplit(args.proxy)
     http = httplib.HTTPConnection(proxy.hostname, proxy.port or 80, timeout=30)
-    body = {"input": TEXTS, "model": "bench", "encoding_format": args.encoding}
+    if args.model is None:
+        http.request("GET", "/v1/models")
+        args.model = orjson.loads(http.getresponse().read())["data"][0]["id"]
+    body = {"input": TEXTS, "model": args.model, "encoding_format": args.encoding}
 
     def call_grpc():
         grpc.infer("ensemble", [text], outputs=outputs).as_numpy("embedding")
