@@ -49,20 +49,29 @@ def progress(message):
     print(f"[gpu bench] {message}", flush=True)
 
 
-def build_repository(work_dir, shape, device, tokenizer_instances, max_batch_tokens, tokenizer_parameters=None):
-    """tokenizer (the project's model + the XLM-R tokenizer), embedding (torch_encoder), ensemble (the project's
-    template). tokenizer_parameters: {name: value} replacing the tracked config's. Returns the repository path."""
+def xlmr_tokenizer():
+    """bge-m3's XLM-R tokenizer (tests/fixtures), truncating at MAX_LENGTH, no padding: read once per run (17 MB)."""
+    with lzma.open(os.path.join(PROJECT, "tests", "fixtures", "xlmr-tokenizer", "tokenizer.json.xz")) as packed:
+        tokenizer = Tokenizer.from_str(packed.read().decode())
+    tokenizer.enable_truncation(MAX_LENGTH)
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, max_batch_tokens,
+                     tokenizer_parameters=None):
+    """tokenizer (the project's model + `tokenizer`), embedding (torch_encoder), ensemble (the project's template).
+    tokenizer_parameters: {name: value} replacing the tracked config's. Returns (the repository path, the tokenizer
+    model's parameters as written)."""
     from exporting import repository as export_repository  # (bench/common.py put build/ on sys.path)
 
     repository = os.path.join(work_dir, "repository")
     shutil.rmtree(repository, ignore_errors=True)
     tokenizer_dir = os.path.join(repository, "tokenizer")
     common.copy_model(os.path.join(common.TRACKED, "tokenizer"), tokenizer_dir, "tokenizer.json")
-    with lzma.open(os.path.join(PROJECT, "tests", "fixtures", "xlmr-tokenizer", "tokenizer.json.xz")) as packed:
-        tokenizer = Tokenizer.from_str(packed.read().decode())
-    tokenizer.enable_truncation(MAX_LENGTH)
-    tokenizer.enable_padding(pad_id=1, pad_token="<pad>")
+    tokenizer.enable_padding(pad_id=1, pad_token="<pad>")  # the tokenizer model requires it in the file
     tokenizer.save(os.path.join(tokenizer_dir, "1", "tokenizer.json"))
+    tokenizer.no_padding()
     config_path = os.path.join(tokenizer_dir, "config.pbtxt")
     with open(config_path, encoding="utf-8") as handle:
         text = handle.read()
@@ -99,7 +108,7 @@ def build_repository(work_dir, shape, device, tokenizer_instances, max_batch_tok
                                 '  { name: "num_tokens", data_type: TYPE_INT32, dims: [ 1 ] }',
                                 '  { name: "truncated", data_type: TYPE_BOOL, dims: [ 1 ] }']),
             output_maps='      output_map { key: "embedding", value: "embedding" }'))
-    return repository, tokenizer
+    return repository, common.pbtxt.parameters(text)
 
 
 class GpuSampler:
@@ -221,7 +230,7 @@ def encoder_class():
     return module
 
 
-def ceiling(shape, device, workloads, batches, seconds):
+def ceiling(shape, device, tokenizer, workloads, batches, seconds):
     """The encoder alone, in this process, on the same texts (tokenized once, sorted by length so each batch pads
     little), at each batch size: {workload: (best texts/s, its batch size)}. What serving is measured against."""
     import torch
@@ -229,10 +238,6 @@ def ceiling(shape, device, workloads, batches, seconds):
     module = encoder_class()
     dev = torch.device(device if device == "cpu" or torch.cuda.is_available() else "cpu")
     model = module.build_encoder(shape, dev)
-    with lzma.open(os.path.join(PROJECT, "tests", "fixtures", "xlmr-tokenizer", "tokenizer.json.xz")) as packed:
-        tokenizer = Tokenizer.from_str(packed.read().decode())
-    tokenizer.enable_truncation(MAX_LENGTH)
-    tokenizer.no_padding()
     best = {}
     for name, texts in workloads.items():
         ids = sorted((e.ids for e in tokenizer.encode_batch(texts)), key=len)
@@ -306,15 +311,13 @@ def main(argv=None):
     if shutil.which("nvidia-smi"):
         machine = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
                                  capture_output=True, text=True).stdout.strip()
-    with lzma.open(os.path.join(PROJECT, "tests", "fixtures", "xlmr-tokenizer", "tokenizer.json.xz")) as packed:
-        tokenizer = Tokenizer.from_str(packed.read().decode())
-    tokenizer.enable_truncation(MAX_LENGTH)
+    tokenizer = xlmr_tokenizer()
     workloads = {name: [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS[name],
                                                             64 if args.short else 600)]
                  for name in args.levels}
     # The ceiling's batch sizes: the served encoder's own (up to max_batch_size 256) and smaller.
     batches = {"queries": [16, 64, 256], "passages": [8, 32, 64]}
-    best = ceiling(shape, args.device, workloads, batches, min(args.seconds, 10.0))
+    best = ceiling(shape, args.device, tokenizer, workloads, batches, min(args.seconds, 10.0))
     rows, results = [], os.path.join(args.work_dir, "results.json")
 
     def save():  # after every row: a run cut short keeps what it measured
@@ -324,9 +327,8 @@ def main(argv=None):
                        "client_processes": args.client_processes}, handle, indent=1)
     save()
     for rate_limit, instances, budget, padding in args.matrix:
-        repository, _ = build_repository(args.work_dir, shape, args.device, instances, budget, padding)
-        with open(os.path.join(repository, "tokenizer", "config.pbtxt"), encoding="utf-8") as handle:
-            tracked = common.pbtxt.parameters(handle.read())
+        repository, tracked = build_repository(args.work_dir, shape, args.device, tokenizer, instances, budget,
+                                               padding)
         ports = common.free_ports()
         server = common.start_server(repository, ports, os.path.join(args.work_dir, "tritonserver.log"),
                                      {"RATE_LIMIT": rate_limit, "LOAD_MODELS": "tokenizer,embedding,ensemble"},

@@ -64,16 +64,20 @@ def test_a_repository_path_triton_cannot_serve_is_refused_clearly(minilm_reposit
     assert "spaces or shell characters" in str(refused.value) and "models (copy)" in str(refused.value)
 
 
+def parse(path):
+    """A config.pbtxt as Triton's ModelConfig."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    with open(path, encoding="utf-8") as handle:
+        return text_format.Parse(handle.read(), model_config_pb2.ModelConfig())
+
+
 def test_gpu_variants_parse_as_model_configs(minilm_repository):
     """configs/gpu.pbtxt and configs/gpu-trt.pbtxt (for --model-config-name) are valid ModelConfig text, pin the
     instance to the GPU, drop the rate limiter, and keep the exported outputs. None has a queue policy: in Triton
     24.07 one turns off the batcher's prefetching, which left the encoder idle with requests queued (README)."""
-    from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
-
-    def parse(path):
-        with open(path, encoding="utf-8") as handle:
-            return text_format.Parse(handle.read(), model_config_pb2.ModelConfig())
 
     cpu = parse(os.path.join(minilm_repository, "embedding", "config.pbtxt"))
     assert cpu.HasField("dynamic_batching") and not cpu.dynamic_batching.HasField("default_queue_policy")
@@ -101,12 +105,6 @@ def test_tokenizer_gpu_variants_group_lengths_coarser(minilm_repository):
     config.pbtxt with coarser length groups (docs/benchmarks-gpu.md: runs of 3 rows -> 222 on an H100), and nothing
     else changed."""
     from exporting.repository import GPU_TOKENIZER
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    def parse(path):
-        with open(path, encoding="utf-8") as handle:
-            return text_format.Parse(handle.read(), model_config_pb2.ModelConfig())
 
     cpu = parse(os.path.join(minilm_repository, "tokenizer", "config.pbtxt"))
     assert set(GPU_TOKENIZER) == {"pad_to_multiple_of", "batch_overhead_tokens"}
