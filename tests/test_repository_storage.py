@@ -114,3 +114,14 @@ def test_tokenizer_gpu_variants_group_lengths_coarser(minilm_repository):
             assert config.parameters[key].string_value == value != cpu.parameters[key].string_value, (variant, key)
             config.parameters[key].string_value = cpu.parameters[key].string_value
         assert config == cpu, variant
+
+
+def test_the_export_digest_covers_the_tokenizers_gpu_grouping(monkeypatch):
+    """A repository exported with other GPU_TOKENIZER values is exported again by `make serve` (--skip-if-exported
+    compares this digest), so new GPU configs reach it."""
+    from exporting import repository
+
+    before = repository.templates_digest()
+    assert repository.templates_digest() == before
+    monkeypatch.setitem(repository.GPU_TOKENIZER, "pad_to_multiple_of", "64")
+    assert repository.templates_digest() != before

@@ -31,10 +31,10 @@ COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8
 
 
 def templates_digest():
-    """sha256 of every config template export renders (model_repository/*/*.template) and of the encoder's batching
-    strategy it compiles (token_budget.c): an export made from other ones is stale, and --skip-if-exported redoes it
-    (else a changed config or strategy never reaches it)."""
-    digest = hashlib.sha256()
+    """sha256 of every config template export renders (model_repository/*/*.template), of the encoder's batching
+    strategy it compiles (token_budget.c) and of the tokenizer's GPU grouping (GPU_TOKENIZER): an export made from
+    other ones is stale, and --skip-if-exported redoes it (else a changed config or strategy never reaches it)."""
+    digest = hashlib.sha256(repr(sorted(GPU_TOKENIZER.items())).encode() + b"\0")
     sources = glob.glob(os.path.join(SOURCE_REPOSITORY, "*", "*.template")) + [
         os.path.join(SOURCE_REPOSITORY, "embedding", "token_budget.c")]
     for path in sorted(sources):
