@@ -163,3 +163,15 @@ def test_images_benchmark_smoke(tmp_path):
     text = report.read_text()
     assert text.count("## CLIP images") == 1 and text.index("## CLIP images") < text.index("## onnxruntime ceiling")
     assert "identical rank order" in text and "## Cross-encoder reranking\n\nrows" in text
+
+
+def test_proxy_app_benchmark_measures_both_apps():
+    """bench/proxy_app.py: every workload answered as expected by both apps (it exits otherwise) and a ratio each."""
+    result = subprocess.run([sys.executable, "-m", "bench.proxy_app", "--requests", "20", "--rounds", "1"],
+                            cwd=PROJECT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = {line[:26].strip(): line[26:].split() for line in result.stdout.splitlines()[1:]}
+    assert set(rows) == {"one query", "8 texts", "rerank, 8 documents", "refused (unknown model)"}
+    for name, (direct, fastapi, ratio) in rows.items():
+        assert float(direct) > 0 and float(fastapi) > 0, name
+        assert abs(float(ratio) - float(fastapi) / float(direct)) < 0.05 * float(ratio) + 0.01, name

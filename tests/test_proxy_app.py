@@ -154,8 +154,7 @@ def settings(**overrides):
 
 def make_client(**overrides):
     service, metrics, config = FakeService(), Metrics(), settings(**overrides)
-    app = proxy_app.create_app(config, service, metrics)
-    client = TestClient(MetricsMiddleware(guard.HttpGuard(app, config, service), metrics, app))
+    client = TestClient(proxy_app.create_server_app(config, service, metrics))
     client.service, client.metrics = service, metrics
     return client
 
@@ -327,6 +326,40 @@ def test_the_key_is_checked_before_the_body(path, body):
     assert "input" not in error["message"] and error["param"] is None
     error_of(client.post("/v1/models/x/load", content=b"{not json", headers={"content-type": "application/json",
                                                                           "Authorization": "Bearer s3cret"}), 401)
+
+
+BODIES = [b"", b"{not json", b"[1, 2", b"[" * 1500 + b"]" * 1500, b"null", b"5", b"[]", b"{}", b'{"input": 5}',
+          b'{"input": ["a", 3]}', b'{"input": "x", "model": "nope"}', b'{"input": "x", "encoding_format": "hex"}',
+          b'{"query": "q", "documents": ["a", ""]}', b'{"model_name": 7}', b'{"input": "x", "dimensions": -1}',
+          b'{"inputs": "BAD"}', b'{"input": "BAD"}', b'{"input": "ok", "truncate": "maybe"}']
+
+
+@pytest.mark.parametrize("api_key, authorization", [("", None), ("s3cret", None), ("s3cret", "Bearer s3cret")])
+def test_direct_routes_answer_as_fastapi_does(api_key, authorization):
+    """direct.py answers the plain routes without FastAPI's pipeline: every route it takes, for valid, malformed,
+    mistyped and unauthenticated bodies, gets the status, body and headers FastAPI gives (the app wired without it)."""
+    direct = make_client(api_key=api_key, admin_api_key="adm1n")
+    service, metrics, config = FakeService(), Metrics(), settings(api_key=api_key, admin_api_key="adm1n")
+    app = proxy_app.create_app(config, service, metrics)
+    through_fastapi = TestClient(MetricsMiddleware(guard.HttpGuard(app, config, service), metrics, app))
+    routes = direct.app.app.app.routes  # metrics -> gate -> DirectRoutes
+    assert {("POST", "/v1/embeddings"), ("POST", "/v1/rerank"), ("GET", "/health")} <= set(routes)
+    assert ("POST", "/v1/embedding") not in routes  # query parameters: FastAPI's
+    headers = {"content-type": "application/json", **({"authorization": authorization} if authorization else {})}
+    statuses = set()
+    for method, path in sorted(routes, key=lambda route: (route[1] == "/metrics", route)):  # /metrics: last
+        for body in BODIES if method == "POST" else [None]:
+            got, wanted = (client.request(method, path, content=body, headers=headers)
+                           for client in (direct, through_fastapi))
+            if path == "/metrics":  # latencies differ; the counts must not
+                got, wanted = ([line for line in r.text.splitlines() if line.startswith("proxy_requests_total")]
+                               for r in (got, wanted))
+                assert got == wanted and len(got) > 20
+                continue
+            assert (got.status_code, got.content, got.headers) == (wanted.status_code, wanted.content,
+                                                                   wanted.headers), (method, path, (body or b"")[:40])
+            statuses.add(got.status_code)
+    assert statuses >= ({200, 401} if api_key and not authorization else {200, 400, 404})
 
 
 def test_admin_routes_are_off_without_an_admin_key_and_never_open_to_the_api_key():

@@ -1,5 +1,6 @@
 """The HTTP API: FastAPI routes translating HTTP to the service (the Service protocol below: service.py calls Triton
-through BLS, tests pass a fake). No Triton import here.
+through BLS, tests pass a fake). No Triton import here. The server runs create_server_app: the plain routes' requests
+go to their functions directly (direct.py), the others through FastAPI.
 
 Routes: GET /health (ready), /health/live; OpenAI POST /v1/embeddings, GET /v1/models[/{id}]; seed API
 POST /v1/embedding; bge-m3: POST /v1/encode, TEI's POST /embed_sparse; POST /v1/rerank (the export's rerank model);
@@ -20,17 +21,20 @@ from typing import Protocol
 import images
 import numpy as np
 import orjson
+from direct import DirectRoutes
 from errors import ServiceError
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
+from guard import HttpGuard
 from http_errors import ApiError, validation_error
 from starlette.exceptions import HTTPException
 from starlette.responses import PlainTextResponse, Response
 
 import schemas
+from metrics import MetricsMiddleware
 
 MODES = ("dense", "sparse", "colbert")  # the rerank model's mode_scores columns
 
@@ -609,3 +613,10 @@ def create_app(settings, service: Service, metrics):
         app.mount("/docs/assets", StaticFiles(directory=str(settings.swagger_path)), name="swagger-assets")
         app.add_api_route("/docs", swagger_ui, include_in_schema=False)
     return app
+
+
+def create_server_app(settings, service: Service, metrics):
+    """The ASGI app the server runs: the metrics outermost, the gate (guard.py), then the routes: the plain ones
+    directly (direct.py), the others through FastAPI."""
+    app = create_app(settings, service, metrics)
+    return MetricsMiddleware(HttpGuard(DirectRoutes(app, router), settings, service), metrics, app)

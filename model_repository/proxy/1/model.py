@@ -5,6 +5,7 @@ exports' models, in-process through BLS. This file is the Triton glue: settings,
   registry.py   the exports (cards) and their models' readiness;  triton_http.py  Triton's own HTTP API
   readiness.py  keeps readiness current; calls on a model that stops being ready fail at once
   guard.py      admission, body limits, disconnects;  server.py  uvicorn in its own thread
+  direct.py     the plain routes' requests without FastAPI's request pipeline
   images.py     images over HTTP (CLIP exports): base64, data URIs, URL fetching and their limits
   errors.py, http_errors.py  the service's error kinds and their HTTP answers;  metrics.py, schemas.py
 Dead stubs are the supervisor model's job (model_repository/supervisor), not this one's.
@@ -19,13 +20,12 @@ import triton_python_backend_utils as pb_utils
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the modules beside this file win any name clash
-from guard import HttpGuard  # noqa: E402
 from registry import Registry  # noqa: E402
 from service import Service  # noqa: E402
 from triton_http import TritonHttp  # noqa: E402
 
-from app import create_app  # noqa: E402
-from metrics import Metrics, MetricsMiddleware  # noqa: E402
+from app import create_server_app  # noqa: E402
+from metrics import Metrics  # noqa: E402
 from readiness import Readiness  # noqa: E402
 from server import Server  # noqa: E402
 
@@ -119,9 +119,7 @@ class TritonPythonModel:
         self.registry = Registry(repository, settings)
         self.service = Service(pb_utils, self.registry, triton, settings, self.executor)
         self.metrics = Metrics()
-        app = create_app(settings, self.service, self.metrics)
-        self.server = Server(MetricsMiddleware(HttpGuard(app, settings, self.service), self.metrics, app), settings,
-                             log)
+        self.server = Server(create_server_app(settings, self.service, self.metrics), settings, log)
         try:
             self.server.start()
         except RuntimeError as error:

@@ -1,0 +1,152 @@
+"""CPU per request of the proxy's ASGI app (metrics, gate, routes) with its plain routes answered directly
+(proxy/1/direct.py, what the proxy runs) against the same app with every request through FastAPI's pipeline.
+
+No server and no Triton: requests are handed to the ASGI callables in one process, over a service that answers at
+once (vectors of the model's width), so what is measured is the app's own Python work per request. Rounds alternate
+the two apps; the ratio is FastAPI's time over the direct one's (above 1: direct is faster).
+
+    python -m bench.proxy_app [--requests 2000] [--rounds 3] [--width 1024]
+"""
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import orjson
+import uvloop
+
+PROXY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "model_repository", "proxy", "1")
+sys.path.insert(0, PROXY)
+from errors import NotFound  # noqa: E402
+from guard import HttpGuard  # noqa: E402
+
+import app as proxy_app  # noqa: E402
+from metrics import Metrics, MetricsMiddleware  # noqa: E402
+
+WORKLOADS = {  # name -> (path, body, expected status)
+    "one query": ("/v1/embeddings", {"input": "what is the capital of france?"}, 200),
+    "8 texts": ("/v1/embeddings", {"input": [f"sentence number {i} about serving embeddings" for i in range(8)]},
+                200),
+    "rerank, 8 documents": ("/v1/rerank", {"query": "capital of france",
+                                           "documents": [f"document {i}" for i in range(8)]}, 200),
+    "refused (unknown model)": ("/v1/embeddings", {"input": "x", "model": "nope"}, 404),
+}
+
+
+class InstantService:
+    """The app's Service protocol, answering at once."""
+    draining = False
+
+    def __init__(self, width):
+        self.card = SimpleNamespace(id="bench", name="ensemble", outputs=("dense",), embedding_size=width,
+                                    colbert_size=width, max_length=512, source="bench", created=0, kind="embedding",
+                                    chunks=None, rerank="rerank", image=None, architecture=None, pretrained=None)
+        self.vector = np.full(width, width ** -0.5, dtype=np.float32)
+
+    def cards(self):
+        return [self.card]
+
+    exports = cards
+
+    def resolve(self, model):
+        if model not in (None, "bench"):
+            raise NotFound(f"model '{model}' is not served here", "model_not_found", "model")
+        return self.card
+
+    def health(self):
+        return True, "ok"
+
+    live = health
+
+    async def embed(self, card, texts, outputs, param, parameters=None):
+        n = len(texts)
+        return SimpleNamespace(dense=np.tile(self.vector, (n, 1)), sparse=None, colbert=None,
+                               tokens=np.full(n, 9), truncated=np.zeros(n, bool), inference_ms=1.0, quantized={})
+
+    async def rerank(self, card, query, documents, weights):
+        n = len(documents)
+        return SimpleNamespace(scores=np.linspace(1, 0, n, dtype=np.float32),
+                               mode_scores=np.full((n, 3), np.nan, np.float32), tokens=9 * (n + 1),
+                               query_truncated=False, truncated=np.zeros(n, bool), inference_ms=1.0)
+
+
+def settings():
+    return SimpleNamespace(api_key="", admin_api_key="", max_inputs_per_request=2048, max_input_chars=262144,
+                           max_concurrent_requests=256, admission_target_s=2.0, max_body_bytes=2097152,
+                           body_timeout_s=5.0, swagger_path=None, max_image_bytes=1, max_images_per_request=1,
+                           image_url_hosts="", image_url_max_bytes=1, image_url_timeout_s=1.0,
+                           image_url_allow_private=False)
+
+
+def apps(width):
+    """(direct: what the proxy runs, through FastAPI: the same app without direct.py)."""
+    config, service = settings(), InstantService(width)
+    direct = proxy_app.create_server_app(config, service, Metrics())
+    metrics = Metrics()
+    app = proxy_app.create_app(config, service, metrics)
+    return direct, MetricsMiddleware(HttpGuard(app, config, service), metrics, app)
+
+
+async def call(app, path, body, expected):
+    given, answered = [False], asyncio.Event()
+
+    async def receive():
+        if not given[0]:
+            given[0] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await answered.wait()
+        return {"type": "http.disconnect"}
+
+    status = []
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"host", b"bench"), (b"content-type", b"application/json"),
+                         (b"content-length", str(len(body)).encode())],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8080)}
+    await app(scope, receive, send)
+    answered.set()
+    if status != [expected]:
+        raise SystemExit(f"bench: {path} answered {status}, expected {expected}")
+
+
+async def cpu_us(app, path, body, expected, requests):
+    started = time.process_time()
+    for _ in range(requests):
+        await call(app, path, body, expected)
+    return (time.process_time() - started) / requests * 1e6
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=2000, help="requests per app and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--width", type=int, default=1024, help="vector width (bge-m3: 1024)")
+    args = parser.parse_args(argv)
+    direct, through_fastapi = apps(args.width)
+    loop = uvloop.new_event_loop()  # the proxy's loop (server.py)
+    print(f"{'workload':26s} {'direct us/req':>14s} {'FastAPI us/req':>15s} {'FastAPI/direct':>15s}")
+    for name, (path, body, expected) in WORKLOADS.items():
+        body = orjson.dumps(body)
+        times = {"direct": [], "fastapi": []}
+        for app in (direct, through_fastapi):  # warm-up
+            loop.run_until_complete(cpu_us(app, path, body, expected, 100))
+        for round_ in range(args.rounds):
+            order = (("direct", direct), ("fastapi", through_fastapi))
+            for key, app in order if round_ % 2 == 0 else order[::-1]:
+                times[key].append(loop.run_until_complete(cpu_us(app, path, body, expected, args.requests)))
+        d, f = statistics.median(times["direct"]), statistics.median(times["fastapi"])
+        print(f"{name:26s} {d:14.0f} {f:15.0f} {f / d:15.2f}", flush=True)
+    loop.close()
+
+
+if __name__ == "__main__":
+    main()
