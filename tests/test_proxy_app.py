@@ -362,6 +362,19 @@ def test_direct_routes_answer_as_fastapi_does(api_key, authorization):
     assert statuses >= ({200, 401} if api_key and not authorization else {200, 400, 404})
 
 
+def test_direct_routes_never_skip_a_routers_own_gates():
+    """A router's own dependencies (an auth gate) or prefix are applied by FastAPI when it is included: direct.py
+    refuses such a router rather than answer its routes without them."""
+    import direct
+    from fastapi import APIRouter, Depends
+
+    app = proxy_app.create_app(settings(), FakeService(), Metrics())
+    for router in (APIRouter(dependencies=[Depends(proxy_app.user_key)]), APIRouter(prefix="/v2")):
+        with pytest.raises(ValueError, match="no prefix and no dependencies"):
+            direct.DirectRoutes(app, router)
+    assert ("POST", "/v1/embeddings") in direct.DirectRoutes(app, proxy_app.router).routes
+
+
 def test_admin_routes_are_off_without_an_admin_key_and_never_open_to_the_api_key():
     client = make_client(api_key="user")
     error = error_of(client.post("/v1/models/fake-m3/load", headers={"Authorization": "Bearer user"}), 403,
