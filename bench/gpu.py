@@ -10,8 +10,11 @@ backend, the tokenizer is the project's own model with the 250k XLM-R tokenizer 
 plain KServe HTTP from this process's threads. tritonserver comes from the nvidia-pytriton wheel
 (`pip install --no-deps` of the carried wheel is enough: local_triton/launch.py needs only its binaries).
 
-Matrix: workloads queries and passages (bench/corpus.py); rate limiter on and off; 1, 2 and 4 tokenizer instances;
-max_batch_tokens 16384 and 65536. GPU utilisation is sampled with nvidia-smi during every run.
+Workloads (bench/corpus.py): queries and passages, one text per request to `ensemble`, and client-batched, 32 mixed
+texts per request to `ensemble_bls` and to `ensemble`. Matrix (--matrix): rate limiter, tokenizer instances,
+max_batch_tokens and the tokenizer's length grouping; by default the GPU grouping export writes (GPU_TOKENIZER in
+build/exporting/repository.py) against the tracked CPU one, RATE_LIMIT off, and the CPU default (on) once, which
+fits a lent machine's 15 minutes. GPU utilisation is sampled with nvidia-smi during every run.
 """
 import argparse
 import http.client
@@ -43,6 +46,11 @@ from bench import corpus as corpus_lib  # noqa: E402
 BGE_M3_SHAPE = {"vocab": 250002, "hidden": 1024, "layers": 24, "heads": 16, "ffn": 4096, "positions": 8194}
 TINY_SHAPE = {"vocab": 250002, "hidden": 32, "layers": 2, "heads": 2, "ffn": 64, "positions": 514}
 MAX_LENGTH = 8192
+# The models each workload is sent to: many-text requests to the BLS model (length groups) and to the ensemble (one
+# tensor padded to the request's longest text), so the two are compared in one run.
+# The tokenizer's length-grouping parameters --matrix can set, in its order.
+GROUPING = ("pad_to_multiple_of", "batch_overhead_tokens", "split_overhead_tokens", "min_padding_efficiency")
+WORKLOAD_MODELS = {"queries": ("ensemble",), "passages": ("ensemble",), "client-batched": ("ensemble_bls", "ensemble")}
 
 
 def progress(message):
@@ -60,7 +68,8 @@ def xlmr_tokenizer():
 
 def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, max_batch_tokens,
                      tokenizer_parameters=None):
-    """tokenizer (the project's model + `tokenizer`), embedding (torch_encoder), ensemble (the project's template).
+    """tokenizer (the project's model + `tokenizer`), embedding (torch_encoder), ensemble and ensemble_bls (the
+    project's templates and BLS model).
     tokenizer_parameters: {name: value} replacing the tracked config's. Returns (the repository path, the tokenizer
     model's parameters as written)."""
     from exporting import repository as export_repository  # (bench/common.py put build/ on sys.path)
@@ -108,6 +117,15 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
                                 '  { name: "num_tokens", data_type: TYPE_INT32, dims: [ 1 ] }',
                                 '  { name: "truncated", data_type: TYPE_BOOL, dims: [ 1 ] }']),
             output_maps='      output_map { key: "embedding", value: "embedding" }'))
+    bls_dir = os.path.join(repository, "ensemble_bls")
+    common.copy_model(os.path.join(common.TRACKED, "ensemble_bls"), bls_dir, "vectors.json", "config.pbtxt*")
+    with open(os.path.join(bls_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
+        handle.write(export_repository.render(
+            os.path.join(PROJECT, "model_repository", "ensemble_bls", "config.pbtxt.template"), tokenizer="tokenizer",
+            encoder="embedding", inputs=export_repository.TEXT_INPUT,
+            outputs=",\n".join(['  { name: "embedding", data_type: TYPE_FP32, dims: [ -1 ] }',
+                                '  { name: "num_tokens", data_type: TYPE_INT32, dims: [ 1 ] }',
+                                '  { name: "truncated", data_type: TYPE_BOOL, dims: [ 1 ] }'])))
     return repository, common.pbtxt.parameters(text)
 
 
@@ -143,8 +161,9 @@ class GpuSampler:
         return statistics.mean(s[0] for s in self.samples), max(s[1] for s in self.samples)
 
 
-def _client(port, texts, threads, seconds, offset, results):
-    """One client process: `threads` closed loops, one text per KServe HTTP request -> (latencies ms, errors)."""
+def _client(port, model, texts, per_request, threads, seconds, offset, results):
+    """One client process: `threads` closed loops, `per_request` texts per KServe HTTP request to `model` ->
+    (latencies ms, errors)."""
     latencies, errors, lock = [], [0], threading.Lock()
     deadline = time.monotonic() + seconds
     counter = itertools.count(offset)
@@ -152,12 +171,13 @@ def _client(port, texts, threads, seconds, offset, results):
     def worker():
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
         while time.monotonic() < deadline:
-            text = texts[next(counter) % len(texts)]
-            body = json.dumps({"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [text]}],
-                               "outputs": [{"name": "embedding"}]})
+            first = next(counter) * per_request
+            batch = [texts[(first + i) % len(texts)] for i in range(per_request)]
+            body = json.dumps({"inputs": [{"name": "text", "shape": [per_request, 1], "datatype": "BYTES",
+                                           "data": batch}], "outputs": [{"name": "embedding"}]})
             started = time.perf_counter()
             try:
-                connection.request("POST", "/v2/models/ensemble/infer", body, {"Content-Type": "application/json"})
+                connection.request("POST", f"/v2/models/{model}/infer", body, {"Content-Type": "application/json"})
                 response = connection.getresponse()
                 response.read()
                 ok = response.status == 200
@@ -178,15 +198,16 @@ def _client(port, texts, threads, seconds, offset, results):
     results.put((latencies, errors[0]))
 
 
-def load(port, texts, concurrency, seconds, processes=1):
+def load(port, texts, concurrency, seconds, processes=1, model="ensemble", per_request=1):
     """`concurrency` closed loops spread over `processes` client processes (one Python process's GIL caps what its
-    threads can send: a fast GPU encoder would otherwise measure the client): (texts/s, p50 ms, p99 ms, errors)."""
+    threads can send: a fast GPU encoder would otherwise measure the client): (texts/s, p50 ms, p99 ms, errors);
+    latencies are per request."""
     processes = max(1, min(processes, concurrency))
     results = multiprocessing.get_context("fork").Queue()
     started = time.monotonic()
     workers = [multiprocessing.get_context("fork").Process(
-        target=_client, args=(port, texts, concurrency // processes + (i < concurrency % processes), seconds,
-                              i * 7919, results)) for i in range(processes)]
+        target=_client, args=(port, model, texts, per_request, concurrency // processes + (i < concurrency % processes),
+                              seconds, i * 7919, results)) for i in range(processes)]
     for worker in workers:
         worker.start()
     latencies, errors = [], 0
@@ -200,8 +221,8 @@ def load(port, texts, concurrency, seconds, processes=1):
     if not latencies:
         return 0.0, None, None, errors
     latencies.sort()
-    return (len(latencies) / elapsed, latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99) - 1],
-            errors)
+    return (len(latencies) * per_request / elapsed, latencies[len(latencies) // 2],
+            latencies[int(len(latencies) * 0.99) - 1], errors)
 
 
 def executions(port):
@@ -277,29 +298,38 @@ def parse_args(argv):
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--tiny", action="store_true", help="a tiny encoder instead of bge-m3's shape (smoke test)")
     parser.add_argument("--short", action="store_true", help="one configuration, short runs (smoke test)")
-    parser.add_argument("--seconds", type=float, help="seconds per measurement (default 20; short 3)")
-    parser.add_argument("--matrix", help="configurations, RATE_LIMIT:tokenizers:max_batch_tokens[:pad_to_multiple_of"
-                                         ":batch_overhead_tokens], comma-separated (default: on and off x 1, 2, 4 "
-                                         "tokenizers at 16384, and off:2:65536; the tokenizer's tracked padding)")
+    parser.add_argument("--seconds", type=float, help="seconds per measurement (default 6; short 3)")
+    parser.add_argument("--matrix", help="configurations, RATE_LIMIT:tokenizers:max_batch_tokens[:GROUPING...] "
+                                         "(GROUPING: pad_to_multiple_of, batch_overhead_tokens, split_overhead_tokens, "
+                                         "min_padding_efficiency, in that order), comma-separated (default: off "
+                                         "with the GPU grouping, off and on with the tracked one; 1 tokenizer, "
+                                         "16384)")
     parser.add_argument("--queries", type=levels, help="requests in flight, comma-separated (default 16,64,256)")
     parser.add_argument("--passages", type=levels, help="requests in flight, comma-separated (default 8,32,64)")
+    parser.add_argument("--client-batched", type=levels, help="requests of 32 texts in flight, comma-separated "
+                                                              "(default 2,8,16); an empty list skips a workload")
     parser.add_argument("--client-processes", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)),
                         help="load generator processes (default: half the cores, at most 8)")
     parser.add_argument("--work-dir", default=os.path.join(PROJECT, "bench", "results", "gpu"))
     parser.add_argument("--output", help="report path (default docs/benchmarks-gpu.md; short: in --work-dir)")
     args = parser.parse_args(argv)
-    args.seconds = args.seconds or (3.0 if args.short else 20.0)
+    args.seconds = args.seconds or (3.0 if args.short else 6.0)
     args.output = args.output or (os.path.join(args.work_dir, "benchmarks-gpu.md") if args.short
                                   else os.path.join(PROJECT, "docs", "benchmarks-gpu.md"))
     if args.matrix:
         args.matrix = [(fields[0], int(fields[1]), int(fields[2]),
-                        dict(zip(("pad_to_multiple_of", "batch_overhead_tokens"), fields[3:])))
+                        dict(zip(GROUPING, fields[3:])))
                        for fields in (c.split(":") for c in args.matrix.split(","))]
     else:
+        from exporting.repository import GPU_TOKENIZER  # (bench/common.py put build/ on sys.path)
+
         args.matrix = [("on", 1, 16384, {})] if args.short else \
-            [(rl, n, 16384, {}) for rl in ("on", "off") for n in (1, 2, 4)] + [("off", 2, 65536, {})]
-    args.levels = {"queries": args.queries or ([4] if args.short else [16, 64, 256]),
-                   "passages": args.passages or ([2] if args.short else [8, 32, 64])}
+            [("off", 1, 16384, dict(GPU_TOKENIZER)), ("off", 1, 16384, {}), ("on", 1, 16384, {})]
+    chosen = {"queries": (args.queries, [4], [16, 64, 256]), "passages": (args.passages, [2], [8, 32, 64]),
+              "client-batched": (args.client_batched, [1], [2, 8, 16])}
+    args.levels = {name: (given if given is not None else short if args.short else full)
+                   for name, (given, short, full) in chosen.items()}
+    args.levels = {name: level for name, level in args.levels.items() if level}
     return args
 
 
@@ -316,7 +346,7 @@ def main(argv=None):
                                                             64 if args.short else 600)]
                  for name in args.levels}
     # The ceiling's batch sizes: the served encoder's own (up to max_batch_size 256) and smaller.
-    batches = {"queries": [16, 64, 256], "passages": [8, 32, 64]}
+    batches = {"queries": [16, 64, 256], "passages": [8, 32, 64], "client-batched": [32, 64, 256]}
     best = ceiling(shape, args.device, tokenizer, workloads, batches, min(args.seconds, 10.0))
     rows, results = [], os.path.join(args.work_dir, "results.json")
 
@@ -331,21 +361,27 @@ def main(argv=None):
                                                padding)
         ports = common.free_ports()
         server = common.start_server(repository, ports, os.path.join(args.work_dir, "tritonserver.log"),
-                                     {"RATE_LIMIT": rate_limit, "LOAD_MODELS": "tokenizer,embedding,ensemble"},
+                                     {"RATE_LIMIT": rate_limit,
+                                      "LOAD_MODELS": "tokenizer,embedding,ensemble,ensemble_bls"},
                                      timeout_s=900)
         try:
-            for name, concurrencies in args.levels.items():
-                load(ports["http"], workloads[name], 4, 1.0)  # warm-up
+            for (name, concurrencies), model in ((item, model) for item in args.levels.items()
+                                                 for model in WORKLOAD_MODELS[item[0]]):
+                per_request = corpus_lib.WORKLOADS[name].texts_per_request
+                load(ports["http"], workloads[name], 4, 1.0, 1, model, per_request)  # warm-up
                 for concurrency in concurrencies:
                     before = executions(ports["metrics"])
                     with GpuSampler() as sampler:
                         rate, p50, p99, errors = load(ports["http"], workloads[name], concurrency, args.seconds,
-                                                      args.client_processes)
+                                                      args.client_processes, model, per_request)
                     util, memory = sampler.summary()
                     after = executions(ports["metrics"])
-                    row = {"workload": name, "rate_limit": rate_limit, "tokenizers": instances,
+                    row = {"workload": name, "model": model, "texts_per_request": per_request,
+                           "rate_limit": rate_limit, "tokenizers": instances,
                            "max_batch_tokens": budget, "pad_to_multiple_of": int(tracked["pad_to_multiple_of"]),
                            "batch_overhead_tokens": int(tracked["batch_overhead_tokens"]),
+                           "split_overhead_tokens": int(tracked["split_overhead_tokens"]),
+                           "min_padding_efficiency": float(tracked["min_padding_efficiency"]),
                            "concurrency": concurrency, "texts_per_s": rate,
                            "encoder_rows_per_run": rows_per_run(before, after, "embedding"),
                            "tokenizer_requests_per_run": rows_per_run(before, after, "tokenizer"),
@@ -370,17 +406,21 @@ def write_report(args, rows, machine, shape, best):
              f"{shape['layers']} layers, hidden {shape['hidden']}, vocabulary {shape['vocab']:,}, random weights, "
              "PyTorch fp16 in a Python-backend model (the lent machines have no onnxruntime-gpu): the container's "
              "onnxruntime backend would run the exported ONNX instead. Tokenizer: the project's model with the 250k "
-             "XLM-R tokenizer. Load: KServe HTTP, one text per request, closed loops in client processes.", "",
+             "XLM-R tokenizer. Load: KServe HTTP, closed loops in client processes; queries and passages one text "
+             "per request, client-batched 32 mixed texts per request (in flight: requests).", "",
              "Ceiling: the same encoder in the bench's own process on the same texts, sorted by length, at its best "
              "batch size: " + "; ".join(f"{name} {rate:,.1f} texts/s (batch {batch})"
                                         for name, (rate, batch) in best.items()) +
              f". Load: {args.client_processes} client processes.", "",
-             "| workload | rate limiter | tokenizers | max_batch_tokens | pad to | run overhead | in flight | "
-             "texts/s | of ceiling | p50 ms | p99 ms | encoder rows/run | GPU util % | GPU MiB | errors |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| workload | model | rate limiter | tokenizers | max_batch_tokens | pad to | run overhead | split "
+             "overhead | min efficiency | in flight | texts/s | of ceiling | p50 ms | p99 ms | encoder rows/run | "
+             "GPU util % | GPU MiB | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['workload']} | {r['rate_limit']} | {r['tokenizers']} | {r['max_batch_tokens']} | "
-                     f"{r['pad_to_multiple_of']} | {r['batch_overhead_tokens']} | "
+        lines.append(f"| {r['workload']} | {r['model']} | {r['rate_limit']} | {r['tokenizers']} | "
+                     f"{r['max_batch_tokens']} | "
+                     f"{r['pad_to_multiple_of']} | {r['batch_overhead_tokens']} | {r['split_overhead_tokens']} | "
+                     f"{r['min_padding_efficiency']} | "
                      f"{r['concurrency']} | {num(r['texts_per_s'])} | {num(r['ratio'], 2)} | {num(r['p50_ms'])} | "
                      f"{num(r['p99_ms'])} | {num(r['encoder_rows_per_run'])} | "
                      f"{num(r['gpu_util'], 0)} | {num(r['gpu_memory_mb'], 0)} | {r['errors']} |")

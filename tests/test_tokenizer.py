@@ -269,6 +269,30 @@ def test_groups_examples():
     assert [len(g) for g, _ in groups] == [64, 64, 64, 64, 44] and {w for _, w in groups} == {16}
 
 
+def test_gpu_grouping_keeps_a_requests_mixed_texts_in_one_run():
+    """The BLS model's split of one request (split_overhead_tokens, min_padding_efficiency): the CPU's values cut
+    16 queries and 16 passages into several encoder runs (cheaper where a run costs its padded tokens), the GPU
+    configs' (GPU_TOKENIZER) keep them in one, which took ensemble_bls from 285-323 to 1,425-1,875 texts/s on an
+    H100 (docs/benchmarks-gpu.md, runs 4-6)."""
+    sys.path.insert(0, os.path.join(PROJECT, "build"))
+    from exporting import pbtxt
+    from exporting.repository import GPU_TOKENIZER
+
+    rng = random.Random(7)
+    lengths = [[rng.randint(5, 20)] for _ in range(16)] + [[rng.randint(100, 250)] for _ in range(16)]
+    rng.shuffle(lengths)
+
+    def runs(parameters):
+        return len(plan_groups(lengths, int(parameters["pad_to_multiple_of"]),
+                               float(parameters["split_overhead_tokens"]),
+                               float(parameters["min_padding_efficiency"]), 16384))
+
+    with open(os.path.join(PROJECT, "model_repository", "tokenizer", "config.pbtxt"), encoding="utf-8") as handle:
+        cpu = pbtxt.parameters(handle.read())
+    assert runs(cpu) > 2
+    assert runs(GPU_TOKENIZER) == 1
+
+
 # ---------------------------------------------------------------- unit tests of the BYTES deserializer
 @pytest.fixture(scope="module")
 def tokenizer_module():

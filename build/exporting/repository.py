@@ -162,8 +162,11 @@ def copy_tokenizer(staging, tokenizer):
 # On a GPU an encoder run costs about the same for 3 rows as for 200 (kernel launches, not arithmetic), and Triton's
 # dynamic batcher joins equal shapes only: the CPU's fine length groups (widths in steps of 8, a run worth 256
 # tokens) left bge-m3 runs of 1-3 rows. Coarser groups, measured on an H100 (docs/benchmarks-gpu.md): single queries
-# at 256 in flight 194 -> 1,694 texts/s (runs of 3.4 -> 222 rows), passages 70-78 -> 114-169.
-GPU_TOKENIZER = {"pad_to_multiple_of": "32", "batch_overhead_tokens": "4096"}
+# at 256 in flight 194 -> 1,694 texts/s (runs of 3.4 -> 222 rows), passages 70-78 -> 114-169. The BLS model's split
+# of one request (split_overhead_tokens; the CPU's 32 cut 32 mixed texts into ~6 runs of 5.6 rows) and the padding
+# floor too: ensemble_bls on 32 mixed texts per request 310-323 -> 1,425-1,875 texts/s, 1.28x `ensemble` (same run).
+GPU_TOKENIZER = {"pad_to_multiple_of": "32", "batch_overhead_tokens": "4096", "split_overhead_tokens": "8192",
+                 "min_padding_efficiency": "0"}
 
 
 def write_tokenizer_gpu_configs(tokenizer_dir):
