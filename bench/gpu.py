@@ -46,10 +46,10 @@ from bench import corpus as corpus_lib  # noqa: E402
 BGE_M3_SHAPE = {"vocab": 250002, "hidden": 1024, "layers": 24, "heads": 16, "ffn": 4096, "positions": 8194}
 TINY_SHAPE = {"vocab": 250002, "hidden": 32, "layers": 2, "heads": 2, "ffn": 64, "positions": 514}
 MAX_LENGTH = 8192
-# The models each workload is sent to: many-text requests to the BLS model (length groups) and to the ensemble (one
-# tensor padded to the request's longest text), so the two are compared in one run.
 # The tokenizer's length-grouping parameters --matrix can set, in its order.
 GROUPING = ("pad_to_multiple_of", "batch_overhead_tokens", "split_overhead_tokens", "min_padding_efficiency")
+# The models each workload is sent to: many-text requests to the BLS model (length groups) and to the ensemble (one
+# tensor padded to the request's longest text), so the two are compared in one run.
 WORKLOAD_MODELS = {"queries": ("ensemble",), "passages": ("ensemble",), "client-batched": ("ensemble_bls", "ensemble")}
 
 
@@ -107,15 +107,17 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
             "priority: 1 } } ]\n"
             + "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in parameters.items()))
     export_repository.build_batch_strategy(encoder_dir)  # the token budget, as export builds it
+    # The tokenizer's per-text outputs, public in both models; the BLS model's embedding is as wide as asked.
+    per_text = ['  { name: "num_tokens", data_type: TYPE_INT32, dims: [ 1 ] }',
+                '  { name: "truncated", data_type: TYPE_BOOL, dims: [ 1 ] }']
     ensemble_dir = os.path.join(repository, "ensemble")
     os.makedirs(os.path.join(ensemble_dir, "1"))
     with open(os.path.join(ensemble_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(export_repository.render(
             os.path.join(PROJECT, "model_repository", "ensemble", "config.pbtxt.template"), tokenizer="tokenizer",
             encoder="embedding",
-            outputs=",\n".join([f'  {{ name: "embedding", data_type: TYPE_FP32, dims: [ {shape["hidden"]} ] }}',
-                                '  { name: "num_tokens", data_type: TYPE_INT32, dims: [ 1 ] }',
-                                '  { name: "truncated", data_type: TYPE_BOOL, dims: [ 1 ] }']),
+            outputs=",\n".join([f'  {{ name: "embedding", data_type: TYPE_FP32, dims: [ {shape["hidden"]} ] }}']
+                               + per_text),
             output_maps='      output_map { key: "embedding", value: "embedding" }'))
     bls_dir = os.path.join(repository, "ensemble_bls")
     common.copy_model(os.path.join(common.TRACKED, "ensemble_bls"), bls_dir, "vectors.json", "config.pbtxt*")
@@ -123,9 +125,7 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
         handle.write(export_repository.render(
             os.path.join(PROJECT, "model_repository", "ensemble_bls", "config.pbtxt.template"), tokenizer="tokenizer",
             encoder="embedding", inputs=export_repository.TEXT_INPUT,
-            outputs=",\n".join(['  { name: "embedding", data_type: TYPE_FP32, dims: [ -1 ] }',
-                                '  { name: "num_tokens", data_type: TYPE_INT32, dims: [ 1 ] }',
-                                '  { name: "truncated", data_type: TYPE_BOOL, dims: [ 1 ] }'])))
+            outputs=",\n".join(['  { name: "embedding", data_type: TYPE_FP32, dims: [ -1 ] }'] + per_text)))
     return repository, common.pbtxt.parameters(text)
 
 
