@@ -10,11 +10,12 @@ backend, the tokenizer is the project's own model with the 250k XLM-R tokenizer 
 plain KServe HTTP from this process's threads. tritonserver comes from the nvidia-pytriton wheel
 (`pip install --no-deps` of the carried wheel is enough: local_triton/launch.py needs only its binaries).
 
-Workloads (bench/corpus.py): queries and passages, one text per request to `ensemble`, and client-batched, 32 mixed
-texts per request to `ensemble_bls` and to `ensemble`. Matrix (--matrix): rate limiter, tokenizer instances,
-max_batch_tokens and the tokenizer's length grouping; by default the GPU grouping export writes (GPU_TOKENIZER in
-build/exporting/repository.py) against the tracked CPU one, RATE_LIMIT off, and the CPU default (on) once, which
-fits a lent machine's 15 minutes. GPU utilisation is sampled with nvidia-smi during every run.
+Workloads (bench/corpus.py): queries, passages and mixed (both, shuffled; only with --mixed), one text per request
+to `ensemble`, and client-batched, 32 mixed texts per request to `ensemble_bls` and to `ensemble`. Matrix
+(--matrix): rate limiter, tokenizer instances, max_batch_tokens and the tokenizer's length grouping; by default the
+GPU grouping export writes (GPU_TOKENIZER in build/exporting/repository.py) against the tracked CPU one, RATE_LIMIT
+off, and the CPU default (on) once, which fits a lent machine's 15 minutes. GPU utilisation is sampled with
+nvidia-smi during every run.
 """
 import argparse
 import http.client
@@ -47,10 +48,12 @@ BGE_M3_SHAPE = {"vocab": 250002, "hidden": 1024, "layers": 24, "heads": 16, "ffn
 TINY_SHAPE = {"vocab": 250002, "hidden": 32, "layers": 2, "heads": 2, "ffn": 64, "positions": 514}
 MAX_LENGTH = 8192
 # The tokenizer's length-grouping parameters --matrix can set, in its order.
-GROUPING = ("pad_to_multiple_of", "batch_overhead_tokens", "split_overhead_tokens", "min_padding_efficiency")
+GROUPING = ("pad_to_multiple_of", "batch_overhead_tokens", "split_overhead_tokens", "min_padding_efficiency",
+            "pad_to_power_of_two")
 # The models each workload is sent to: many-text requests to the BLS model (length groups) and to the ensemble (one
 # tensor padded to the request's longest text), so the two are compared in one run.
-WORKLOAD_MODELS = {"queries": ("ensemble",), "passages": ("ensemble",), "client-batched": ("ensemble_bls", "ensemble")}
+WORKLOAD_MODELS = {"queries": ("ensemble",), "passages": ("ensemble",), "mixed": ("ensemble",),
+                   "client-batched": ("ensemble_bls", "ensemble")}
 
 
 def progress(message):
@@ -301,11 +304,12 @@ def parse_args(argv):
     parser.add_argument("--seconds", type=float, help="seconds per measurement (default 6; short 3)")
     parser.add_argument("--matrix", help="configurations, RATE_LIMIT:tokenizers:max_batch_tokens[:GROUPING...] "
                                          "(GROUPING: pad_to_multiple_of, batch_overhead_tokens, split_overhead_tokens, "
-                                         "min_padding_efficiency, in that order), comma-separated (default: off "
-                                         "with the GPU grouping, off and on with the tracked one; 1 tokenizer, "
-                                         "16384)")
+                                         "min_padding_efficiency, pad_to_power_of_two, in that order), "
+                                         "comma-separated (default: off with the GPU grouping, off and on with the "
+                                         "tracked one; 1 tokenizer, 16384)")
     parser.add_argument("--queries", type=levels, help="requests in flight, comma-separated (default 16,64,256)")
     parser.add_argument("--passages", type=levels, help="requests in flight, comma-separated (default 8,32,64)")
+    parser.add_argument("--mixed", type=levels, help="requests in flight, comma-separated (default: none)")
     parser.add_argument("--client-batched", type=levels, help="requests of 32 texts in flight, comma-separated "
                                                               "(default 2,8,16); an empty list skips a workload")
     parser.add_argument("--client-processes", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)),
@@ -326,6 +330,7 @@ def parse_args(argv):
         args.matrix = [("on", 1, 16384, {})] if args.short else \
             [("off", 1, 16384, dict(GPU_TOKENIZER)), ("off", 1, 16384, {}), ("on", 1, 16384, {})]
     chosen = {"queries": (args.queries, [4], [16, 64, 256]), "passages": (args.passages, [2], [8, 32, 64]),
+              "mixed": (args.mixed, [], []),
               "client-batched": (args.client_batched, [1], [2, 8, 16])}
     args.levels = {name: (given if given is not None else short if args.short else full)
                    for name, (given, short, full) in chosen.items()}
@@ -346,7 +351,8 @@ def main(argv=None):
                                                             64 if args.short else 600)]
                  for name in args.levels}
     # The ceiling's batch sizes: the served encoder's own (up to max_batch_size 256) and smaller.
-    batches = {"queries": [16, 64, 256], "passages": [8, 32, 64], "client-batched": [32, 64, 256]}
+    batches = {"queries": [16, 64, 256], "passages": [8, 32, 64], "mixed": [16, 64, 256],
+               "client-batched": [32, 64, 256]}
     best = ceiling(shape, args.device, tokenizer, workloads, batches, min(args.seconds, 10.0))
     rows, results = [], os.path.join(args.work_dir, "results.json")
 
@@ -382,6 +388,7 @@ def main(argv=None):
                            "batch_overhead_tokens": int(tracked["batch_overhead_tokens"]),
                            "split_overhead_tokens": int(tracked["split_overhead_tokens"]),
                            "min_padding_efficiency": float(tracked["min_padding_efficiency"]),
+                           "pad_to_power_of_two": tracked["pad_to_power_of_two"] == "true",
                            "concurrency": concurrency, "texts_per_s": rate,
                            "encoder_rows_per_run": rows_per_run(before, after, "embedding"),
                            "tokenizer_requests_per_run": rows_per_run(before, after, "tokenizer"),
@@ -406,20 +413,21 @@ def write_report(args, rows, machine, shape, best):
              f"{shape['layers']} layers, hidden {shape['hidden']}, vocabulary {shape['vocab']:,}, random weights, "
              "PyTorch fp16 in a Python-backend model (the lent machines have no onnxruntime-gpu): the container's "
              "onnxruntime backend would run the exported ONNX instead. Tokenizer: the project's model with the 250k "
-             "XLM-R tokenizer. Load: KServe HTTP, closed loops in client processes; queries and passages one text "
+             "XLM-R tokenizer. Load: KServe HTTP, closed loops in client processes; queries, passages, mixed one text "
              "per request, client-batched 32 mixed texts per request (in flight: requests).", "",
              "Ceiling: the same encoder in the bench's own process on the same texts, sorted by length, at its best "
              "batch size: " + "; ".join(f"{name} {rate:,.1f} texts/s (batch {batch})"
                                         for name, (rate, batch) in best.items()) +
              f". Load: {args.client_processes} client processes.", "",
-             "| workload | model | rate limiter | tokenizers | max_batch_tokens | pad to | run overhead | split "
-             "overhead | min efficiency | in flight | texts/s | of ceiling | p50 ms | p99 ms | encoder rows/run | "
-             "GPU util % | GPU MiB | errors |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| workload | model | rate limiter | tokenizers | max_batch_tokens | pad to | power of two | "
+             "run overhead | split overhead | min efficiency | in flight | texts/s | of ceiling | p50 ms | p99 ms | "
+             "encoder rows/run | GPU util % | GPU MiB | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['workload']} | {r['model']} | {r['rate_limit']} | {r['tokenizers']} | "
                      f"{r['max_batch_tokens']} | "
-                     f"{r['pad_to_multiple_of']} | {r['batch_overhead_tokens']} | {r['split_overhead_tokens']} | "
+                     f"{r['pad_to_multiple_of']} | {'yes' if r.get('pad_to_power_of_two') else 'no'} | "
+                     f"{r['batch_overhead_tokens']} | {r['split_overhead_tokens']} | "
                      f"{r['min_padding_efficiency']} | "
                      f"{r['concurrency']} | {num(r['texts_per_s'])} | {num(r['ratio'], 2)} | {num(r['p50_ms'])} | "
                      f"{num(r['p99_ms'])} | {num(r['encoder_rows_per_run'])} | "

@@ -107,8 +107,8 @@ def test_tokenizer_gpu_variants_group_lengths_coarser(minilm_repository):
     from exporting.repository import GPU_TOKENIZER
 
     cpu = parse(os.path.join(minilm_repository, "tokenizer", "config.pbtxt"))
-    assert set(GPU_TOKENIZER) == {"pad_to_multiple_of", "batch_overhead_tokens", "split_overhead_tokens",
-                                  "min_padding_efficiency"}
+    assert set(GPU_TOKENIZER) == {"pad_to_multiple_of", "pad_to_power_of_two", "batch_overhead_tokens",
+                                  "split_overhead_tokens", "min_padding_efficiency"}
     for variant in ("gpu", "gpu-trt"):
         config = parse(os.path.join(minilm_repository, "tokenizer", "configs", f"{variant}.pbtxt"))
         for key, value in GPU_TOKENIZER.items():

@@ -4,13 +4,15 @@ tolerant BYTES deserializer."""
 import os
 import queue
 import random
+import re
+import shutil
 import struct
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import PROJECT, TINY_XLMR_MAX_LENGTH, import_python_model
+from conftest import PROJECT, TINY_XLMR_MAX_LENGTH, import_python_model, launch, start_server
 from triton_clients import PROTOCOLS, TOKENIZER_OUTPUTS, VARIED_TEXTS, client, infer, outputs, text_input, url_for
 
 
@@ -158,6 +160,62 @@ def test_truncation_at_exactly_max_length(served):
         assert result["input_ids"][1, max_length - 1] == hf.sep_token_id
 
 
+def _power_of_two_width(tokens, multiple, max_width):
+    """The widths config.pbtxt documents for pad_to_power_of_two: the next power of two, then the multiple, at most
+    max_length padded to the multiple."""
+    width = 1
+    while width < tokens:
+        width *= 2
+    return min(_round_up(width, multiple), max_width)
+
+
+def test_power_of_two_widths_through_the_server(minilm_repository, minilm_model_dir, tmp_path):
+    """pad_to_power_of_two true (the GPU configs' setting, GPU_TOKENIZER) served by tritonserver: a text alone pads to
+    the next power of two (8 tokens -> 8, 9 -> 16, 65 -> 128), never wider than max_length padded (here 200: a
+    132-token text pads to 200, not 256); a request's rows share its longest row's width; the length groups a
+    caller runs get such widths; the ids stay Hugging Face's. Few widths let the encoder's batcher join single
+    texts: on an H100, single passages ran 27 rows per encoder run instead of 2 (docs/benchmarks-gpu.md, run 8)."""
+    from transformers import AutoTokenizer
+
+    repository = tmp_path / "repository"
+    shutil.copytree(os.path.join(minilm_repository, "tokenizer"), repository / "tokenizer")
+    config = repository / "tokenizer" / "config.pbtxt"
+    text = config.read_text(encoding="utf-8")
+    for key, value in {"pad_to_power_of_two": "true", "max_length": "200"}.items():
+        text, found = re.subn(rf'(key: "{key}" value: {{ string_value: )"[^"]*"', rf'\1"{value}"', text)
+        assert found == 1, key
+    config.write_text(text, encoding="utf-8")
+    multiple = int(re.search(r'key: "pad_to_multiple_of" value: { string_value: "(\d+)"', text).group(1))
+    hf, max_length = AutoTokenizer.from_pretrained(minilm_model_dir), 200
+    running = start_server(repository, str(tmp_path), extra_env={"LOAD_MODELS": "tokenizer"})
+    try:
+        connection = client("grpc", running.grpc_url)
+        try:
+            widths = {}
+            for words in (1, 6, 7, 60, 63, 120, 130, 300):  # MiniLM: words + 2 tokens
+                text = "hello " * words
+                expected = hf(text, truncation=True, max_length=max_length)["input_ids"]
+                result = infer("grpc", None, [text], model="tokenizer", names=TOKENIZER_OUTPUTS,
+                               connection=connection)
+                n = _check_row(result, 0, expected, 0, max_length, 1)
+                widths[n] = result["input_ids"].shape[1]
+                assert widths[n] == _power_of_two_width(n, multiple, 200), (n, widths[n])
+            assert widths == {3: 8, 8: 8, 9: 16, 62: 64, 65: 128, 122: 128, 132: 200, 200: 200}
+            texts = ["hello " * 7, "hello " * 60, "hello " * 2]
+            result = infer("grpc", None, texts, model="tokenizer", names=TOKENIZER_OUTPUTS, connection=connection)
+            assert result["input_ids"].shape == (3, 64)
+            result = infer("grpc", None, ["hello " * 7, "hello " * 120, "hello " * 6], model="tokenizer",
+                           names=[*TOKENIZER_OUTPUTS, "length_group"], connection=connection)
+            lengths = result["num_tokens"].reshape(-1).tolist()
+            assert result["input_ids"].shape == (3, 128)
+            for n, (_, width) in zip(lengths, result["length_group"].tolist()):
+                assert width >= _power_of_two_width(n, multiple, 200) and width in (8, 16, 128), (n, width)
+        finally:
+            connection.close()
+    finally:
+        launch.stop(running.process)
+
+
 def test_xlmr_tokenizer_is_the_real_250k_vocabulary(xlmr_server, xlmr_hf_tokenizer):
     hf = xlmr_hf_tokenizer
     assert len(hf) == 250002
@@ -167,7 +225,7 @@ def test_xlmr_tokenizer_is_the_real_250k_vocabulary(xlmr_server, xlmr_hf_tokeniz
 
 # ---------------------------------------------------------------- unit tests of the length grouping
 sys.path.insert(0, os.path.join(PROJECT, "model_repository", "tokenizer", "1"))
-from grouping import plan_groups  # noqa: E402
+from grouping import pad_width, plan_groups  # noqa: E402
 
 UNLIMITED = 10 ** 9
 
@@ -267,6 +325,30 @@ def test_groups_examples():
     # the token budget splits equal widths: 300 one-row requests of 16 tokens, 1024 tokens per group
     groups = plan_groups([[16]] * 300, 8, 256, 0.5, max_tokens=1024)
     assert [len(g) for g, _ in groups] == [64, 64, 64, 64, 44] and {w for _, w in groups} == {16}
+
+
+@pytest.mark.parametrize("multiple", [1, 8, 32])
+def test_pad_width_power_of_two(multiple):
+    """Every length gets the documented width; off, the plain multiple."""
+    for tokens in range(1, 1100):
+        assert pad_width(tokens, multiple) == _round_up(tokens, multiple)
+        assert pad_width(tokens, multiple, True, 1024) == _power_of_two_width(tokens, multiple, 1024)
+        assert pad_width(tokens, multiple, True) == _power_of_two_width(tokens, multiple, 10 ** 9)
+
+
+def test_power_of_two_groups_fewer_widths():
+    """With powers of two, the groups' widths come from pad_width, and a GPU's cost model (run overhead 4096, no
+    floor) puts single passages of 100-500 tokens of one execute into one group; every group still within
+    max_tokens."""
+    rng = random.Random(3)
+    lengths = [[rng.randint(100, 500)] for _ in range(40)]
+    groups = plan_groups(lengths, 32, 4096, 0.0, 16384, power_of_two=True, max_width=8192)
+    assert {w for _, w in groups} <= {128, 256, 512}
+    for requests, width in groups:
+        assert len(requests) * width <= 16384
+        assert all(pad_width(max(lengths[i]), 32, True, 8192) <= width for i in requests)
+    assert sorted(i for g, _ in groups for i in g) == list(range(40))
+    assert len(groups) == -(-40 * 512 // 16384)  # the fewest runs the budget allows
 
 
 def test_gpu_grouping_keeps_a_requests_mixed_texts_in_one_run():

@@ -11,8 +11,18 @@ def round_up(n, multiple):
     return -(-n // multiple) * multiple
 
 
-def plan_groups(request_lengths, multiple=8, overhead_tokens=256, min_efficiency=0.5, max_tokens=16384):
-    """request_lengths: per request, the token count of each of its rows (after truncation).
+def pad_width(tokens, multiple, power_of_two=False, max_width=None):
+    """The padded width of a row of `tokens` tokens: rounded up to `multiple`; with power_of_two, to the next power
+    of two first (then to `multiple`, at most `max_width`: the longest text padded), so texts of nearby lengths share
+    one of a few widths (a GPU's setting: there a wider run costs less than one more run)."""
+    if power_of_two:
+        return min(round_up(1 << (tokens - 1).bit_length(), multiple), max_width or float("inf"))
+    return round_up(tokens, multiple)
+
+
+def plan_groups(request_lengths, multiple=8, overhead_tokens=256, min_efficiency=0.5, max_tokens=16384,
+                power_of_two=False, max_width=None):
+    """request_lengths: per request, the token count of each of its rows (after truncation). Widths: pad_width().
 
     Returns [(request indices, padded width)] in sending order (widest first). The cut minimizes the encoder's
     work, sum over groups of (overhead_tokens + rows x width): one more encoder run costs `overhead_tokens`, a
@@ -21,7 +31,7 @@ def plan_groups(request_lengths, multiple=8, overhead_tokens=256, min_efficiency
     would exceed max_tokens, so the search runs over runs of equal width (blocks), not over requests."""
     if not request_lengths:
         return []
-    widths = [round_up(max(rows), multiple) for rows in request_lengths]
+    widths = [pad_width(max(rows), multiple, power_of_two, max_width) for rows in request_lengths]
     order = sorted(range(len(request_lengths)), key=lambda i: -widths[i])
     blocks = []  # [width, request indices, rows, real tokens]; equal widths, each within max_tokens
     for i in order:

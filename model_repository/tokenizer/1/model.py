@@ -36,7 +36,7 @@ from tokenizers import Tokenizer
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from grouping import plan_groups, round_up  # noqa: E402
+from grouping import pad_width, plan_groups, round_up  # noqa: E402
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 # input_type values that are not prompt names: the prompt names they stand for, first found wins
@@ -123,9 +123,18 @@ class TritonPythonModel:
         self.max_batch_tokens = int(_parameter(config, "max_batch_tokens"))
         self.max_text_bytes = int(_parameter(config, "max_text_bytes"))
         self.max_request_bytes = int(_parameter(config, "max_request_bytes"))
-        if self.max_batch_tokens < round_up(self.max_length, self.multiple):
+        power_of_two = _parameter(config, "pad_to_power_of_two").strip().lower()
+        if power_of_two not in ("true", "false"):
+            raise pb_utils.TritonModelException(f"pad_to_power_of_two must be true or false, not {power_of_two!r}")
+        self.power_of_two = power_of_two == "true"
+        self.max_width = round_up(self.max_length, self.multiple)  # no padded width is wider
+        if self.max_batch_tokens < self.max_width:
             raise pb_utils.TritonModelException(f"max_batch_tokens {self.max_batch_tokens} must hold one text of "
                                                 f"max_length {self.max_length} padded to {self.multiple}")
+
+    def width(self, tokens):
+        """The padded width of rows of up to `tokens` tokens (config: pad_to_multiple_of, pad_to_power_of_two)."""
+        return pad_width(tokens, self.multiple, self.power_of_two, self.max_width)
 
     def prompt(self, request):
         """The prompt name the request's parameters pick (or the default; None: no prompt), or ValueError."""
@@ -233,7 +242,7 @@ class TritonPythonModel:
                                  f"characters)")
         if split:
             return
-        padded = len(encodings) * round_up(max(len(e.ids) for e in encodings), self.multiple)
+        padded = len(encodings) * self.width(max(len(e.ids) for e in encodings))
         if padded > self.max_batch_tokens:
             raise ValueError(f"the request pads to {padded} tokens, over the limit of {self.max_batch_tokens} "
                              f"(tokenizer parameter max_batch_tokens): send fewer texts per request")
@@ -273,7 +282,7 @@ class TritonPythonModel:
             accepted.append((i, mine, flags))
         lengths = [[len(e.ids) for e in request_encodings] for _, request_encodings, _ in accepted]
         for group, width in plan_groups(lengths, self.multiple, self.overhead, self.min_efficiency,
-                                        self.max_batch_tokens):
+                                        self.max_batch_tokens, self.power_of_two, self.max_width):
             for k in group:
                 i, request_encodings, flags = accepted[k]
                 self.send(requests[i], request_encodings, flags, lengths[k], width)
@@ -283,10 +292,10 @@ class TritonPythonModel:
         lengths = [len(e.ids) for e in encodings]
         groups = np.zeros((len(lengths), 2), dtype=np.int32)  # per row: (group index, the group's padded width)
         plan = plan_groups([[n] for n in lengths], self.multiple, self.split_overhead, self.min_efficiency,
-                           self.max_batch_tokens)
+                           self.max_batch_tokens, self.power_of_two, self.max_width)
         for index, (rows, width) in enumerate(plan):
             groups[rows] = (index, width)
-        self.send(request, encodings, flags, lengths, round_up(max(lengths), self.multiple),
+        self.send(request, encodings, flags, lengths, self.width(max(lengths)),
                   [pb_utils.Tensor("length_group", groups)])
 
     def send(self, request, encodings, flags, lengths, width, extra=()):
