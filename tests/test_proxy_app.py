@@ -6,6 +6,7 @@ import base64
 import os
 import sys
 import types
+import zlib
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -44,8 +45,13 @@ class Card:
     pretrained: str | None = None
 
 
+def stable_hash(text):
+    """The same number for a text in every process (hash() of a str changes with PYTHONHASHSEED)."""
+    return zlib.crc32(text.encode())
+
+
 def fake_vectors(text, dim=DIM):
-    rng = np.random.default_rng(abs(hash(text)) % 2**32)
+    rng = np.random.default_rng(stable_hash(text))
     vector = rng.normal(size=dim).astype(np.float32)
     return vector / np.linalg.norm(vector)
 
@@ -89,8 +95,9 @@ class FakeService:
                 raise errors.InvalidInput(f"{param}[{i}] is not valid UTF-8 (byte 0)", "invalid_input", param)
         words = [len(t.split()) + 2 for t in texts]
         tokens = np.minimum(words, card.max_length)
-        sparse = [(np.array(sorted({abs(hash(w)) % 1000 for w in t.split()}), dtype=np.int64),
-                   np.full(len({abs(hash(w)) % 1000 for w in t.split()}), 0.5, dtype=np.float32)) for t in texts]
+        # a token id per distinct word: hash() of a str differs per process, and "a" and "b" once met mod 1000
+        sparse = [(np.array(sorted({stable_hash(w) % 1000 for w in t.split()}), dtype=np.int64),
+                   np.full(len({stable_hash(w) % 1000 for w in t.split()}), 0.5, dtype=np.float32)) for t in texts]
         colbert = [np.stack([fake_vectors(w) for w in t.split()] + [fake_vectors("</s>")]) for t in texts]
         return SimpleNamespace(dense=np.stack([fake_vectors(t) for t in texts]), sparse=sparse, colbert=colbert,
                                tokens=tokens, truncated=np.array(words) > card.max_length, inference_ms=1.0)
