@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import PROJECT, TINY_XLMR_MAX_LENGTH, import_python_model, launch, start_server
+from conftest import PROJECT, TINY_XLMR_MAX_LENGTH, common, import_python_model, launch, start_server
 from triton_clients import PROTOCOLS, TOKENIZER_OUTPUTS, VARIED_TEXTS, client, infer, outputs, text_input, url_for
 
 
@@ -169,6 +169,7 @@ def _power_of_two_width(tokens, multiple, max_width):
     return min(_round_up(width, multiple), max_width)
 
 
+@pytest.mark.serving  # its own server: the model code runs again on Python 3.10
 def test_power_of_two_widths_through_the_server(minilm_repository, minilm_model_dir, tmp_path):
     """pad_to_power_of_two true (the GPU configs' setting, GPU_TOKENIZER) served by tritonserver: a text alone pads to
     the next power of two (8 tokens -> 8, 9 -> 16, 65 -> 128), never wider than max_length padded (here 200: a
@@ -185,7 +186,7 @@ def test_power_of_two_widths_through_the_server(minilm_repository, minilm_model_
         text, found = re.subn(rf'(key: "{key}" value: {{ string_value: )"[^"]*"', rf'\1"{value}"', text)
         assert found == 1, key
     config.write_text(text, encoding="utf-8")
-    multiple = int(re.search(r'key: "pad_to_multiple_of" value: { string_value: "(\d+)"', text).group(1))
+    multiple = int(common.pbtxt.parameters(text)["pad_to_multiple_of"])
     hf, max_length = AutoTokenizer.from_pretrained(minilm_model_dir), 200
     running = start_server(repository, str(tmp_path), extra_env={"LOAD_MODELS": "tokenizer"})
     try:
