@@ -5,7 +5,11 @@ No server and no Triton: requests are handed to the ASGI callables in one proces
 once (vectors of the model's width), so what is measured is the app's own Python work per request. Rounds alternate
 the two apps; the ratio is FastAPI's time over the direct one's (above 1: direct is faster).
 
-    python -m bench.proxy_app [--requests 2000] [--rounds 3] [--width 1024]
+--gap-ms idles the loop that long before each request, as a client at concurrency 1 leaves the proxy idle while
+Triton computes (~11 ms for a query on 2 cores): only the request's own CPU is counted, but it then runs on a core
+that went idle, with cold caches. On this machine that alone makes the same code ~4x dearer (bench/TUNING.md).
+
+    python -m bench.proxy_app [--requests 2000] [--rounds 3] [--width 1024] [--gap-ms 11]
 """
 import argparse
 import asyncio
@@ -118,11 +122,15 @@ async def call(app, path, body, expected):
         raise SystemExit(f"bench: {path} answered {status}, expected {expected}")
 
 
-async def cpu_us(app, path, body, expected, requests):
-    started = time.process_time()
+async def cpu_us(app, path, body, expected, requests, gap_s=0.0):
+    spent = 0.0
     for _ in range(requests):
+        if gap_s:
+            await asyncio.sleep(gap_s)
+        started = time.process_time()
         await call(app, path, body, expected)
-    return (time.process_time() - started) / requests * 1e6
+        spent += time.process_time() - started
+    return spent / requests * 1e6
 
 
 def main(argv=None):
@@ -130,6 +138,8 @@ def main(argv=None):
     parser.add_argument("--requests", type=int, default=2000, help="requests per app and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--width", type=int, default=1024, help="vector width (bge-m3: 1024)")
+    parser.add_argument("--gap-ms", type=float, default=0.0,
+                        help="idle time before each request, not counted (default 0: back to back)")
     args = parser.parse_args(argv)
     direct, through_fastapi = apps(args.width)
     loop = uvloop.new_event_loop()  # the proxy's loop (server.py)
@@ -142,7 +152,8 @@ def main(argv=None):
         for round_ in range(args.rounds):
             order = (("direct", direct), ("fastapi", through_fastapi))
             for key, app in order if round_ % 2 == 0 else order[::-1]:
-                times[key].append(loop.run_until_complete(cpu_us(app, path, body, expected, args.requests)))
+                times[key].append(loop.run_until_complete(
+                    cpu_us(app, path, body, expected, args.requests, args.gap_ms / 1000)))
         d, f = statistics.median(times["direct"]), statistics.median(times["fastapi"])
         print(f"{name:26s} {d:14.0f} {f:15.0f} {f / d:15.2f}", flush=True)
     loop.close()

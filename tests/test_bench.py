@@ -171,8 +171,10 @@ def test_images_benchmark_smoke(tmp_path):
 
 
 def test_proxy_app_benchmark_measures_both_apps():
-    """bench/proxy_app.py: every workload answered as expected by both apps (it exits otherwise) and a ratio each."""
-    result = subprocess.run([sys.executable, "-m", "bench.proxy_app", "--requests", "20", "--rounds", "1"],
+    """bench/proxy_app.py: every workload answered as expected by both apps (it exits otherwise) and a ratio each,
+    with an idle gap before each request."""
+    result = subprocess.run([sys.executable, "-m", "bench.proxy_app", "--requests", "20", "--rounds", "1",
+                             "--gap-ms", "1"],
                             cwd=PROJECT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = {line[:26].strip(): line[26:].split() for line in result.stdout.splitlines()[1:]}
