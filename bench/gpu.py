@@ -88,10 +88,7 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
     with open(config_path, encoding="utf-8") as handle:
         text = handle.read()
     text = text.replace("kind: KIND_CPU, count: 1,", f"kind: KIND_CPU, count: {tokenizer_instances},")
-    for key, value in {"max_batch_tokens": max_batch_tokens, **(tokenizer_parameters or {})}.items():
-        tracked = common.pbtxt.parameters(text)[key]  # the tracked value, whatever it is now
-        text = text.replace(f'key: "{key}" value: {{ string_value: "{tracked}" }}',
-                            f'key: "{key}" value: {{ string_value: "{value}" }}')
+    text = common.pbtxt.with_parameters(text, {"max_batch_tokens": max_batch_tokens, **(tokenizer_parameters or {})})
     with open(config_path, "w", encoding="utf-8") as handle:
         handle.write(text)
 

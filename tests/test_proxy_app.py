@@ -96,8 +96,8 @@ class FakeService:
         words = [len(t.split()) + 2 for t in texts]
         tokens = np.minimum(words, card.max_length)
         # a token id per distinct word: hash() of a str differs per process, and "a" and "b" once met mod 1000
-        sparse = [(np.array(sorted({stable_hash(w) % 1000 for w in t.split()}), dtype=np.int64),
-                   np.full(len({stable_hash(w) % 1000 for w in t.split()}), 0.5, dtype=np.float32)) for t in texts]
+        ids = [np.array(sorted({stable_hash(w) % 1000 for w in t.split()}), dtype=np.int64) for t in texts]
+        sparse = [(row, np.full(len(row), 0.5, dtype=np.float32)) for row in ids]
         colbert = [np.stack([fake_vectors(w) for w in t.split()] + [fake_vectors("</s>")]) for t in texts]
         return SimpleNamespace(dense=np.stack([fake_vectors(t) for t in texts]), sparse=sparse, colbert=colbert,
                                tokens=tokens, truncated=np.array(words) > card.max_length, inference_ms=1.0)

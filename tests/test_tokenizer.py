@@ -4,7 +4,6 @@ tolerant BYTES deserializer."""
 import os
 import queue
 import random
-import re
 import shutil
 import struct
 import sys
@@ -182,9 +181,7 @@ def test_power_of_two_widths_through_the_server(minilm_repository, minilm_model_
     shutil.copytree(os.path.join(minilm_repository, "tokenizer"), repository / "tokenizer")
     config = repository / "tokenizer" / "config.pbtxt"
     text = config.read_text(encoding="utf-8")
-    for key, value in {"pad_to_power_of_two": "true", "max_length": "200"}.items():
-        text, found = re.subn(rf'(key: "{key}" value: {{ string_value: )"[^"]*"', rf'\1"{value}"', text)
-        assert found == 1, key
+    text = common.pbtxt.with_parameters(text, {"pad_to_power_of_two": "true", "max_length": "200"})
     config.write_text(text, encoding="utf-8")
     multiple = int(common.pbtxt.parameters(text)["pad_to_multiple_of"])
     hf, max_length = AutoTokenizer.from_pretrained(minilm_model_dir), 200

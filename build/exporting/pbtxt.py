@@ -25,6 +25,17 @@ def parameter(path, key, default=None):
         return default
 
 
+def with_parameters(text, values):
+    """`text` with the string_value of each parameter in `values` (key -> value) replaced; KeyError names a key the
+    config has no parameter for."""
+    for key, value in values.items():
+        pattern = rf'(key:\s*"{re.escape(key)}"\s*value:\s*\{{\s*string_value:\s*)"[^"]*"'
+        text, found = re.subn(pattern, lambda match, value=value: f'{match.group(1)}"{value}"', text)
+        if found != 1:
+            raise KeyError(key)
+    return text
+
+
 def max_batch_size(text):
     match = MAX_BATCH_SIZE.search(text)
     return int(match.group(1)) if match else 0

@@ -176,10 +176,10 @@ def write_tokenizer_gpu_configs(tokenizer_dir):
     Triton loads them under --model-config-name (launcher MODEL_CONFIG_NAME), as the encoder's configs/."""
     with open(os.path.join(tokenizer_dir, "config.pbtxt"), encoding="utf-8") as handle:
         text = handle.read()
-    for key, value in GPU_TOKENIZER.items():
-        text, found = re.subn(rf'(key: "{key}" value: {{ string_value: )"[^"]*"', rf'\1"{value}"', text)
-        if found != 1:
-            fail(f"tokenizer/config.pbtxt has no parameter {key!r}")
+    try:
+        text = pbtxt.with_parameters(text, GPU_TOKENIZER)
+    except KeyError as missing:
+        fail(f"tokenizer/config.pbtxt has no parameter {missing.args[0]!r}")
     header = ("# Written by build/export.py: config.pbtxt with the length grouping for GPUs (GPU_TOKENIZER in "
               "build/exporting/repository.py).\n")
     os.makedirs(os.path.join(tokenizer_dir, "configs"), exist_ok=True)
