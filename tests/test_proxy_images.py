@@ -21,6 +21,7 @@ import pytest
 from conftest import PROJECT
 
 sys.path.insert(0, os.path.join(PROJECT, "model_repository", "proxy", "1"))
+import admission  # noqa: E402
 import images  # noqa: E402
 import registry  # noqa: E402
 import service as proxy_service  # noqa: E402
@@ -500,6 +501,42 @@ def test_calls_on_a_dead_stub_fail_at_once_and_only_the_running_ones_are_strande
         dead.set()
         one_thread.shutdown()
     assert len(started) == 1
+
+
+def test_a_call_past_request_timeout_s_fails_at_its_deadline_and_its_work_stays_admitted_until_it_returns(
+        clip_service):
+    """The proxy's own deadline (504 inference_timeout): the request fails at request_timeout_s, while its BLS call,
+    which Triton cannot cancel, keeps counting against admission (admission.WorkGate) until it has returned."""
+    card = registry.read_card(clip_service.registry.repository, "clip")
+    clip_service.settings.request_timeout_s = 0.3
+    returned = threading.Event()
+    answer = clip_service.pb.InferenceRequest
+
+    class SlowRequest(answer):
+        def exec(self):
+            time.sleep(1.0)
+            try:
+                return super().exec()
+            finally:
+                returned.set()
+
+    clip_service.pb.InferenceRequest = SlowRequest
+
+    async def scenario():
+        ticket = admission.WorkGate(2.0).admit(100)  # this request's, as the gate admits it (a context variable)
+        started = time.monotonic()
+        with pytest.raises(proxy_service.Timeout, match="within 0.3 s") as caught:
+            await clip_service.infer(card, "clip_image", {"image": np.array([[b"img"]], dtype=np.object_)},
+                                     ["embedding"], None)
+        failed_after, calls_then = time.monotonic() - started, ticket.calls
+        ticket.close()  # the request is over; its call is not
+        await asyncio.to_thread(returned.wait, 10)
+        await asyncio.sleep(0.05)  # the call's return reaches the loop
+        return caught.value.code, failed_after, calls_then, ticket.calls, ticket.gate.in_flight, clip_service.inflight
+
+    code, failed_after, calls_then, calls_after, in_flight, inflight = asyncio.run(scenario())
+    assert code == "inference_timeout" and 0.25 < failed_after < 0.9
+    assert (calls_then, calls_after, in_flight, inflight) == (1, 0, 0, set())
 
 
 def test_load_and_unload_cover_the_image_models(clip_service):

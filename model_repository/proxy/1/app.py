@@ -259,7 +259,7 @@ async def embeddings(request: Request, body: schemas.EmbeddingsRequest):
     with client_indices("input", [i for i, _ in texts]):
         checked = check_texts(request, [t for _, t in texts], "input")
     encoded = await images.load([p for _, p in pictures], "input", request.app.state.settings,
-                                [i for i, _ in pictures])
+                                [i for i, _ in pictures]) if pictures else []
     if texts:
         with client_indices("input", [i for i, _ in texts]):
             result = await embed(request, card, checked, outputs, "input", body.truncate, parameters)

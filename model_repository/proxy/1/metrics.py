@@ -36,15 +36,26 @@ class Metrics:
                                  registry=self.registry)
         self.in_flight = Gauge("proxy_requests_in_flight", "HTTP requests being answered now.",
                                registry=self.registry)
+        # labels() validates and locks on every call: each label set's series, looked up once (the label values
+        # are bounded: route templates, status codes, served models)
+        self.request_series, self.embedding_series = {}, {}
 
     def observe_request(self, route, status, seconds, model):
-        self.requests.labels(route, str(status), model or "").inc()
-        self.latency.labels(route).observe(seconds)
+        series = self.request_series.get((route, status, model))
+        if series is None:
+            series = self.request_series[(route, status, model)] = (
+                self.requests.labels(route, str(status), model or ""), self.latency.labels(route))
+        series[0].inc()
+        series[1].observe(seconds)
 
     def observe_embedding(self, model, inputs, tokens, truncated):
-        self.inputs.labels(model).observe(inputs)
-        self.tokens.labels(model).inc(tokens)
-        self.truncated.labels(model).inc(truncated)
+        series = self.embedding_series.get(model)
+        if series is None:
+            series = self.embedding_series[model] = (
+                self.inputs.labels(model), self.tokens.labels(model), self.truncated.labels(model))
+        series[0].observe(inputs)
+        series[1].inc(tokens)
+        series[2].inc(truncated)
 
     def render(self):
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -70,7 +70,7 @@ class Service:
         self.pb, self.registry, self.triton, self.settings, self.executor = \
             pb_utils, registry, triton, settings, executor
         self.bls_rows = {}  # BLS / image model -> its max_batch_size (Triton's config of it), kept while it is ready
-        self.inflight = set()  # (models, abort future, BLS call) of each call in flight
+        self.inflight = set()  # (models, the future its request awaits, BLS call) of each call in flight
         self.loop = None  # the HTTP server's event loop, known from the first call
         self.admin_lock = threading.Lock()
         self.triton_started = False  # set by the readiness thread once Triton's start-up is over
@@ -109,7 +109,7 @@ class Service:
     def abort_inflight(self, model, reason, code="model_not_ready"):
         """From the readiness thread: fail (503) the calls waiting on `model` (None: every call); returns their BLS
         calls (futures)."""
-        calls = [(abort, call) for models, abort, call in list(self.inflight) if model is None or model in models]
+        calls = [(waiting, call) for models, waiting, call in list(self.inflight) if model is None or model in models]
 
         def abort():
             for waiting, _ in calls:
@@ -134,9 +134,10 @@ class Service:
             any(kind in BLS_ONLY for kind in outputs)
         rows, model = encoded(texts, param), card.bls if bls else card.name
         size = self.bls_rows.get(card.bls, 1) if bls else 1
-        parts = await asyncio.gather(*(
-            self.infer(card, model, {"text": np.array(rows[first:first + size], dtype=np.object_).reshape(-1, 1)},
-                       names, (param, first), parameters) for first in range(0, len(rows), size)))
+        calls = [self.infer(card, model, {"text": np.array(rows[first:first + size], dtype=np.object_).reshape(-1, 1)},
+                            names, (param, first), parameters) for first in range(0, len(rows), size)]
+        # (gather runs each call in a task of its own: one call is awaited here, a task fewer per request)
+        parts = await asyncio.gather(*calls) if len(calls) > 1 else [await calls[0]]
         # per-token outputs are padded per piece (widths differ): kept as rows; the others joined into one array
         joined = {name: [row for part in parts for row in part[name]] for name in names if name in PER_TOKEN}
         flat = {name: np.concatenate([part[name] for part in parts]) for name in names if name not in PER_TOKEN}
@@ -215,28 +216,45 @@ class Service:
             # Outputs come back in host memory even when the encoder runs on a GPU (as_numpy needs that).
             preferred_memory=pb.PreferredMemory(pb.TRITONSERVER_MEMORY_CPU, 0))
         self.loop = loop = asyncio.get_running_loop()
+        # One future for whatever comes first: the call's answer, request_timeout_s, or abort_inflight's error (its
+        # stub died). The call itself runs on: the request's admitted work is released when it returns.
+        waiting, release = loop.create_future(), hold()
+
+        def settle(call):
+            release()
+            if waiting.done():
+                return
+            if call.cancelled():  # abort_inflight cancelled it before a BLS thread took it (and failed `waiting`)
+                waiting.cancel()
+            elif call.exception() is not None:
+                waiting.set_exception(call.exception())
+            else:
+                waiting.set_result(call.result())
+
+        def returned(call):  # on the BLS thread (or on the readiness thread, which cancels a queued call)
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(settle, call)
+
+        def expire():
+            if not waiting.done():
+                waiting.set_exception(Timeout(f"inference did not finish within {self.settings.request_timeout_s:g} "
+                                              f"s (setting request_timeout_s)", "inference_timeout"))
         call = self.executor.submit(request.exec)  # (its own future: cancellable while it waits for a thread)
-        future, abort = asyncio.wrap_future(call, loop=loop), loop.create_future()
-        release = hold()  # the request's admitted work stays in flight until this call returns (or is given up)
-        future.add_done_callback(release)
-        entry = (card.models, abort, call)
+        call.add_done_callback(returned)
+        timer, entry = loop.call_later(self.settings.request_timeout_s, expire), (card.models, waiting, call)
         self.inflight.add(entry)
         try:
-            done, _ = await asyncio.wait({future, abort}, timeout=self.settings.request_timeout_s,
-                                         return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            self.inflight.discard(entry)
-        if abort in done:  # its stub died: that call will never return (its thread stays blocked)
-            release()
-            raise abort.exception()
-        if not done:
-            raise Timeout(f"inference did not finish within {self.settings.request_timeout_s:g} s (setting "
-                          f"request_timeout_s)", "inference_timeout")
-        try:
-            response = future.result()
+            response = await waiting
+        except ServiceError as error:  # the timeout, or abort_inflight's (that call will never return)
+            if not isinstance(error, Timeout):
+                release()
+            raise
         except Exception as error:  # noqa: BLE001 - BLS refused: the model is stopping or not there
             raise Unavailable(f"model '{card.id}' is not available: {error}", "model_not_ready", retry_after=1) \
                 from None
+        finally:
+            timer.cancel()
+            self.inflight.discard(entry)
         if response.has_error():
             raise step_error(response.error().message(), card, model, rows)
         return {name: pb.get_output_tensor_by_name(response, name).as_numpy() for name in names}
