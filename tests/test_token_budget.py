@@ -6,6 +6,7 @@ themselves: a pass continuing a queued batch, a new batch, and the batcher's bus
 import ctypes
 import os
 import shutil
+import statistics
 import subprocess
 import time
 
@@ -121,19 +122,39 @@ def fruitless_for(batcher, seconds, include=None):
         timed_passes(batcher, 1, include)
 
 
+def pass_times(batcher, seconds, include=None):
+    """(start, duration) of each pass over the batcher's payload for `seconds` of wall time."""
+    times, deadline = [], time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        started = time.perf_counter()
+        timed_passes(batcher, 1, include)
+        times.append((started, time.perf_counter() - started))
+    return times
+
+
+def sleeps_and_listens(times):
+    """The passes that slept (>= 90 µs: a pass that does not sleep takes a few µs), and the time between the end of
+    each such pass and the start of the next one (the window in which the batcher holds the lock only briefly)."""
+    slept = [(start, took) for start, took in times if took >= 90e-6]
+    listens = [b[0] - (a[0] + a[1]) for a, b in zip(slept, slept[1:])]
+    return slept, listens
+
+
 def test_the_batcher_polls_instead_of_spinning_over_a_batch_that_cannot_grow(strategy):
     """r24.07's batcher re-examines a queued batch whose next request cannot join it (over the budget, or another
     shape) in a busy loop while the instance is busy (17-28 % of a core, bench/TUNING.md). Once such passes over the
-    same payload have gone on for 2 ms, each Init sleeps 100 µs: 100 passes then take at least 10 ms. Passes that
-    include a request never sleep."""
+    same payload have gone on for 2 ms, an Init sleeps 100 µs, and then none sleeps for 100 µs: Triton holds the
+    payload's lock during these calls, and the instance thread that comes to take the batch must find it free
+    (without the window it starved: the encoder ran once a second at 128 clients). Passes that include a request
+    never sleep."""
     full = Batcher(strategy)
     full.init()
     full.fini()
     full.init()
     assert full.include(64, 256)  # the queued batch holds the whole budget
     fruitless_for(full, 0.01, include=(1, 8))  # its next request is asked about and refused
-    refused = timed_passes(full, 100, include=(1, 8))
-    other_shape = timed_passes(full, 100)  # Triton stops at a request of another shape without asking
+    refused = sleeps_and_listens(pass_times(full, 0.1, include=(1, 8)))
+    other_shape = sleeps_and_listens(pass_times(full, 0.1))  # Triton stops at another shape without asking
     full.close()
     growing = Batcher(strategy)
     growing.init()
@@ -142,7 +163,12 @@ def test_the_batcher_polls_instead_of_spinning_over_a_batch_that_cannot_grow(str
     assert growing.include(4, 64)
     taking = timed_passes(growing, 1000, include=(1, 8))  # every pass takes one more request
     growing.close()
-    print(f"\n100 refusing passes {refused * 1000:.1f} ms, 100 stopped by a shape {other_shape * 1000:.1f} ms, "
-          f"1000 growing {taking * 1000:.1f} ms")
-    assert refused > 0.009 and other_shape > 0.009  # the sleeps are lower bounds
+    for name, (slept, listens) in (("refusing", refused), ("stopped by a shape", other_shape)):
+        asleep = sum(took for _, took in slept)
+        print(f"\n{name}: {len(slept)} sleeps in 100 ms ({asleep * 1000:.1f} ms asleep), median window between "
+              f"sleeps {statistics.median(listens) * 1e6:.0f} µs")
+        assert len(slept) >= 20  # polling: a busy loop would never sleep (one sleep + window = ~200 µs: ~500)
+        assert statistics.median(listens) >= 75e-6  # after a sleep, ~100 µs in which the lock is held only briefly
+        assert asleep <= 0.08  # not asleep all the time (~half of it)
+    print(f"1000 growing passes {taking * 1000:.1f} ms")
     assert taking < 0.05  # 1000 passes that take a request: none sleeps (sleeping, they would take >= 100 ms)

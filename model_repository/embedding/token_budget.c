@@ -29,10 +29,17 @@
  * the encoder it waits for. So once passes over one payload have included nothing for SPIN_GRACE_NS, each Init sleeps
  * SPIN_SLEEP_NS: the thread polls instead of spinning (32-text requests through ensemble_bls at 2 clients: 30.1 ->
  * 39-45 texts/s, bench/TUNING.md). The cost: Triton holds the batcher's and the payload's locks around these calls, so
- * a request arriving, or the instance taking the queued batch, during a sleep waits for its end (at most
- * SPIN_SLEEP_NS); the next batch, formed while the instance runs the one it took, starts up to two sleeps late (a
- * recycled payload looks like the same one until a request joins it). The grace keeps short waits (a burst of
- * arrivals) free of it.
+ * a request arriving, or the instance taking the queued batch, during a sleep waits for its end; the next batch,
+ * formed while the instance runs the one it took, starts up to two sleeps late (a recycled payload looks like the
+ * same one until a request joins it). The grace keeps short waits (a burst of arrivals) free of it.
+ *
+ * After each sleep, no pass sleeps for SPIN_LISTEN_NS. Without that window the batcher held the payload's lock
+ * nearly all the time: it takes the lock back within microseconds of each sleep, and the mutex is not fair, so the
+ * instance thread trying to take the queued batch (InstanceQueue::Dequeue locks it) starved, holding the rate
+ * limiter's queue lock meanwhile. With RATE_LIMIT=on (the CPU default) the instance comes for the batch when the
+ * tokenizer frees the cores, mostly during such sleeps: queries at 128 clients ran at 17 texts/s, the encoder one
+ * run a second with 60-120 requests queued and the CPU idle, against 250 texts/s with the window (and 230 with no
+ * pacing at all; bench/TUNING.md, 2026-11-27).
  *
  * The few Triton C API declarations this needs are written out here (tritonbackend.h / tritonserver.h, API 1.19):
  * the library is built with nothing but a C compiler, and its symbols resolve against the running tritonserver.
@@ -71,6 +78,9 @@ extern void TRITONSERVER_ErrorDelete(TRITONSERVER_Error* error);
 #ifndef SPIN_SLEEP_NS
 #define SPIN_SLEEP_NS 100000L
 #endif
+#ifndef SPIN_LISTEN_NS
+#define SPIN_LISTEN_NS 100000L /* after each sleep, this long without one: the lock can change hands */
+#endif
 
 typedef struct Batcher Batcher;
 
@@ -91,6 +101,7 @@ struct Batcher {
   Batch last_finalized; /* what it left for a pass that continues its payload */
   bool spinning;        /* the last passes over the same payload included nothing... */
   int64_t spin_since;   /* ...since then (CLOCK_MONOTONIC, ns) */
+  int64_t listen_until; /* no sleep before then: the window for a thread waiting on the payload's lock */
   bool timer_slack_set; /* on the batcher thread, which makes every call here */
 };
 
@@ -146,7 +157,7 @@ pace(Batcher* owner, void** userp)
     owner->spin_since = now;
     return;
   }
-  if (now - owner->spin_since < SPIN_GRACE_NS) {
+  if (now - owner->spin_since < SPIN_GRACE_NS || now < owner->listen_until) {
     return;
   }
   if (!owner->timer_slack_set) { /* sleeps that end on time: the default slack adds up to 50 us to each */
@@ -155,6 +166,7 @@ pace(Batcher* owner, void** userp)
   }
   struct timespec pause = {0, SPIN_SLEEP_NS};
   nanosleep(&pause, NULL);
+  owner->listen_until = now_ns() + SPIN_LISTEN_NS;
 }
 
 TRITONSERVER_Error*
