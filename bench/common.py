@@ -2,6 +2,7 @@
 start, and the configs' parameters. Imports nothing from the other bench modules, so any of them may import it."""
 import glob
 import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -18,6 +19,7 @@ for _path in (PROJECT, os.path.join(PROJECT, "build")):
         sys.path.insert(0, _path)
 
 from exporting import pbtxt  # noqa: E402
+from exporting.repository import templates_digest  # noqa: E402
 
 from local_triton import launch  # noqa: E402
 
@@ -59,13 +61,25 @@ def find_export(repository=None, progress=print):
     if repository:
         if not glob.glob(os.path.join(repository, "*", "1", "export.json")):
             raise SystemExit(f"bench: {repository} holds no export (*/1/export.json)")
-        return os.path.abspath(repository), False
+        return check_current(os.path.abspath(repository)), False
     if os.path.exists(os.path.join(TRACKED, "ensemble", "1", "export.json")):
-        return TRACKED, False
+        return check_current(TRACKED), False
     owned = os.path.join(RESULTS, "repository")
     progress(f"no export in model_repository/: exporting {DEFAULT_MODEL} into {os.path.relpath(owned, PROJECT)}")
     run_export(DEFAULT_MODEL, owned, "--skip-if-exported")
     return owned, True
+
+
+def check_current(repository):
+    """`repository`, unless an export in it was rendered from other config templates or another token_budget.c
+    than this checkout's (export.json's digest): it would measure code that is no longer the project's."""
+    for path in sorted(glob.glob(os.path.join(repository, "*", "1", "export.json"))):
+        with open(path, encoding="utf-8") as handle:
+            if json.load(handle).get("templates") != templates_digest():
+                raise SystemExit(f"bench: {os.path.relpath(path, PROJECT)} was made from other config templates or "
+                                 f"another token_budget.c than this checkout's: export again (`make export`, or "
+                                 f"`make serve`, which redoes a stale export) before measuring it")
+    return repository
 
 
 def copy_model(source, target, *ignore):

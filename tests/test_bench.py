@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import PROJECT
 
 
@@ -182,3 +184,19 @@ def test_proxy_app_benchmark_measures_both_apps():
     for name, (direct, fastapi, ratio) in rows.items():
         assert float(direct) > 0 and float(fastapi) > 0, name
         assert abs(float(ratio) - float(fastapi) / float(direct)) < 0.05 * float(ratio) + 0.01, name
+
+
+def test_the_bench_refuses_an_export_made_from_other_templates(tmp_path):
+    """`make bench` measures an existing export as it is: one rendered from other config templates or another
+    token_budget.c than the checkout's would be measured as if it were today's code (found: a stale
+    batchstrategy.so measured after token_budget.c had changed). export.json's digest says which it is."""
+    sys.path.insert(0, PROJECT)
+    from bench import common
+
+    manifest = tmp_path / "ensemble" / "1" / "export.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"model": "m", "templates": common.templates_digest()}))
+    assert common.find_export(str(tmp_path)) == (str(tmp_path), False)
+    manifest.write_text(json.dumps({"model": "m", "templates": "0" * 64}))
+    with pytest.raises(SystemExit, match="another token_budget.c than this checkout's: export again"):
+        common.find_export(str(tmp_path))
