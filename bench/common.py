@@ -73,9 +73,10 @@ def find_export(repository=None, progress=print):
 def check_current(repository):
     """`repository`, unless an export in it was rendered from other config templates or another token_budget.c
     than this checkout's (export.json's digest): it would measure code that is no longer the project's."""
+    current = templates_digest()
     for path in sorted(glob.glob(os.path.join(repository, "*", "1", "export.json"))):
         with open(path, encoding="utf-8") as handle:
-            if json.load(handle).get("templates") != templates_digest():
+            if json.load(handle).get("templates") != current:
                 raise SystemExit(f"bench: {os.path.relpath(path, PROJECT)} was made from other config templates or "
                                  f"another token_budget.c than this checkout's: export again (`make export`, or "
                                  f"`make serve`, which redoes a stale export) before measuring it")
