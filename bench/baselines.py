@@ -82,6 +82,38 @@ def _ceiling_sweep(session, threads, encodings, pad_id, batch_sizes, seconds_per
     return results
 
 
+def grouped_requests(onnx_path, encodings, pad_id, threads, device, per_request, plan, seconds):
+    """onnxruntime in-process on requests of `per_request` texts in the load's order, each cut by `plan` (lengths ->
+    [(rows, padded width)]: the tokenizer's cut for a BLS caller) and run group by group. What one request's own
+    length groups allow without a server: the ceiling sorts the whole corpus, a server sees one request at a time."""
+    session = _session(onnx_path, threads, device)
+    requests = [encodings[i:i + per_request] for i in range(0, len(encodings) - per_request + 1, per_request)]
+
+    def run(request):
+        runs = tokens = computed = 0
+        for rows, width in plan([len(e) for e in request]):
+            ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+            mask = np.zeros((len(rows), width), dtype=np.int64)
+            for k, row in enumerate(rows):
+                ids[k, :len(request[row])] = request[row]
+                mask[k, :len(request[row])] = 1
+            session.run(None, {"input_ids": ids, "attention_mask": mask})
+            runs, tokens, computed = runs + 1, tokens + int(mask.sum()), computed + ids.size
+        return runs, tokens, computed
+
+    run(requests[0])  # warm-up
+    texts = runs = tokens = computed = 0
+    started = time.perf_counter()
+    for request in requests:
+        done = run(request)
+        texts, runs, tokens, computed = texts + len(request), runs + done[0], tokens + done[1], computed + done[2]
+        if time.perf_counter() - started >= seconds:
+            break
+    elapsed = time.perf_counter() - started
+    return {"texts_per_s": texts / elapsed, "rows_per_run": texts / runs, "padding_efficiency": tokens / computed,
+            "texts": texts, "seconds": elapsed, "threads": threads}
+
+
 def client_tokenization_cost(tokenizer, texts, seconds=1.0):
     """Mean µs to tokenize one text on its own, as a client sending one text per request does."""
     count, started = 0, time.perf_counter()

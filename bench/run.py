@@ -56,6 +56,7 @@ SYSTEMS = {  # workload -> systems measured on it (the ensemble everywhere)
     "client-batched": ("ensemble", "ensemble_bls", "proxy_http"),
 }
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
+LATENCY_ROUNDS = 3  # interleaved rounds of one query in flight per system (one_in_flight_rounds)
 ADMIN_KEY = "bench"  # the trace API is restricted; the scratch server runs with this key
 
 _START = time.monotonic()
@@ -162,7 +163,27 @@ def measure_ceilings(args, scratch, manifest, workloads):
         best, sweep = baselines.ceiling(onnx_path, workload["encodings"], pad_id, thread_options, args.device, sizes,
                                         args.ceiling_seconds, progress)
         workload["ceiling"], workload["ceiling_sweep"] = best, sweep
+        if workload["spec"].texts_per_request > 1:  # what ensemble_bls's per-request grouping allows (the report)
+            workload["grouped"] = baselines.grouped_requests(
+                onnx_path, workload["encodings"], pad_id, best["threads"], args.device,
+                workload["spec"].texts_per_request, split_plan(scratch, manifest), args.ceiling_seconds * 2)
+            progress(f"same requests, each in its own length groups (the tokenizer's split for ensemble_bls), "
+                     f"in-process: {workload['grouped']['texts_per_s']:.1f} texts/s, "
+                     f"{workload['grouped']['rows_per_run']:.2f} rows per run")
     return threads
+
+
+def split_plan(scratch, manifest):
+    """lengths -> [(rows, padded width)]: the tokenizer's cut of one request for a BLS caller (its grouping.py and
+    config.pbtxt, as its send_split calls them)."""
+    grouping = common.import_python_model(os.path.join(scratch, "tokenizer", "1", "grouping.py"), "grouping_in_bench")
+    config = common.config_parameters(scratch, "tokenizer")
+    multiple = max(1, int(config["pad_to_multiple_of"]))
+    max_width = grouping.round_up(int(manifest["max_length"]), multiple)
+    return lambda lengths: grouping.plan_groups(
+        [[n] for n in lengths], multiple, float(config["split_overhead_tokens"]),
+        float(config["min_padding_efficiency"]), int(config["max_batch_tokens"]),
+        config["pad_to_power_of_two"].strip().lower() == "true", max_width)
 
 
 # ---------------------------------------------------------------- step 4: the server and the load
@@ -232,7 +253,7 @@ def run_workloads(args, ports, workloads, manifest):
         progress("wrk is not installed (Debian package wrk; `make setup` installs it): HTTP systems left out")
     for name, workload in workloads.items():
         systems = [s for s in SYSTEMS[name] if s not in args.skip and (have_wrk or s in PERF_MODELS)]
-        scripts = wrk_scripts(args, workload, manifest, name)
+        scripts = workload["wrk_scripts"] = wrk_scripts(args, workload, manifest, name)
         levels = list(args.concurrency or workload["spec"].concurrency)
         if args.short:
             levels = [levels[0], levels[min(2, len(levels) - 1)]]
@@ -257,6 +278,31 @@ def run_workloads(args, ports, workloads, manifest):
                 progress(f"{name:14s} {system:19s} c={concurrency:<3d} {row['texts_per_s']:7.1f} texts/s  "
                          f"p50 {row['p50_ms']:7.1f} ms  p99 {row['p99_ms']:7.1f} ms  encoder batch {batch:5.2f}  "
                          f"[{time.monotonic() - started:.0f}s]")
+
+
+def one_in_flight_rounds(args, ports, workloads):
+    """The proxy's added latency: queries one at a time through the proxy (wrk), Triton's KServe HTTP (wrk: the same
+    client) and gRPC (perf_analyzer), in interleaved rounds, median p50 of each. The levels above measure each system
+    once, tens of seconds apart; at concurrency 1 that drift is as large as the difference measured."""
+    queries = workloads.get("queries")
+    if not queries or shutil.which("wrk") is None:
+        return None
+    systems = [s for s in ("ensemble", "kserve_http", "proxy_http") if s not in args.skip]
+    log_path = os.path.join(args.work_dir, "loadgen.log")
+    scripts = queries["wrk_scripts"]
+    rounds = 1 if args.short else LATENCY_ROUNDS
+    p50 = {s: [] for s in systems}
+    short = argparse.Namespace(**{**vars(args), "wrk_seconds": 2 if args.short else 4, "window_s": 1.5})
+    for index in range(rounds):
+        for system in systems[index % len(systems):] + systems[:index % len(systems)]:  # each goes first once
+            row = run_level(short, ports, queries, system, 1, queries["results"].get(system, {}).get(1, {}).get(
+                "texts_per_s"), scripts, log_path)
+            if row:
+                p50[system].append(row["p50_ms"])
+    result = {s: {"p50_ms": statistics.median(v), "rounds": v} for s, v in p50.items() if v}
+    progress("one query in flight, interleaved rounds, median p50: " + ", ".join(
+        f"{s} {r['p50_ms']:.2f} ms" for s, r in result.items()))
+    return result
 
 
 # ---------------------------------------------------------------- step 5: padding of the encoder's batches
@@ -405,9 +451,10 @@ def main(argv=None):
         micro = breakdown.micro_benchmarks(args, scratch, workloads["queries"])
     ports = common.free_ports()
     server, server_env = start_server(args, scratch, ports)
-    probe, times = None, None
+    probe, times, one_in_flight = None, None, None
     try:
         run_workloads(args, ports, workloads, manifest)
+        one_in_flight = one_in_flight_rounds(args, ports, workloads)
         probe = measure_padding(args, ports, workloads)
         if micro:
             times = breakdown.measure(args, ports, server.pid, workloads["queries"], micro, ADMIN_KEY, progress)
@@ -431,10 +478,11 @@ def main(argv=None):
         "mode": args.mode, "command": command_line, "device": args.device, "manifest": manifest,
         "repository": os.path.relpath(source, PROJECT) if source.startswith(PROJECT) else source,
         "bench_owned_export": owned, "encoder_threads": threads, "probe": probe, "breakdown": times, "overhead": floor,
+        "one_in_flight": one_in_flight,
         "rerank": reranking, "images": pictures,
         "client_tokenize_us": baselines.client_tokenization_cost(
             tokenizer, [t["text"] for t in workloads[next(iter(workloads))]["texts"][:200]], 0.5),
-        "workloads": {name: {k: w.get(k) for k in ("info", "ceiling", "ceiling_sweep", "results")}
+        "workloads": {name: {k: w.get(k) for k in ("info", "ceiling", "ceiling_sweep", "grouped", "results")}
                       for name, w in workloads.items()},
         "machine": machine_info(), "versions": versions(server_log), "tuning": tuning_snapshot(scratch),
         "server_args": [a for a in common.launch.server_command(scratch, env=server_env, admin_key="KEY")[1:]

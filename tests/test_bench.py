@@ -43,6 +43,15 @@ def test_short_benchmark_produces_report(minilm_repository, tmp_path):
     batched = run["workloads"]["client-batched"]["results"]["ensemble"]["1"]["stats"]["embedding"]
     assert batched["inference_count"] >= 32 * batched["execution_count"] // 2  # 32 texts per request
     assert run["workloads"]["queries"]["results"]["proxy_http"]["1"]["texts_per_s"] > 0
+    # the missed targets' breakdowns: ensemble_bls against one request's own groups in-process, and the proxy's
+    # added p50 from interleaved rounds against gRPC and against Triton's KServe HTTP with the same client
+    grouped = run["workloads"]["client-batched"]["grouped"]
+    assert grouped["texts_per_s"] > 0 and 1 <= grouped["rows_per_run"] <= 32 and 0 < grouped["padding_efficiency"] <= 1
+    rounds = run["one_in_flight"]
+    assert set(rounds) == {"ensemble", "kserve_http", "proxy_http"}
+    assert all(r["p50_ms"] > 0 and len(r["rounds"]) == 1 for r in rounds.values())
+    assert "in-process on the same requests, each in its own length groups" in result.stdout
+    assert "one interleaved round; against Triton's KServe HTTP with the same client" in result.stdout
     breakdown = run["breakdown"]
     assert breakdown["requests"] > 10 and all(v >= 0 for v in breakdown["traced"].values())
     assert breakdown["micro"]["onnxruntime"] > 0 and breakdown["micro"]["encode"] > 0
