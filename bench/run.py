@@ -12,10 +12,12 @@ Steps, in one process:
   2. workloads (bench/corpus.py): queries (5-30 tokens), passages (100-500), mixed, client-batched (32 texts per
      request), each a seeded corpus of real prose;
   3. ceilings: onnxruntime in-process on the served model.onnx, each workload's texts sorted by length, at its best
-     batch size (1..64), before the server starts;
+     batch size (1..64), before the server starts; for many-text requests also the same requests, each cut into its
+     own length groups as the tokenizer cuts them for ensemble_bls (what one request's grouping allows);
   4. the real tritonserver, and per workload and concurrency level: the ensemble over gRPC (perf_analyzer), and
      per workload the other systems (the HTTP proxy and Triton's KServe HTTP with wrk; client-side tokenization and
-     a Python-backend PyTorch model on the mixed workload), with Triton's statistics around every run;
+     a Python-backend PyTorch model on the mixed workload), with Triton's statistics around every run; then one
+     query in flight through gRPC, KServe HTTP and the proxy in interleaved rounds (the proxy's added p50);
   5. padding efficiency of the encoder's batches (ensemble_probe, mixed workload);
   6. where one short request's time goes (bench/breakdown.py: Triton's trace API, micro-benchmarks, py-spy);
   7. the serving floor (bench/overhead.py): single texts through a near-zero-cost model's ensemble against an
@@ -292,10 +294,10 @@ def one_in_flight_rounds(args, ports, workloads):
     scripts = queries["wrk_scripts"]
     rounds = 1 if args.short else LATENCY_ROUNDS
     p50 = {s: [] for s in systems}
-    short = argparse.Namespace(**{**vars(args), "wrk_seconds": 2 if args.short else 4, "window_s": 1.5})
+    brief = argparse.Namespace(**{**vars(args), "wrk_seconds": 2 if args.short else 4, "window_s": 1.5})
     for index in range(rounds):
         for system in systems[index % len(systems):] + systems[:index % len(systems)]:  # each goes first once
-            row = run_level(short, ports, queries, system, 1, queries["results"].get(system, {}).get(1, {}).get(
+            row = run_level(brief, ports, queries, system, 1, queries["results"].get(system, {}).get(1, {}).get(
                 "texts_per_s"), scripts, log_path)
             if row:
                 p50[system].append(row["p50_ms"])
