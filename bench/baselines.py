@@ -25,14 +25,18 @@ def _batches(encodings, batch_size, pad_id):
     batches = []
     for start in range(0, len(order), batch_size):
         rows = [encodings[i] for i in order[start:start + batch_size]]
-        width = max(len(r) for r in rows)
-        ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-        mask = np.zeros((len(rows), width), dtype=np.int64)
-        for k, r in enumerate(rows):
-            ids[k, :len(r)] = r
-            mask[k, :len(r)] = 1
-        batches.append((ids, mask, sum(len(r) for r in rows)))
+        batches.append((*_padded(rows, max(len(r) for r in rows), pad_id), sum(len(r) for r in rows)))
     return batches
+
+
+def _padded(rows, width, pad_id):
+    """(input_ids, attention_mask) of token-id rows padded to `width`."""
+    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for k, row in enumerate(rows):
+        ids[k, :len(row)] = row
+        mask[k, :len(row)] = 1
+    return ids, mask
 
 
 def _spread(n):
@@ -92,11 +96,7 @@ def grouped_requests(onnx_path, encodings, pad_id, threads, device, per_request,
     def run(request):
         runs = tokens = computed = 0
         for rows, width in plan([len(e) for e in request]):
-            ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            for k, row in enumerate(rows):
-                ids[k, :len(request[row])] = request[row]
-                mask[k, :len(request[row])] = 1
+            ids, mask = _padded([request[row] for row in rows], width, pad_id)
             session.run(None, {"input_ids": ids, "attention_mask": mask})
             runs, tokens, computed = runs + 1, tokens + int(mask.sum()), computed + ids.size
         return runs, tokens, computed
