@@ -114,16 +114,19 @@ def segment_times(traces):
     return rows
 
 
-def tokenizer_micro(scratch, texts):
-    """The tokenizer model's own Python work per single-text execute (ms, medians): decode, encode, grouping,
-    building the response (numpy + tensor objects), with a stand-in triton_python_backend_utils."""
-    class Tensor:
-        def __init__(self, name, array):
-            self.name, self.array = name, array
+class Tensor:
+    """The stand-in triton_python_backend_utils' Tensor."""
 
-        def as_numpy(self):
-            return self.array
+    def __init__(self, name, array):
+        self.name, self.array = name, array
 
+    def as_numpy(self):
+        return self.array
+
+
+def tokenizer_model(scratch):
+    """(the tokenizer model's module, its TritonPythonModel initialized from the scratch repository's config), with a
+    stand-in triton_python_backend_utils."""
     module = common.import_python_model(
         os.path.join(scratch, "tokenizer", "1", "model.py"), "tokenizer_under_bench",
         TRITONSERVER_RESPONSE_COMPLETE_FINAL=1, Tensor=Tensor,
@@ -133,6 +136,13 @@ def tokenizer_micro(scratch, texts):
     parameters = {k: {"string_value": v} for k, v in common.config_parameters(scratch, "tokenizer").items()}
     model.initialize({"model_config": json.dumps({"parameters": parameters}),
                       "model_repository": os.path.join(scratch, "tokenizer"), "model_version": "1"})
+    return module, model
+
+
+def tokenizer_micro(scratch, texts):
+    """The tokenizer model's own Python work per single-text execute (ms, medians): decode, encode, grouping,
+    building the response (numpy + tensor objects), with a stand-in triton_python_backend_utils."""
+    module, model = tokenizer_model(scratch)
 
     class Sender:
         def send(self, response, flags=0):

@@ -168,24 +168,20 @@ def measure_ceilings(args, scratch, manifest, workloads):
         if workload["spec"].texts_per_request > 1:  # what ensemble_bls's per-request grouping allows (the report)
             workload["grouped"] = baselines.grouped_requests(
                 onnx_path, workload["encodings"], pad_id, best["threads"], args.device,
-                workload["spec"].texts_per_request, split_plan(scratch, manifest), args.ceiling_seconds * 2)
+                workload["spec"].texts_per_request, split_plan(scratch), args.ceiling_seconds * 2)
             progress(f"same requests, each in its own length groups (the tokenizer's split for ensemble_bls), "
                      f"in-process: {workload['grouped']['texts_per_s']:.1f} texts/s, "
                      f"{workload['grouped']['rows_per_run']:.2f} rows per run")
     return threads
 
 
-def split_plan(scratch, manifest):
-    """lengths -> [(rows, padded width)]: the tokenizer's cut of one request for a BLS caller (its grouping.py and
-    config.pbtxt, as its send_split calls them)."""
-    grouping = common.import_python_model(os.path.join(scratch, "tokenizer", "1", "grouping.py"), "grouping_in_bench")
-    config = common.config_parameters(scratch, "tokenizer")
-    multiple = max(1, int(config["pad_to_multiple_of"]))
-    max_width = grouping.round_up(int(manifest["max_length"]), multiple)
-    return lambda lengths: grouping.plan_groups(
-        [[n] for n in lengths], multiple, float(config["split_overhead_tokens"]),
-        float(config["min_padding_efficiency"]), int(config["max_batch_tokens"]),
-        config["pad_to_power_of_two"].strip().lower() == "true", max_width)
+def split_plan(scratch):
+    """lengths -> [(rows, padded width)]: the tokenizer's cut of one request for a BLS caller, with the very
+    settings the model reads from the scratch repository (its send_split's call)."""
+    module, model = breakdown.tokenizer_model(scratch)
+    return lambda lengths: module.plan_groups(
+        [[n] for n in lengths], model.multiple, model.split_overhead, model.min_efficiency, model.max_batch_tokens,
+        model.power_of_two, model.max_width)
 
 
 # ---------------------------------------------------------------- step 4: the server and the load
