@@ -31,9 +31,15 @@ never answers) and when tritonserver exits on its own (--no-restart: exit instea
 again with backoff, for ever (the first start's failure is a configuration error: it exits). A server with a dead
 stub would only stop at its exit timeout (Server.has_dead_stub): a stop gives it DEAD_STUB_GRACE_S for the requests
 in flight, then kills it.
+
+tritonserver never outlives the launcher: it dies with it (die_with_this_process: PR_SET_PDEATHSIG), and the
+Watchdog kills its whole process group (its stubs, the proxy's port) when the launcher ends without stopping it
+(kill -9, the OOM killer). SIGTERM / Ctrl-C still drain. A first start whose ports are taken (server_ports) starts
+nothing: one line names each port, its role and its holder (local_triton/ports.py), and the launcher exits 1.
 """
 import argparse
 import atexit
+import ctypes
 import filecmp
 import glob
 import importlib.util
@@ -47,9 +53,13 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import urllib.request
 from urllib.parse import quote
+
+from . import ports
+from .watchdog import members as group_members
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROJECT = os.path.dirname(HERE)
@@ -63,6 +73,8 @@ PLAIN_PATH = re.compile(r"^[A-Za-z0-9_./+:@%=,-]+$")
 RESTART_GRACE_S = 1.0  # a restart the supervisor asked for: time for the proxy's 503 answers to go out first
 RETRY_MAX_S = 30.0  # a failed restart is tried again after 2, 4, 8... s, at most this long
 DEAD_STUB_GRACE_S = 10.0  # stopping a server with a dead stub: time for the requests in flight, then it is killed
+STUB_EXIT_GRACE_S = 5.0  # stubs left by a tritonserver that exited: time to leave on their own, then they are killed
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def setting(name, default, env=None):
@@ -334,7 +346,26 @@ class Server:
         os.killpg(self.pid, signal.SIGKILL)  # the stubs share its process group (start_new_session)
         self.process.wait()
 
+    def end_group(self):
+        """Stubs outlive a tritonserver that exited on its own (a failed start, an abort): each leaves once it sees
+        its parent reaped (it polls kill(parent, 0)), finalizing its model. Those still there after
+        STUB_EXIT_GRACE_S are killed, so that the next start finds the proxy's port (a stub's) free."""
+        deadline = time.monotonic() + STUB_EXIT_GRACE_S
+        while group_members(self.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if group_members(self.pid):
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            deadline = time.monotonic() + 5.0
+            while group_members(self.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+
     def cleanup(self):
+        """After tritonserver was reaped: the rest of its process group, then what it leaves behind."""
+        if self.process is not None and self.process.returncode is not None:
+            self.end_group()
         for region in self.regions:
             path = os.path.join("/dev/shm", region.lstrip("/"))
             if path.startswith(SHM_PREFIX) and os.path.exists(path):
@@ -346,8 +377,31 @@ class Server:
             shutil.rmtree(self.keys_dir, ignore_errors=True)
 
 
+def die_with_this_process():
+    """A preexec_fn for Popen: the kernel SIGKILLs the child when this process ends, however it ends (kill -9, the
+    OOM killer), where start_new_session alone would leave tritonserver holding the ports with parent 1. None where
+    that cannot be had: not Linux, or not the main thread (PR_SET_PDEATHSIG fires when the *thread* that forked the
+    child exits, and the main thread lives as long as the process)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the child only calls it
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    parent = os.getpid()
+
+    def preexec():
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # this process died between fork and prctl: nothing will fire the signal
+            os.kill(os.getpid(), signal.SIGKILL)
+    return preexec
+
+
 def start(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, extra_args=(), log_file=None,
           extra_env=None, python=sys.executable):
+    """tritonserver in a process group of its own (its stubs join it; our signal handling decides when it stops),
+    killed by the kernel should this process end without stopping it (die_with_this_process)."""
     env = server_env(python)
     env.update(extra_env or {})
     # The proxy calls Triton's own HTTP frontend (readiness, repository API): where it is, for the models to read.
@@ -361,12 +415,83 @@ def start(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, e
                                  admin_key)
         process = subprocess.Popen(command, env=env, stdout=log_file,
                                    stderr=subprocess.STDOUT if log_file else None,
-                                   start_new_session=True)  # our signal handling decides when it stops
+                                   start_new_session=True, preexec_fn=die_with_this_process())
     except BaseException:
         if keys_dir:
             shutil.rmtree(keys_dir, ignore_errors=True)
         raise
     return Server(process, admin_key, http_port, setting("TRITON_ADDRESS", "127.0.0.1", env), keys_dir)
+
+
+def _config_parameter(path, key):
+    """A `parameters { key: "<key>" value: { string_value: "..." } }` of a config.pbtxt, or None."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    found = re.search(r'key:\s*"' + re.escape(key) + r'"\s*value:\s*\{\s*string_value:\s*"([^"]*)"', text)
+    return found.group(1) if found else None
+
+
+def server_ports(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, extra_args=(), env=None):
+    """[(role, address, port)] of what tritonserver will bind: its HTTP, gRPC and metrics ports (unless extra_args
+    turn one off), and the proxy's (PROXY_HOST / PROXY_PORT, else its config.pbtxt's) when the proxy loads."""
+    address = setting("TRITON_ADDRESS", "127.0.0.1", env)
+    found = [(role, bind, port) for role, bind, port in (
+        ("HTTP", address, http_port), ("gRPC", address, grpc_port),
+        ("metrics", setting("TRITON_METRICS_ADDRESS", address, env), metrics_port))
+        if f"--allow-{role.lower()}=false" not in extra_args]
+    config = os.path.join(model_repository, "proxy", "config.pbtxt")
+    if os.path.isfile(config):
+        names = [name.strip() for name in setting("LOAD_MODELS", "*", env).split(",")]
+        if setting("MODEL_CONTROL", "explicit", env) != "explicit" or "proxy" in names or \
+                (names == ["*"] and "proxy" in every_model(model_repository)):
+            host = setting("PROXY_HOST", _config_parameter(config, "host") or "0.0.0.0", env)
+            found.append(("proxy", host, int(setting("PROXY_PORT", _config_parameter(config, "port") or 8080, env))))
+    return found
+
+
+def ports_taken_line(listed):
+    """The one line that says which of the server_ports() `listed` are taken and by whom; '' when all are free."""
+    found = ports.taken(listed)
+    if not found:
+        return ""
+    return (f"launch: {ports.describe(found)}; not starting tritonserver (free the port or choose another: "
+            f"HTTP_PORT, GRPC_PORT, METRICS_PORT, PROXY_PORT)")
+
+
+class Watchdog:
+    """local_triton/watchdog.py, in a session of its own (Ctrl-C does not reach it): it kills the armed server's
+    whole process group, tritonserver and its stubs, when this process ends without disarming it (kill -9, the
+    OOM killer...). End of its input (our end of the pipe closes with this process, however it ends) is the
+    signal: nothing to poll, and no pid that could be reused."""
+
+    def __init__(self):
+        read, self.pipe = os.pipe()  # (not inheritable: tritonserver must not hold our end)
+        try:
+            self.process = subprocess.Popen([sys.executable, os.path.join(HERE, "watchdog.py")], stdin=read,
+                                            start_new_session=True)
+        finally:
+            os.close(read)
+
+    def tell(self, message):
+        try:
+            os.write(self.pipe, (json.dumps(message) + "\n").encode())
+        except OSError as error:  # it died: the server still has its PR_SET_PDEATHSIG
+            print(f"launch: watchdog: {error}", flush=True)
+
+    def arm(self, server):
+        self.tell({"pgid": server.pid, "keys_dir": server.keys_dir})
+
+    def disarm(self):
+        """Once the server is reaped (its group gone with it)."""
+        self.tell({"pgid": 0})
+
+    def close(self):
+        """Ends it (an armed server goes with it): main() returns, or raised while a server ran."""
+        os.close(self.pipe)
+        self.process.wait(timeout=30)
 
 
 def public_tiers(model_repository):
@@ -453,6 +578,21 @@ def main(argv=None):
                         help="exit when tritonserver exits on its own, instead of starting it again")
     parser.add_argument("extra", nargs="*", help="further tritonserver arguments (after --)")
     args = parser.parse_args(argv)
+    # Ports first: a tritonserver started on a taken port dies on its bind after loading every model (or, the proxy's
+    # port, serves without the proxy), and an orphan server's readiness would answer for ours meanwhile.
+    listed = server_ports(args.model_repository, args.http_port, args.grpc_port, args.metrics_port, args.extra)
+    taken = ports_taken_line(listed)
+    if taken:
+        raise SystemExit(taken)
+    watchdog = Watchdog()
+    try:
+        return serve(args, listed, watchdog)
+    finally:
+        watchdog.close()
+
+
+def serve(args, listed, watchdog):
+    """main()'s loop: start, restart, drain and stop tritonserver; the watchdog is armed while a server runs."""
     stopping = []
     server = None
 
@@ -486,6 +626,7 @@ def main(argv=None):
         # The supervisor asks for a restart (SIGUSR1) only when the launcher named itself to the server.
         server = start(args.model_repository, args.http_port, args.grpc_port, args.metrics_port, args.extra,
                        python=args.model_python, extra_env={"TRITON_LAUNCHER_PID": str(os.getpid())})
+        watchdog.arm(server)
         try:
             wait_ready(server, args.http_port)
             print(f"launch: tritonserver ready: HTTP {args.http_port}, gRPC {args.grpc_port}, "
@@ -496,11 +637,16 @@ def main(argv=None):
                 pass
             elif not started:  # the first start: a configuration to fix, not a fault to outlast
                 stop(server)
-                raise SystemExit(f"launch: {error}") from None
+                watchdog.disarm()
+                # A port taken since the check ("Address already in use" in Triton's log): named, with its owner.
+                raise SystemExit(ports_taken_line(listed) or f"launch: {error}") from None
             else:  # a restart failed (/dev/shm full, a port still taken...): try again, never give up
                 stop(server)
+                watchdog.disarm()
                 failures += 1
                 backoff = min(RETRY_MAX_S, 2.0 ** failures)
+                found = ports.taken(listed)
+                error = f"{error}; {ports.describe(found)}" if found else error
                 print(f"launch: restart failed ({error}); trying again in {backoff:.0f} s", flush=True)
                 deadline = time.monotonic() + backoff
                 while not stopping and time.monotonic() < deadline:
@@ -529,6 +675,7 @@ def main(argv=None):
                 dead = server.has_dead_stub()  # as it was before a stop began
             time.sleep(0.2)
         server.cleanup()
+        watchdog.disarm()
         serving.clear()
         if stopping:  # clean: everything admitted finished (the drain) and tritonserver exited 0
             clean = drained is not False and server.returncode == 0

@@ -6,10 +6,45 @@ supervisor model (model_repository/supervisor: its stub died): the calls waiting
 Retry-After). Triton neither answers nor cancels such a call, so each keeps one of the proxy's BLS threads for good;
 once half of them are stranded the proxy says it is not live (/health/live 503), and the supervisor has the server
 restarted. It also restarts the HTTP server's thread should it stop, and fails everything once tritonserver is gone.
+
+Triton's HTTP port is read only once this stub's own tritonserver listens on it (serves_port): an orphan server left
+on the port (or any other process) would otherwise answer for ours, and /health would say 200 for a server that is
+still loading, or that never gets the port and dies.
 """
+import glob
 import os
 import socket
 import threading
+
+
+def serves_port(pid, port, proc="/proc"):
+    """True when process `pid` holds a LISTEN socket on `port` (/proc/net/tcp{,6}, then /proc/<pid>/fd); False when
+    another process does (or nobody); None when /proc cannot say (not Linux, or <pid>'s fds not readable): then
+    the port is trusted, as before. Its own server's pid, not a token: nothing to pass, the same under the launcher
+    and a plain tritonserver, and the port cannot change hands while that server lives."""
+    if not os.path.isdir(os.path.join(proc, "net")):
+        return None
+    inodes = set()
+    for table in glob.glob(os.path.join(proc, "net", "tcp")) + glob.glob(os.path.join(proc, "net", "tcp6")):
+        try:
+            with open(table, encoding="ascii") as handle:
+                for line in list(handle)[1:]:
+                    fields = line.split()  # sl local_address rem_address st ... inode (10th)
+                    if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{fields[9]}]")
+        except (OSError, ValueError, IndexError):
+            return None
+    try:
+        names = os.listdir(os.path.join(proc, str(pid), "fd"))
+    except OSError:
+        return None
+    for name in names:
+        try:
+            if os.readlink(os.path.join(proc, str(pid), "fd", name)) in inodes:
+                return True
+        except OSError:
+            continue
+    return False
 
 
 class Readiness:
@@ -33,12 +68,19 @@ class Readiness:
         """pb_utils' calls (BLS) must wait: during the server's start-up they kill the calling stub. The frontends
         open once start-up is over; then BLS says whether initialize() has returned (it refuses until then), and a
         request for no model is a cheap question."""
+        said = False
         while not self.stopping.is_set():
             try:
                 socket.create_connection((self.triton.host, self.triton.port), timeout=1).close()
-                break
+                if serves_port(self.server_pid, self.triton.port) is not False:
+                    break
+                if not said:
+                    said = True
+                    self.log(f"proxy: port {self.triton.port} answers, but not from this proxy's tritonserver (pid "
+                             f"{self.server_pid}): another server holds it; not ready until ours does")
             except OSError:
-                self.stopping.wait(0.2)
+                pass
+            self.stopping.wait(0.2)
         while not self.stopping.is_set():
             probe = self.pb_utils.InferenceRequest(model_name="", requested_output_names=[], inputs=[])
             try:
