@@ -25,6 +25,7 @@ from local_triton import launch  # noqa: E402
 
 RESULTS = os.path.join(PROJECT, "bench", "results")
 TRACKED = os.path.join(PROJECT, "model_repository")
+MODEL_LIBRARY = os.path.join(PROJECT, "model_library")  # the code every Python model shares (model_common.py)
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 EXPORTED_MODELS = ("tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "late_chunking", "proxy",
                    "supervisor")
@@ -105,6 +106,8 @@ def refresh_tracked(repository):
         if os.path.exists(os.path.join(repository, model)):
             for code in glob.glob(os.path.join(TRACKED, model, "1", "*.py")):
                 shutil.copy2(code, os.path.join(repository, model, "1"))
+            if model not in ("proxy", "supervisor"):  # the library the other Python models import
+                shutil.copy2(os.path.join(MODEL_LIBRARY, "model_common.py"), os.path.join(repository, model, "1"))
 
 
 def scratch_repository(source, target, models=EXPORTED_MODELS):
@@ -171,11 +174,17 @@ def import_python_model(path, module_name, **fake_attributes):
     fake.__dict__.update(fake_attributes)
     saved = sys.modules.get("triton_python_backend_utils")
     sys.modules["triton_python_backend_utils"] = fake
+    # the models' library (export installs it beside model.py): found in model_library/ for the checkout's code, and
+    # imported afresh, so that it binds this fake
+    sys.modules.pop("model_common", None)
+    sys.path.append(MODEL_LIBRARY)
     try:
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
+        sys.path.remove(MODEL_LIBRARY)
+        sys.modules.pop("model_common", None)
         if saved is None:
             del sys.modules["triton_python_backend_utils"]
         else:

@@ -260,6 +260,32 @@ def xlmr_server(xlmr_repository, tmp_path_factory):
     launch.stop(running.process)
 
 
+def tiny_sentence_transformer(folder, minilm_model_dir, seed, prompts=None, default_prompt_name=None, max_length=64,
+                              matryoshka=None):
+    """A tiny random BERT with MiniLM's tokenizer and mean pooling, saved as a sentence-transformers folder with
+    `prompts` (config_sentence_transformers.json) and `matryoshka_dimensions` in its config.json. Prompts are tokens:
+    random weights show whether they were applied. Returns `folder`."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    from transformers import BertConfig, BertModel
+
+    raw = os.path.join(str(folder), "hf")
+    torch.manual_seed(seed)
+    extra = {"matryoshka_dimensions": matryoshka} if matryoshka else {}
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512, **extra)
+    BertModel(config).eval().save_pretrained(raw)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if os.path.exists(os.path.join(minilm_model_dir, name)):
+            shutil.copyfile(os.path.join(minilm_model_dir, name), os.path.join(raw, name))
+    model = SentenceTransformer(modules=[Transformer(raw, max_seq_length=max_length), Pooling(32, "mean")],
+                                prompts=prompts or {}, default_prompt_name=default_prompt_name, device="cpu")
+    saved = os.path.join(str(folder), "model")
+    model.save(saved)
+    return saved
+
+
 @pytest.fixture(scope="session")
 def sentence_transformer(minilm_model_dir):
     from sentence_transformers import SentenceTransformer

@@ -23,9 +23,10 @@ def _normalize(name):
 def third_party_imports():
     """{import name: [files]} for absolute imports, anywhere in the file (also inside functions)."""
     found = {}
-    for path in glob.glob(os.path.join(PROJECT, "model_repository", "**", "*.py"), recursive=True):
+    library = glob.glob(os.path.join(PROJECT, "model_library", "*.py"))  # export installs it beside each model.py
+    for path in glob.glob(os.path.join(PROJECT, "model_repository", "**", "*.py"), recursive=True) + library:
         local = {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(os.path.dirname(path),
-                                                                                          "*.py"))}
+                                                                                          "*.py")) + library}
         with open(path, encoding="utf-8") as handle:
             tree = ast.parse(handle.read(), path)
         for node in ast.walk(tree):

@@ -88,7 +88,8 @@ def test_reexport_over_another_model_is_consistent(xlmr_repository, minilm_repos
     # Tokenizer files: the XLM-R one replaced MiniLM's (the planted vocab.txt is gone), the code stays.
     tokenizer_dir = os.path.join(xlmr_repository, "tokenizer", "1")
     files = set(os.listdir(tokenizer_dir)) - {"__pycache__"}
-    assert files == {"model.py", "grouping.py", "tokenizer.json", "prompts.json"}, files  # prompts.json: none here
+    # prompts.json: none here; model_common.py: the models' library, installed beside model.py
+    assert files == {"model.py", "grouping.py", "model_common.py", "tokenizer.json", "prompts.json"}, files
     tokenizer = json.load(open(os.path.join(tokenizer_dir, "tokenizer.json"), encoding="utf-8"))
     assert tokenizer["model"]["type"] == "Unigram" and len(tokenizer["model"]["vocab"]) == 250002
     assert tokenizer["padding"]["pad_id"] == 1 and tokenizer["truncation"]["max_length"] == TINY_XLMR_MAX_LENGTH
@@ -231,3 +232,36 @@ def test_fp16_export_stores_half_weights_keeps_fp32_io_and_passes_parity(tmp_pat
     (embedding,) = session.run(["embedding"], {"input_ids": ids, "attention_mask": np.ones_like(ids)})
     assert embedding.dtype == np.float32 and embedding.shape == (1, 384)
     assert abs(float(np.linalg.norm(embedding)) - 1.0) < 1e-3
+
+
+def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path):
+    """MODEL_CODE (what export copies from the checkout into a model's folder) covers every tracked Python file and
+    config of the Python models, and copying it from a checkout planted with every kind of generated file copies
+    none of them (issue 40: a named export got the default export's prompts.json)."""
+    sys.path.insert(0, os.path.join(PROJECT, "build"))
+    from exporting.repository import MODEL_CODE, copy_model_code
+
+    tracked = subprocess.run(["git", "-C", PROJECT, "ls-files", "model_repository", "model_library"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    listed = {os.path.relpath(path, PROJECT) for kind in MODEL_CODE for pattern, _ in MODEL_CODE[kind]
+              for path in glob.glob(os.path.join(PROJECT, pattern))}
+    code = {p for p in tracked if p.endswith(".py") or p.endswith("/config.pbtxt") or p.endswith("warmup/text")}
+    assert code == listed - {p for p in listed if p not in tracked and p.endswith("model_common.py")}
+    checkout = tmp_path / "checkout"
+    for path in tracked:
+        os.makedirs(checkout / os.path.dirname(path), exist_ok=True)
+        shutil.copyfile(os.path.join(PROJECT, path), checkout / path)
+    generated = ["tokenizer/1/prompts.json", "tokenizer/1/text_cleaning.json", "tokenizer/1/tokenizer.json",
+                 "tokenizer/configs/gpu.pbtxt", "ensemble_bls/1/vectors.json", "ensemble_bls/config.pbtxt",
+                 "rerank/config.pbtxt", "late_chunking/config.pbtxt", "proxy/1/extra.json",
+                 "tokenizer/1/__pycache__/model.cpython-311.pyc"]
+    for path in generated:
+        os.makedirs(checkout / "model_repository" / os.path.dirname(path), exist_ok=True)
+        (checkout / "model_repository" / path).write_text("{}")
+    for kind in MODEL_CODE:
+        copied = copy_model_code(kind, str(tmp_path / kind), str(checkout))
+        names = {os.path.relpath(os.path.join(root, f), tmp_path / kind) for root, _, files in os.walk(tmp_path / kind)
+                 for f in files}
+        assert names == {os.path.relpath(p, tmp_path / kind) for p in copied} and copied, kind
+        assert not any(n.endswith((".json", ".pyc")) or n.startswith("configs") for n in names), (kind, names)
+        assert ("1/model_common.py" in names) == (kind not in ("proxy", "supervisor")), kind

@@ -291,7 +291,7 @@ def test_hostile_rows_fail_their_request_only(module, images, threads, tmp_path)
                                                                                                          100000),
         "30000x2000 = 60000000 pixels, over the limit": _png_header_only(30000, 2000),  # below Pillow's 2x error
         "aspect ratio": _encode(Image.new("L", (100000, 1)), "PNG"),
-        "malformed: its length prefix says 1000 bytes but 3 follow": module.deserialize_bytes_tensor(
+        "malformed: its length prefix says 1000 bytes but 3 follow": module.model_common.deserialize_bytes_tensor(
             np.frombuffer(b"\xe8\x03\x00\x00abc", dtype=np.uint8))[0],
     }
     assert len(_png_header_only(100000, 100000)) < 100

@@ -5,13 +5,12 @@ import os
 import queue
 import random
 import shutil
-import struct
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import PROJECT, TINY_XLMR_MAX_LENGTH, common, import_python_model, launch, start_server
+from conftest import PROJECT, TINY_XLMR_MAX_LENGTH, common, launch, start_server
 from triton_clients import PROTOCOLS, TOKENIZER_OUTPUTS, VARIED_TEXTS, client, infer, outputs, text_input, url_for
 
 
@@ -371,30 +370,3 @@ def test_gpu_grouping_keeps_a_requests_mixed_texts_in_one_run():
         cpu = pbtxt.parameters(handle.read())
     assert runs(cpu) > 2
     assert runs(GPU_TOKENIZER) == 1
-
-
-# ---------------------------------------------------------------- unit tests of the BYTES deserializer
-@pytest.fixture(scope="module")
-def tokenizer_module():
-    """model_repository/tokenizer/1/model.py imported with a fake triton_python_backend_utils."""
-    return import_python_model("tokenizer", TRITONSERVER_RESPONSE_COMPLETE_FINAL=1)
-
-
-def _serialized(*items):
-    return np.frombuffer(b"".join(struct.pack("<I", len(i)) + i for i in items), dtype=np.uint8)
-
-
-def test_deserializer_matches_tritons_layout(tokenizer_module):
-    texts = [b"hello", b"", "日本語".encode(), b"\x00nul"]
-    decoded = tokenizer_module.deserialize_bytes_tensor(_serialized(*texts))
-    assert decoded.dtype == np.object_ and decoded.tolist() == texts
-    assert not any(isinstance(t, tokenizer_module.MalformedText) for t in decoded)
-
-
-def test_deserializer_marks_a_length_prefix_past_the_end(tokenizer_module):
-    """The stub-killing input: `\\xe8\\x03\\x00\\x00abc` (1000 bytes declared, 3 sent), alone or last."""
-    for payload in (b"\xe8\x03\x00\x00abc", bytes(_serialized(b"fine")) + b"\xe8\x03\x00\x00abc"):
-        decoded = tokenizer_module.deserialize_bytes_tensor(np.frombuffer(payload, dtype=np.uint8))
-        last = decoded[-1]
-        assert isinstance(last, tokenizer_module.MalformedText) and last.declared == 1000 and last == b"abc"
-        assert len(decoded) == (1 if payload.startswith(b"\xe8") else 2)

@@ -9,14 +9,13 @@ config.json (prompts are tokens: random weights show whether they were applied).
 import base64
 import json
 import os
-import shutil
 import sys
 
 import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from conftest import PROJECT, export, start_server
+from conftest import PROJECT, export, start_server, tiny_sentence_transformer
 from local_triton import launch
 from triton_clients import PROTOCOLS, VARIED_TEXTS, client, outputs, text_input, url_for
 
@@ -61,23 +60,8 @@ def ranges_of(repository, width):
 # ---------------------------------------------------------------- the tiny e5-style model
 @pytest.fixture(scope="module")
 def e5_dir(tmp_path_factory, minilm_model_dir):
-    import torch
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
-    from transformers import BertConfig, BertModel
-
-    raw, folder = tmp_path_factory.mktemp("e5_hf"), tmp_path_factory.mktemp("e5")
-    torch.manual_seed(5)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512, matryoshka_dimensions=[8, 16])
-    BertModel(config).eval().save_pretrained(raw)
-    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        if os.path.exists(os.path.join(minilm_model_dir, name)):
-            shutil.copyfile(os.path.join(minilm_model_dir, name), raw / name)
-    model = SentenceTransformer(modules=[Transformer(str(raw), max_seq_length=E5_MAX_LENGTH), Pooling(32, "mean")],
-                                prompts=E5_PROMPTS, default_prompt_name="passage", device="cpu")
-    model.save(str(folder))
-    return folder
+    return tiny_sentence_transformer(tmp_path_factory.mktemp("e5"), minilm_model_dir, seed=5, prompts=E5_PROMPTS,
+                                     default_prompt_name="passage", max_length=E5_MAX_LENGTH, matryoshka=[8, 16])
 
 
 @pytest.fixture(scope="module")

@@ -28,15 +28,36 @@ QUANTIZED_OUTPUTS = [("embedding_int8", "TYPE_INT8"), ("embedding_uint8", "TYPE_
 # The BLS model's compact ColBERT vectors (pooled with the request's colbert_pool_factor): [rows, vectors, width]
 COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8", "TYPE_INT8"),
                    ("colbert_vectors_binary", "TYPE_UINT8")]
+# What each kind of Python model's folder gets from the checkout: its tracked code and config, named one by one (a
+# glob only where no generated file can match). Never a whole folder: the default export writes its generated files
+# (prompts.json, text_cleaning.json, vectors.json, the library's copies...) into the checkout's folders, and a copy of
+# those into another export served the default's prompts (issue 40).
+# {kind: [(source under the project, destination in the model's folder)]}
+MODEL_LIBRARY = os.path.join("model_library", "model_common.py")
+LIBRARY = (MODEL_LIBRARY, "1/")  # the code every Python model shares, installed beside its model.py
+MODEL_CODE = {
+    "tokenizer": [("model_repository/tokenizer/config.pbtxt", "config.pbtxt"),
+                  ("model_repository/tokenizer/1/model.py", "1/"), ("model_repository/tokenizer/1/grouping.py", "1/"),
+                  ("model_repository/tokenizer/warmup/text", "warmup/text"), LIBRARY],
+    "ensemble_bls": [("model_repository/ensemble_bls/1/model.py", "1/"), LIBRARY],
+    "rerank": [("model_repository/rerank/1/model.py", "1/"), LIBRARY],
+    "cross_encoder_rerank": [("model_repository/rerank/cross_encoder.py", "1/model.py"), LIBRARY],
+    "late_chunking": [("model_repository/late_chunking/1/model.py", "1/"), LIBRARY],
+    "image_preprocess": [("model_repository/tokenizer/image_preprocess.py", "1/model.py"), LIBRARY],
+    "proxy": [("model_repository/proxy/config.pbtxt", "config.pbtxt"), ("model_repository/proxy/1/*.py", "1/")],
+    "supervisor": [("model_repository/supervisor/config.pbtxt", "config.pbtxt"),
+                   ("model_repository/supervisor/1/model.py", "1/")],
+}
 
 
 def templates_digest():
     """sha256 of every config template export renders (model_repository/*/*.template), of the encoder's batching
-    strategy it compiles (token_budget.c) and of the tokenizer's GPU grouping (GPU_TOKENIZER): an export made from
-    other ones is stale, and --skip-if-exported redoes it (else a changed config or strategy never reaches it)."""
+    strategy it compiles (token_budget.c), of the models' library it installs (model_library/) and of the tokenizer's
+    GPU grouping (GPU_TOKENIZER): an export made from other ones is stale, and --skip-if-exported redoes it (else a
+    changed config, strategy or library never reaches it)."""
     digest = hashlib.sha256(repr(sorted(GPU_TOKENIZER.items())).encode() + b"\0")
     sources = glob.glob(os.path.join(SOURCE_REPOSITORY, "*", "*.template")) + [
-        os.path.join(SOURCE_REPOSITORY, "embedding", "token_budget.c")]
+        os.path.join(SOURCE_REPOSITORY, "embedding", "token_budget.c"), os.path.join(PROJECT, MODEL_LIBRARY)]
     for path in sorted(sources):
         digest.update(os.path.relpath(path, SOURCE_REPOSITORY).encode() + b"\0")
         with open(path, "rb") as handle:
@@ -56,6 +77,23 @@ def chunks_name(name):
     return "late_chunking" if name is None else f"{name}_chunks"
 
 
+def copy_model_code(kind, model_dir, project=PROJECT):
+    """The files MODEL_CODE lists for `kind`, copied from the checkout into `model_dir`; returns their paths there."""
+    copied = []
+    for pattern, destination in MODEL_CODE[kind]:
+        sources = sorted(glob.glob(os.path.join(project, pattern)))
+        if not sources:
+            fail(f"{pattern} is missing from the checkout")
+        for source in sources:
+            target = os.path.join(model_dir, destination)
+            if destination.endswith("/"):
+                target = os.path.join(target, os.path.basename(source))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copyfile(source, target)
+            copied.append(target)
+    return copied
+
+
 def write_chunks_config(staging, names, chunks, hidden_size):
     """The late chunking model: its config rendered from model_repository/late_chunking/config.pbtxt.template, its
     code copied (for the default export too: the folder holds the template and the code, like the others)."""
@@ -64,8 +102,7 @@ def write_chunks_config(staging, names, chunks, hidden_size):
     with open(os.path.join(staging, chunks, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render(os.path.join(SOURCE_REPOSITORY, "late_chunking", "config.pbtxt.template"),
                             tokenizer=tokenizer, encoder=encoder, dim=hidden_size))
-    shutil.copyfile(os.path.join(SOURCE_REPOSITORY, "late_chunking", "1", "model.py"),
-                    os.path.join(staging, chunks, "1", "model.py"))
+    copy_model_code("late_chunking", os.path.join(staging, chunks))
 
 
 def check_name(repository, name):
@@ -145,17 +182,15 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
                                 served=",".join(outputs)))
     # The tokenizer's config names no model and no per-model value: a named export uses it as it is.
     copy_tokenizer(staging, tokenizer)
-    for model, folder in ((bls, "ensemble_bls"), (rerank, "rerank")):
+    for model, kind in ((bls, "ensemble_bls"), (rerank, "rerank")):
         if model is not None:
-            shutil.copyfile(os.path.join(SOURCE_REPOSITORY, folder, "1", "model.py"),
-                            os.path.join(staging, model, "1", "model.py"))
+            copy_model_code(kind, os.path.join(staging, model))
 
 
 def copy_tokenizer(staging, tokenizer):
-    """The tokenizer model's tracked config and code (not the image preprocessing model's, which lives beside them),
-    and its configs for GPUs."""
-    shutil.copytree(os.path.join(SOURCE_REPOSITORY, "tokenizer"), os.path.join(staging, tokenizer), dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__", "tokenizer.json", "image*", "configs"))
+    """The tokenizer model's tracked config and code (MODEL_CODE: not the files an export wrote beside them), and
+    its configs for GPUs."""
+    copy_model_code("tokenizer", os.path.join(staging, tokenizer))
     write_tokenizer_gpu_configs(os.path.join(staging, tokenizer))
 
 
@@ -204,8 +239,7 @@ def write_clip_image_configs(staging, name, height, width, dim):
         os.makedirs(os.path.join(staging, model, "1"), exist_ok=True)
         with open(os.path.join(staging, model, "config.pbtxt"), "w", encoding="utf-8") as handle:
             handle.write(render(os.path.join(SOURCE_REPOSITORY, template), **fill))
-    shutil.copyfile(os.path.join(SOURCE_REPOSITORY, "tokenizer", "image_preprocess.py"),
-                    os.path.join(staging, preprocess, "1", "model.py"))
+    copy_model_code("image_preprocess", os.path.join(staging, preprocess))
 
 
 
@@ -232,10 +266,8 @@ def write_cross_encoder_configs(staging, names, labels, warmup, max_length):
             handle.write(render(os.path.join(SOURCE_REPOSITORY, template), **fill))
     write_gpu_configs(os.path.join(staging, encoder), values, max_length, int(budget))
     copy_tokenizer(staging, tokenizer)
-    shutil.copyfile(os.path.join(SOURCE_REPOSITORY, "ensemble_bls", "1", "model.py"),
-                    os.path.join(staging, bls, "1", "model.py"))
-    shutil.copyfile(os.path.join(SOURCE_REPOSITORY, "rerank", "cross_encoder.py"),
-                    os.path.join(staging, rerank, "1", "model.py"))
+    copy_model_code("ensemble_bls", os.path.join(staging, bls))
+    copy_model_code("cross_encoder_rerank", os.path.join(staging, rerank))
 
 
 def write_gpu_configs(encoder_dir, values, max_length, max_batch_tokens):
@@ -329,8 +361,7 @@ def ensure_proxy(repository):
         target = os.path.join(repository, model)
         if os.path.abspath(repository) != SOURCE_REPOSITORY and \
                 not os.path.exists(os.path.join(target, "config.pbtxt")):
-            shutil.copytree(os.path.join(SOURCE_REPOSITORY, model), target, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+            copy_model_code(model, target)
 
 
 def remove(path):

@@ -8,11 +8,16 @@ parameter `query`: the tokenizer pairs it with every document). Its errors name 
 `documents[i]`; the query's are `query ...`. Settings: config.pbtxt, read once here.
 """
 import json
+import os
 import re
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_common  # noqa: E402  (installed beside this file by build/export.py)
 
 ROW_ERROR = re.compile(r"^text\[(\d+)\]")
 INPUT_ERROR = re.compile(r"^(text\[\d+\] |query |the request holds )")
@@ -27,6 +32,7 @@ class RequestError(Exception):
 
 class TritonPythonModel:
     def initialize(self, args):
+        model_common.install_decoder()  # before the first request is loaded
         config = json.loads(args["model_config"])
         parameters = {key: value["string_value"] for key, value in config["parameters"].items()}
         self.pairs_model = parameters["pairs_model"]
@@ -41,14 +47,16 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(output_tensors=self.rerank(request)))
             except RequestError as error:
                 responses.append(pb_utils.InferenceResponse(error=error.triton_error))
+            except model_common.InvalidInput as error:
+                responses.append(pb_utils.InferenceResponse(error=error.triton_error()))
             except Exception as error:  # noqa: BLE001 - the pair model not loaded, stopping...
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
                     f"{type(error).__name__}: {error}", pb_utils.TritonError.UNAVAILABLE)))
         return responses
 
     def rerank(self, request):
-        query = pb_utils.get_input_tensor_by_name(request, "query").as_numpy().reshape(-1)
-        documents = pb_utils.get_input_tensor_by_name(request, "documents").as_numpy().reshape(-1)
+        query = model_common.read_bytes(request, "query", rank=1)
+        documents = model_common.read_bytes(request, "documents", rank=1)
         if len(query) != 1:
             raise RequestError(f"query must hold one text, not {len(query)}")
         if len(documents) == 0:

@@ -26,7 +26,6 @@ import io
 import json
 import os
 import re
-import struct
 import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +35,8 @@ import triton_python_backend_utils as pb_utils
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_common  # noqa: E402  (installed beside this file by build/export.py)
 
 RESAMPLING = {mode.name.lower(): mode for mode in Image.Resampling}
 BOMB = (Image.DecompressionBombError, Image.DecompressionBombWarning)
@@ -43,31 +44,6 @@ BOMB = (Image.DecompressionBombError, Image.DecompressionBombWarning)
 
 class Refused(Exception):
     """A row refused, with the message to answer (it names the row and the cause)."""
-
-
-class MalformedBytes(bytes):
-    """A BYTES element whose length prefix runs past the end of the tensor; `declared` is what it claimed."""
-
-    declared = 0
-
-
-def deserialize_bytes_tensor(encoded):
-    """Replaces triton_python_backend_utils.deserialize_bytes_tensor in this process (as the tokenizer does): Triton
-    2.48 does not check the last element's length prefix and the original raises outside execute(), killing the
-    stub. Here such an element becomes a MalformedBytes, answered as a per-request error."""
-    data = encoded.tobytes()
-    items, offset, end = [], 0, len(data)
-    while offset + 4 <= end:
-        (size,) = struct.unpack_from("<I", data, offset)
-        offset += 4
-        if offset + size > end:
-            malformed = MalformedBytes(data[offset:end])
-            malformed.declared = size
-            items.append(malformed)
-            break
-        items.append(data[offset:offset + size])
-        offset += size
-    return np.array(items, dtype=np.object_)
 
 
 class Transform:
@@ -148,7 +124,7 @@ def _parameter(config, key):
 
 class TritonPythonModel:
     def initialize(self, args):
-        pb_utils.deserialize_bytes_tensor = deserialize_bytes_tensor  # before the first request is loaded
+        model_common.install_decoder()  # before the first request is loaded
         config = json.loads(args["model_config"])
         here = os.path.join(args["model_repository"], args["model_version"])
         with open(os.path.join(here, "preprocess.json"), encoding="utf-8") as handle:
@@ -174,9 +150,6 @@ class TritonPythonModel:
 
     def pixels(self, item, label):
         """One row's [3, H, W] pixels, or Refused naming the row and the cause."""
-        if isinstance(item, MalformedBytes):
-            raise Refused(f"{label} is malformed: its length prefix says {item.declared} bytes but {len(item)} "
-                          f"follow")
         if not isinstance(item, bytes):
             item = bytes(item) if isinstance(item, (bytearray, memoryview)) else str(item).encode()
         if not item:
@@ -230,16 +203,19 @@ class TritonPythonModel:
             return f"{label} could not be decoded ({type(error).__name__}: {error})"
 
     def execute(self, requests):
-        rows = []  # (request index, row, item)
+        rows, per_request = [], [[] for _ in requests]  # rows: (request index, row, item)
         for i, request in enumerate(requests):
-            items = pb_utils.get_input_tensor_by_name(request, "image").as_numpy().reshape(-1)
+            try:
+                items = model_common.read_bytes(request, "image")
+            except model_common.InvalidInput as error:
+                per_request[i].append(str(error))
+                continue
             rows.extend((i, r, item) for r, item in enumerate(items))
         work = [(item, f"image[{r}]") for _, r, item in rows]
         if self.pool is not None and len(work) > 1:  # Pillow releases the GIL while it decodes and resizes
             results = list(self.pool.map(lambda job: self.row(*job), work))
         else:
             results = [self.row(*job) for job in work]
-        per_request = [[] for _ in requests]
         for (i, _, _), result in zip(rows, results):
             per_request[i].append(result)
         responses = []

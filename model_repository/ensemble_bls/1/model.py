@@ -24,11 +24,15 @@ A cross-encoder export's BLS model takes (query, text) pairs: the input `query` 
 import json
 import os
 import re
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_common  # noqa: E402  (installed beside this file by build/export.py)
 
 TOKENIZER_OUTPUTS = ["input_ids", "attention_mask", "num_tokens", "truncated", "length_group"]
 FROM_TOKENIZER = {"num_tokens", "truncated", "query_truncated"}
@@ -61,6 +65,7 @@ def quantize(vectors, precision, ranges):
 
 class TritonPythonModel:
     def initialize(self, args):
+        model_common.install_decoder()  # before the first request is loaded
         config = json.loads(args["model_config"])
         parameters = {key: value["string_value"] for key, value in config["parameters"].items()}
         self.tokenizer_model = parameters["tokenizer_model"]
@@ -90,6 +95,8 @@ class TritonPythonModel:
             return pb_utils.InferenceResponse(output_tensors=self.embed(request, Deadline(request)))
         except StepError as error:
             return pb_utils.InferenceResponse(error=error.triton_error)
+        except model_common.InvalidInput as error:
+            return pb_utils.InferenceResponse(error=error.triton_error())
         except Exception as error:  # noqa: BLE001 - a step not loaded, stopping...: this request fails, not the batch
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{type(error).__name__}: {error}",
                                                                          pb_utils.TritonError.UNAVAILABLE))
@@ -153,6 +160,9 @@ class TritonPythonModel:
         wanted = request.requested_output_names() or self.outputs
         dimensions, parameters = self.options(request)
         pool_factor = self.colbert_options(request)
+        # InvalidInput for a malformed element or shape, before any step
+        model_common.read_bytes(request, "text", rank=2)
+        model_common.read_bytes(request, "query", rank=2, optional=True)
         inputs = [pb_utils.get_input_tensor_by_name(request, name) for name in ("text", "query")]
         inputs = [tensor for tensor in inputs if tensor is not None]
         tokens = self.call(self.tokenizer_model, inputs, self.tokenizer_outputs, deadline, parameters)

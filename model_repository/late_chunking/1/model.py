@@ -18,11 +18,16 @@ tokens of each a different context than one forward pass. Bad spans are refused 
 config.pbtxt, read once here.
 """
 import json
+import os
 import re
+import sys
 import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_common  # noqa: E402  (installed beside this file by build/export.py)
 
 # the tokenizer's per-request errors name text[0]: this model has one text, named `text`
 INPUT_ERROR = re.compile(r"^(text\[0\] |the request holds |prompt_name |input_type |prompts apply )")
@@ -96,6 +101,7 @@ def sentence_chunks(text, offsets, budget):
 
 class TritonPythonModel:
     def initialize(self, args):
+        model_common.install_decoder()  # before the first request is loaded
         config = json.loads(args["model_config"])
         parameters = {key: value["string_value"] for key, value in config["parameters"].items()}
         self.tokenizer_model = parameters["tokenizer_model"]
@@ -108,6 +114,8 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(output_tensors=self.chunk(request)))
             except RequestError as error:
                 responses.append(pb_utils.InferenceResponse(error=error.triton_error))
+            except model_common.InvalidInput as error:
+                responses.append(pb_utils.InferenceResponse(error=error.triton_error()))
             except Exception as error:  # noqa: BLE001 - a step not loaded, stopping...: this request fails
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
                     f"{type(error).__name__}: {error}", pb_utils.TritonError.UNAVAILABLE)))
@@ -132,7 +140,7 @@ class TritonPythonModel:
         if (spans is None) == (budget is None):
             raise RequestError("give the chunks as the input spans or as the request parameter chunk_tokens "
                                + ("(one of them, not both)" if budget is not None else "(neither was given)"))
-        raw = pb_utils.get_input_tensor_by_name(request, "text").as_numpy().reshape(-1)
+        raw = model_common.read_bytes(request, "text", rank=1)
         if len(raw) != 1:
             raise RequestError(f"text must hold one text, not {len(raw)}")
         text_in = pb_utils.Tensor("text", raw.reshape(1, 1))

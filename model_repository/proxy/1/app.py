@@ -485,7 +485,8 @@ async def chunk_embeddings(request: Request, body: schemas.ChunkEmbeddingsReques
 def card_json(card):
     return {"id": card.id, "object": "model", "created": card.created, "owned_by": "triton-embed",
             "embedding_size": card.embedding_size, "max_input_tokens": card.max_length,
-            "outputs": list(card.outputs), "source": card.source, "kind": card.kind}
+            "outputs": list(card.outputs), "source": card.source, "kind": card.kind,
+            "prompts": dict(card.prompts), "default_prompt_name": card.default_prompt_name}
 
 
 @router.get("/v1/models", dependencies=USER, response_model=schemas.ModelList, responses=ERRORS)

@@ -33,6 +33,9 @@ class Card:
     image_encoder: str | None = None
     architecture: str | None = None  # CLIP exports: open_clip's model name (ViT-B-32) or the HF model_type
     pretrained: str | None = None  # CLIP exports: open_clip's pretrained tag or checkpoint path
+    # the prompts its tokenizer prepends (prompt_name / input_type), as export.json lists them: ((name, text), ...)
+    prompts: tuple[tuple[str, str], ...] = ()
+    default_prompt_name: str | None = None
 
     @property
     def models(self):
@@ -53,7 +56,8 @@ def read_card(repository, name):
                     manifest["model"], int(os.path.getmtime(path)), manifest.get("kind", "embedding"),
                     manifest.get("chunks_model"), manifest.get("image_model"),
                     manifest.get("image_preprocess_model"), manifest.get("image_encoder_model"),
-                    manifest.get("architecture"), manifest.get("pretrained"))
+                    manifest.get("architecture"), manifest.get("pretrained"),
+                    tuple(sorted((manifest.get("prompts") or {}).items())), manifest.get("default_prompt_name"))
     except (OSError, ValueError, KeyError):
         return None
 

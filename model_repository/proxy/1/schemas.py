@@ -255,6 +255,10 @@ class ModelCard(BaseModel):
     kind: Literal["embedding", "cross-encoder", "clip"] = Field(
         "embedding", description="embedding: embeds texts (and reranks with bge-m3's score); cross-encoder: reranks "
                                  "only, scoring each (query, document) pair; clip: embeds texts and images")
+    prompts: dict[str, str] = Field(
+        default_factory=dict, description="the prompts the model prepends, by name: `prompt_name` picks one, and "
+                                          "`input_type` query / document picks its query or document prompt")
+    default_prompt_name: str | None = Field(None, description="the prompt prepended when the request names none")
 
 
 class ModelList(BaseModel):

@@ -27,7 +27,6 @@ open_clip's own.
 import html
 import json
 import os
-import struct
 import sys
 
 import numpy as np
@@ -36,6 +35,8 @@ from tokenizers import Tokenizer
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import model_common  # noqa: E402  (installed beside this file by build/export.py)
+
 from grouping import pad_width, plan_groups, round_up  # noqa: E402
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -45,39 +46,13 @@ INPUT_TYPES = {"query": ("query",), "search_query": ("query",), "document": ("do
                "classification": ("classification",), "clustering": ("clustering",)}
 
 
-class MalformedText(bytes):
-    """A BYTES element whose length prefix runs past the end of the tensor; `declared` is what it claimed."""
-
-    declared = 0
-
-
-def deserialize_bytes_tensor(encoded):
-    """Replaces triton_python_backend_utils.deserialize_bytes_tensor in this process. Why: the stub deserializes
-    BYTES inputs before execute() runs, outside any error handling, and Triton 2.48 does not check the last
-    element's length prefix; the original raised on `\\xe8\\x03\\x00\\x00abc` (1000 bytes declared, 3 sent)
-    and the stub died. Here such an element becomes a MalformedText, answered as a per-request error."""
-    data = encoded.tobytes()
-    texts, offset, end = [], 0, len(data)
-    while offset + 4 <= end:
-        (size,) = struct.unpack_from("<I", data, offset)
-        offset += 4
-        if offset + size > end:
-            malformed = MalformedText(data[offset:end])
-            malformed.declared = size
-            texts.append(malformed)
-            break
-        texts.append(data[offset:offset + size])
-        offset += size
-    return np.array(texts, dtype=np.object_)
-
-
 def _parameter(config, key):
     return config["parameters"][key]["string_value"]
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        pb_utils.deserialize_bytes_tensor = deserialize_bytes_tensor  # before the first request is loaded
+        model_common.install_decoder()  # before the first request is loaded
         config = json.loads(args["model_config"])
         here = os.path.join(args["model_repository"], args["model_version"])
         self.tokenizer = Tokenizer.from_file(os.path.join(here, "tokenizer.json"))
@@ -159,9 +134,8 @@ class TritonPythonModel:
     def decode(self, request):
         """(texts, queries, shared): the request's texts, per row its query (None: single texts), and whether one
         query (the parameter) serves every row; or ValueError naming the first bad row. Messages never echo the text."""
-        raw = pb_utils.get_input_tensor_by_name(request, "text").as_numpy().reshape(-1)
-        queries = pb_utils.get_input_tensor_by_name(request, "query")
-        queries = None if queries is None else queries.as_numpy().reshape(-1)
+        raw = model_common.read_bytes(request, "text", rank=2)
+        queries = model_common.read_bytes(request, "query", rank=2, optional=True)
         shared = json.loads(request.parameters() or "{}").get("query")
         if shared is not None:
             queries = np.array([shared.encode() if isinstance(shared, str) else shared], dtype=np.object_)
@@ -177,9 +151,6 @@ class TritonPythonModel:
         return texts, [self.decode_row(item, f"query[{row}]") for row, item in enumerate(queries)], False
 
     def decode_row(self, item, label):
-        if isinstance(item, MalformedText):
-            raise ValueError(f"{label} is malformed: its length prefix says {item.declared} bytes but {len(item)} "
-                             f"follow")
         item = item if isinstance(item, bytes) else str(item).encode()
         if len(item) > self.max_text_bytes:
             raise ValueError(f"{label} is {len(item)} bytes, over the limit of {self.max_text_bytes} "

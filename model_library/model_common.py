@@ -1,0 +1,107 @@
+"""What every Python model of the repository shares: reading BYTES inputs so that no input, however malformed, can
+kill a stub, and the per-request input error every model answers with.
+
+build/export.py installs this file beside each Python model's model.py (MODEL_CODE in build/exporting/repository.py)
+and counts it in the export digest, so a mounted repository runs with nothing beside it. Import it as
+`import model_common`; it needs only numpy and the backend's triton_python_backend_utils.
+
+Why the decoder: Triton 2.48's stub turns every BYTES input into numpy before execute() runs, outside any error
+handling, with triton_python_backend_utils.deserialize_bytes_tensor(...).reshape(dims). The stock decoder raises on
+an element whose length prefix runs past the buffer (`\\xe8\\x03\\x00\\x00abc`: 1000 bytes declared, 3 sent), and the
+reshape raises when the shape's element count does not match the elements sent (Triton core lets through shapes
+whose element count wraps past 2^32); either exception kills the stub. install_decoder() replaces the decoder in the
+model's process: a bad element becomes a MalformedBytes, a bad shape a flag on the array, and read_bytes() turns both
+into that request's INVALID_ARG naming the field.
+"""
+import struct
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class MalformedBytes(bytes):
+    """A BYTES element whose length prefix runs past the end of the tensor; `declared` is what it claimed."""
+
+    declared = 0
+
+
+class DecodedBytes(np.ndarray):
+    """The decoder's array of elements. Its reshape() does not raise when the shape's element count is not the
+    number of elements sent: it keeps the elements as they came and records the shape that was asked for."""
+
+    def __array_finalize__(self, source):
+        self.wanted_shape = getattr(source, "wanted_shape", None)
+
+    def reshape(self, *shape, **kwargs):
+        try:
+            return super().reshape(*shape, **kwargs)
+        except (ValueError, OverflowError, MemoryError):
+            flat = super().reshape(-1)
+            flat.wanted_shape = tuple(shape[0]) if len(shape) == 1 and not isinstance(shape[0], int) else shape
+            return flat
+
+
+def deserialize_bytes_tensor(encoded):
+    """triton_python_backend_utils.deserialize_bytes_tensor, made total: never raises on any buffer."""
+    data = encoded.tobytes()
+    items, offset, end = [], 0, len(data)
+    while offset + 4 <= end:
+        (size,) = struct.unpack_from("<I", data, offset)
+        offset += 4
+        if offset + size > end:
+            malformed = MalformedBytes(data[offset:end])
+            malformed.declared = size
+            items.append(malformed)
+            break
+        items.append(data[offset:offset + size])
+        offset += size
+    if offset < end and (not items or not isinstance(items[-1], MalformedBytes)):
+        trailing = MalformedBytes(data[offset:end])  # 1-3 bytes: not even a length prefix
+        trailing.declared = 4
+        items.append(trailing)
+    array = np.empty(len(items), dtype=np.object_)
+    array[:] = items
+    return array.view(DecodedBytes)
+
+
+def install_decoder():
+    """Call first in initialize(): the stub looks the decoder up for each request it loads."""
+    pb_utils.deserialize_bytes_tensor = deserialize_bytes_tensor
+
+
+class InvalidInput(ValueError):
+    """A request's own bad input: its response is INVALID_ARG (HTTP 400) with the message led by the field, and the
+    other requests of the batch go on. A ValueError, so the models' per-request handlers take it as they are."""
+
+    def __init__(self, field, problem):
+        super().__init__(f"{field} {problem}")
+        self.field = field
+
+    def triton_error(self):
+        return pb_utils.TritonError(str(self), pb_utils.TritonError.INVALID_ARG)
+
+
+def read_bytes(request, name, rank=None, optional=False):
+    """The BYTES input `name` as a flat object array of bytes (None: absent and optional), or InvalidInput naming it
+    (`name` for its shape, `name[i]` for an element). `rank`: the dimensions the model's config gives the input,
+    batch included. Why: Triton 2.48 takes a batch of 2^32 rows holding one element as a batch of 0 and hands a BLS
+    model the input without its batch dimension (a tokenizer behind a dynamic batcher gets it as one row, and nothing
+    in the model can tell)."""
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        if optional:
+            return None
+        raise InvalidInput(name, "is missing")
+    array = tensor.as_numpy()
+    wanted = getattr(array, "wanted_shape", None)
+    if wanted is not None:
+        raise InvalidInput(name, f"has shape {list(wanted)} but holds {array.size} elements")
+    if rank is not None and array.ndim != rank:
+        raise InvalidInput(name, f"arrived with shape {list(array.shape)}, not {rank} dimensions: its shape does not "
+                                 f"match its elements (an element count past 2^32?)")
+    flat = np.asarray(array, dtype=np.object_).reshape(-1)
+    for row, item in enumerate(flat):
+        if isinstance(item, MalformedBytes):
+            raise InvalidInput(f"{name}[{row}]", f"is malformed: its length prefix says {item.declared} bytes but "
+                                                 f"{len(item)} follow")
+    return flat
