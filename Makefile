@@ -26,7 +26,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 EXPORT_ARGS = --repository $(REPOSITORY) $(if $(MODEL),--model "$(MODEL)") $(if $(NAME),--name "$(NAME)") \
 	$(if $(OPEN_CLIP),--open-clip "$(OPEN_CLIP)") $(if $(PRETRAINED),--pretrained "$(PRETRAINED)")
 
-.PHONY: setup tools py310 export serve test lint bench clean
+.PHONY: setup tools py310 export serve test test-unit lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -73,6 +73,10 @@ serve: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# The inner loop: no server, no export, no tool venvs (tests/conftest.py marks `serving` and `heavy` tests itself).
+test-unit: setup
+	$(PY) -m pytest -q -m "not serving and not heavy" tests
 
 test: setup tools py310 lint
 	$(PY) -m pytest tests

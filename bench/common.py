@@ -19,7 +19,7 @@ for _path in (PROJECT, os.path.join(PROJECT, "build")):
         sys.path.insert(0, _path)
 
 from exporting import pbtxt  # noqa: E402
-from exporting.repository import templates_digest  # noqa: E402
+from exporting.repository import copy_model_code, templates_digest  # noqa: E402
 
 from local_triton import launch  # noqa: E402
 
@@ -29,8 +29,7 @@ MODEL_LIBRARY = os.path.join(PROJECT, "model_library")  # the code every Python 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 EXPORTED_MODELS = ("tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "late_chunking", "proxy",
                    "supervisor")
-# Model-independent configs, tracked in model_repository/: the current ones go with the current code.
-TRACKED_CONFIGS = ("tokenizer", "proxy", "supervisor")
+# The default export's Python models, whose tracked code and configs (export's MODEL_CODE) a scratch copy refreshes.
 TRACKED_CODE = ("tokenizer", "ensemble_bls", "rerank", "late_chunking", "proxy", "supervisor")
 
 
@@ -98,16 +97,11 @@ def copy_models(source, target, models=EXPORTED_MODELS):
 
 
 def refresh_tracked(repository):
-    """The project's current tracked configs and model code replace the copy's, so code changes are measured."""
-    for model in TRACKED_CONFIGS:
-        if os.path.exists(os.path.join(repository, model)):
-            shutil.copy2(os.path.join(TRACKED, model, "config.pbtxt"), os.path.join(repository, model))
+    """The project's current tracked configs and model code (and the models' library) replace the copy's, as export
+    installs them (MODEL_CODE), so code changes are measured."""
     for model in TRACKED_CODE:
         if os.path.exists(os.path.join(repository, model)):
-            for code in glob.glob(os.path.join(TRACKED, model, "1", "*.py")):
-                shutil.copy2(code, os.path.join(repository, model, "1"))
-            if model not in ("proxy", "supervisor"):  # the library the other Python models import
-                shutil.copy2(os.path.join(MODEL_LIBRARY, "model_common.py"), os.path.join(repository, model, "1"))
+            copy_model_code(model, os.path.join(repository, model))
 
 
 def scratch_repository(source, target, models=EXPORTED_MODELS):

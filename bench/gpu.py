@@ -80,7 +80,7 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
     repository = os.path.join(work_dir, "repository")
     shutil.rmtree(repository, ignore_errors=True)
     tokenizer_dir = os.path.join(repository, "tokenizer")
-    common.copy_model(os.path.join(common.TRACKED, "tokenizer"), tokenizer_dir, "tokenizer.json")
+    export_repository.copy_model_code("tokenizer", tokenizer_dir)  # the tracked code and config, as export copies it
     tokenizer.enable_padding(pad_id=1, pad_token="<pad>")  # the tokenizer model requires it in the file
     tokenizer.save(os.path.join(tokenizer_dir, "1", "tokenizer.json"))
     tokenizer.no_padding()
@@ -120,7 +120,7 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
                                + per_text),
             output_maps='      output_map { key: "embedding", value: "embedding" }'))
     bls_dir = os.path.join(repository, "ensemble_bls")
-    common.copy_model(os.path.join(common.TRACKED, "ensemble_bls"), bls_dir, "vectors.json", "config.pbtxt*")
+    export_repository.copy_model_code("ensemble_bls", bls_dir)
     with open(os.path.join(bls_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(export_repository.render(
             os.path.join(PROJECT, "model_repository", "ensemble_bls", "config.pbtxt.template"), tokenizer="tokenizer",

@@ -1,5 +1,6 @@
 """What every Python model of the repository shares: reading BYTES inputs so that no input, however malformed, can
-kill a stub, and the per-request input error every model answers with.
+kill a stub; the per-request input error every model answers with; the request's deadline that each BLS call
+carries.
 
 build/export.py installs this file beside each Python model's model.py (MODEL_CODE in build/exporting/repository.py)
 and counts it in the export digest, so a mounted repository runs with nothing beside it. Import it as
@@ -14,6 +15,7 @@ model's process: a bad element becomes a MalformedBytes, a bad shape a flag on t
 into that request's INVALID_ARG naming the field.
 """
 import struct
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -105,3 +107,44 @@ def read_bytes(request, name, rank=None, optional=False):
             raise InvalidInput(f"{name}[{row}]", f"is malformed: its length prefix says {item.declared} bytes but "
                                                  f"{len(item)} follow")
     return flat
+
+
+class StepError(Exception):
+    """A request's error from one of its steps (a BLS call) or its deadline, answered as it is."""
+
+    def __init__(self, triton_error):
+        super().__init__(triton_error.message())
+        self.triton_error = triton_error
+
+
+class Deadline:
+    """The request's own timeout (µs; 0: none) and cancellation, checked before each step (left_us): work whose
+    client has gone or whose time is up is not started, and each step's BLS request gets only what is left (its
+    `timeout=`), so the models behind it refuse it from their queues too."""
+
+    def __init__(self, request):
+        self.request, timeout_us = request, request.timeout()
+        self.end = time.monotonic() + timeout_us / 1e6 if timeout_us else None
+
+    def left_us(self):
+        if self.request.is_cancelled():
+            raise StepError(pb_utils.TritonError("the request was cancelled", getattr(
+                pb_utils.TritonError, "CANCELLED", pb_utils.TritonError.UNAVAILABLE)))
+        if self.end is None:
+            return 0
+        left = int((self.end - time.monotonic()) * 1e6)
+        if left <= 0:
+            raise StepError(pb_utils.TritonError("Request timeout expired before its next step",
+                                                 pb_utils.TritonError.UNAVAILABLE))
+        return left
+
+    def check_answer(self):
+        """After the work: a result the client has left, or that is past its timeout, is not answered as a success.
+        Why: an encoder run, once queued, ignores timeouts (the encoder has no queue policy: bench/TUNING.md), so
+        a late answer would otherwise arrive as if on time."""
+        if self.request.is_cancelled() or (self.end is not None and time.monotonic() > self.end):
+            cancelled = self.request.is_cancelled()
+            raise StepError(pb_utils.TritonError(
+                "the request was cancelled" if cancelled else "Request timeout expired while it ran",
+                getattr(pb_utils.TritonError, "CANCELLED", pb_utils.TritonError.UNAVAILABLE) if cancelled
+                else pb_utils.TritonError.UNAVAILABLE))

@@ -4,10 +4,13 @@ Every input comes from the repository (tests/fixtures) or from pip packages the 
 (set by `make test` for its second pass) runs the Python models on another interpreter's venv, e.g. Python 3.10
 with the container's pins; tests that go through a server carry the `serving` mark, which selects that pass.
 """
+import functools
+import inspect
 import json
 import lzma
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -26,17 +29,73 @@ from local_triton import launch  # noqa: E402
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 FIXTURES = os.path.join(PROJECT, "tests", "fixtures")
 MODEL_PYTHON = os.environ.get("MODEL_PYTHON") or sys.executable
-SERVING_FIXTURES = {"server", "xlmr_server", "m3_server", "multi_server", "served", "bounded_server", "clip_server"}
+# Marks a test gets by itself from what it (or a fixture it uses, or a helper of its module) calls, so there is no
+# list to keep: `serving` starts a tritonserver, in-process or the launcher as a process (make test runs these again
+# on Python 3.10); `heavy` exports a model, runs the bench or needs the tools venv. `make test-unit` runs the rest.
+MARKS = {
+    "serving": re.compile(r"\b(start_server|serve_until_done|launch\.start|launch\.main)\("
+                          r"|\"local_triton\.launch\""),
+    "heavy": re.compile(r"\b(export|run_export|tiny_xlmr|tiny_sentence_transformer)\("
+                        r"|\"bench\.\w+\"|TOOLS_(BIN|PYTHON)"),
+}
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "serving: goes through a real tritonserver (run again on Python 3.10)")
+    config.addinivalue_line("markers", "heavy: exports a model, runs the bench or needs the tools venv")
+
+
+DYNAMIC_FIXTURE = re.compile(r"getfixturevalue\(\"(\w+)\"\)")
+
+
+@functools.cache
+def _sources(function, depth=3):
+    """The source of `function` and of the functions and classes of its module that it names, and so on to `depth`
+    levels (a fixture -> its module's helper -> the class that starts the launcher)."""
+    module, code = inspect.getmodule(function), getattr(function, "__code__", None)
+    found = [_source(function)]
+    for name in (code.co_names if code and depth else ()):
+        helper = getattr(module, name, None)
+        if inspect.isclass(helper):
+            found.append(_source(helper))
+        elif inspect.isfunction(helper) and helper is not function:
+            found.extend(_sources(helper, depth - 1))
+    return tuple(found)
+
+
+def _source(thing):
+    try:
+        return inspect.getsource(thing)
+    except (OSError, TypeError):
+        return ""
+
+
+def _calls(function, pattern, item, seen):
+    """Whether `function` calls what `pattern` finds (itself or through a helper of its module), or asks for a
+    fixture by name (request.getfixturevalue) that does."""
+    if function in seen:
+        return False
+    seen.add(function)
+    sources = _sources(function)
+    if any(pattern.search(source) for source in sources):
+        return True
+    manager = item.session._fixturemanager
+    for name in {n for source in sources for n in DYNAMIC_FIXTURE.findall(source)}:
+        for definition in manager.getfixturedefs(name, item) or ():
+            if _calls(definition.func, pattern, item, seen):
+                return True
+    return False
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if SERVING_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.serving)
+        info = getattr(item, "_fixtureinfo", None)
+        fixtures = [d.func for defs in (info.name2fixturedefs.values() if info else ()) for d in defs]
+        functions = [f for f in [getattr(item, "function", None), *fixtures] if f]
+        for mark, pattern in MARKS.items():
+            seen = set()
+            if any(_calls(f, pattern, item, seen) for f in functions):
+                item.add_marker(getattr(pytest.mark, mark))
 
 
 def pytest_report_header():

@@ -610,6 +610,7 @@ class TestStrandedCalls:
         assert all(r.outcome == 200 for r in requests if r.started > recovered), "serving again, every request"
 
 
+@pytest.mark.serving  # it reports what the serving tests above measured
 def test_zz_measurements(capsys):
     """The numbers the closing note of issue 9 needs, in one table."""
     with capsys.disabled():

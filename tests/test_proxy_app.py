@@ -43,6 +43,8 @@ class Card:
     image: str | None = None  # CLIP exports: the image ensemble
     architecture: str | None = None
     pretrained: str | None = None
+    prompts: tuple = (("query", "query: "),)  # registry.Card's form: ((name, text), ...)
+    default_prompt_name: str | None = None
 
 
 def stable_hash(text):

@@ -38,6 +38,7 @@ class TritonPythonModel:
         self.pairs_model = parameters["pairs_model"]
         self.label = int(parameters["label"])
         self.texts_per_call = int(parameters["texts_per_call"])
+        self.max_documents = int(parameters.get("max_documents") or 2048)
         self.pool = ThreadPoolExecutor(16, thread_name_prefix="rerank-call")
 
     def execute(self, requests):
@@ -49,6 +50,8 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(error=error.triton_error))
             except model_common.InvalidInput as error:
                 responses.append(pb_utils.InferenceResponse(error=error.triton_error()))
+            except model_common.StepError as error:  # the deadline's: cancelled, or no time left for a call
+                responses.append(pb_utils.InferenceResponse(error=error.triton_error))
             except Exception as error:  # noqa: BLE001 - the pair model not loaded, stopping...
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
                     f"{type(error).__name__}: {error}", pb_utils.TritonError.UNAVAILABLE)))
@@ -61,14 +64,19 @@ class TritonPythonModel:
             raise RequestError(f"query must hold one text, not {len(query)}")
         if len(documents) == 0:
             raise RequestError("documents is empty: send at least one document")
+        if len(documents) > self.max_documents:
+            raise RequestError(f"documents holds {len(documents)} documents, over the limit of {self.max_documents} "
+                               f"(rerank parameter max_documents)")
+        deadline = model_common.Deadline(request)
         raw = query[0] if isinstance(query[0], bytes) else str(query[0]).encode()
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as error:
             raise RequestError(f"query is not valid UTF-8 (byte {error.start})") from None
-        calls = [self.pool.submit(self.score, documents[start:start + self.texts_per_call], start, text)
+        calls = [self.pool.submit(self.score, documents[start:start + self.texts_per_call], start, text, deadline)
                  for start in range(0, len(documents), self.texts_per_call)]
         parts = [call.result() for call in calls]
+        deadline.check_answer()
         out = {name: np.concatenate([part[name] for part in parts]) for name in OUTPUTS}
         return [pb_utils.Tensor("scores", out["scores"][:, self.label].astype(np.float32)),
                 pb_utils.Tensor("logits", out["logits"][:, self.label].astype(np.float32)),
@@ -76,10 +84,12 @@ class TritonPythonModel:
                 pb_utils.Tensor("query_truncated", np.array([bool(out["query_truncated"].any())])),
                 pb_utils.Tensor("truncated", out["truncated"].reshape(-1).copy())]
 
-    def score(self, documents, first, query):
-        """documents[first:...] paired with the query -> {output: rows}; errors name the query or documents[i]."""
+    def score(self, documents, first, query, deadline):
+        """documents[first:...] paired with the query -> {output: rows}, with what is left of the request's timeout;
+        errors name the query or documents[i]."""
         request = pb_utils.InferenceRequest(
             model_name=self.pairs_model, requested_output_names=OUTPUTS, parameters={"query": query},
+            timeout=deadline.left_us(),
             inputs=[pb_utils.Tensor("text", documents.astype(np.object_).reshape(-1, 1))],
             preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0))
         response = request.exec()

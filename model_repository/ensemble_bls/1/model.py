@@ -25,7 +25,6 @@ import json
 import os
 import re
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -195,6 +194,7 @@ class TritonPythonModel:
                     results[name] = np.full(shape, PAD_VALUES.get(name, 0), dtype=part.dtype)
                 target = results[name]
                 target[(rows, *(slice(0, n) for n in part.shape[1:]))] = part
+        deadline.check_answer()
         self.vectors(results, wanted, dimensions)
         self.compact_colbert(results, wanted, pool_factor)
         return [pb_utils.Tensor(name, results[name]) for name in wanted]
@@ -237,31 +237,7 @@ class TritonPythonModel:
         self.runs_pool.shutdown(wait=False, cancel_futures=True)
 
 
-class Deadline:
-    """The request's own timeout (µs; 0: none) and cancellation, checked before each step: work whose client has
-    gone or whose time is up is not started, and each step gets only what is left."""
-
-    def __init__(self, request):
-        self.request, timeout_us = request, request.timeout()
-        self.end = time.monotonic() + timeout_us / 1e6 if timeout_us else None
-
-    def left_us(self):
-        if self.request.is_cancelled():
-            raise StepError(pb_utils.TritonError("the request was cancelled", getattr(
-                pb_utils.TritonError, "CANCELLED", pb_utils.TritonError.UNAVAILABLE)))
-        if self.end is None:
-            return 0
-        left = int((self.end - time.monotonic()) * 1e6)
-        if left <= 0:
-            raise StepError(pb_utils.TritonError("Request timeout expired before its next step",
-                                                 pb_utils.TritonError.UNAVAILABLE))
-        return left
-
-
-class StepError(Exception):
-    def __init__(self, triton_error):
-        super().__init__(triton_error.message())
-        self.triton_error = triton_error
+StepError, Deadline = model_common.StepError, model_common.Deadline  # the library's: a step's error, the deadline
 
 
 def invalid(message):

@@ -21,7 +21,6 @@ import json
 import os
 import re
 import sys
-import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -116,6 +115,8 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(error=error.triton_error))
             except model_common.InvalidInput as error:
                 responses.append(pb_utils.InferenceResponse(error=error.triton_error()))
+            except model_common.StepError as error:  # the deadline's: cancelled, or no time left for a step
+                responses.append(pb_utils.InferenceResponse(error=error.triton_error))
             except Exception as error:  # noqa: BLE001 - a step not loaded, stopping...: this request fails
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
                     f"{type(error).__name__}: {error}", pb_utils.TritonError.UNAVAILABLE)))
@@ -134,7 +135,7 @@ class TritonPythonModel:
         return budget, prompt
 
     def chunk(self, request):
-        end = time.monotonic() + request.timeout() / 1e6 if request.timeout() else None
+        deadline = model_common.Deadline(request)
         budget, prompt = self.options(request)
         spans = pb_utils.get_input_tensor_by_name(request, "spans")
         if (spans is None) == (budget is None):
@@ -145,7 +146,7 @@ class TritonPythonModel:
             raise RequestError(f"text must hold one text, not {len(raw)}")
         text_in = pb_utils.Tensor("text", raw.reshape(1, 1))
         tokens = self.call(self.tokenizer_model, [text_in], ["input_ids", "attention_mask", "num_tokens",
-                                                              "truncated", "offsets", "length_group"], end, prompt)
+                                                              "truncated", "offsets", "length_group"], deadline, prompt)
         count = int(tokens["num_tokens"][0, 0])
         if tokens["truncated"][0, 0]:
             raise RequestError(f"text is longer than the model's max length of {count} tokens: late chunking embeds "
@@ -164,7 +165,8 @@ class TritonPythonModel:
                 raise RequestError(f"spans[{i}] {chunks[i].tolist()} covers no token of the text")
         inputs = [pb_utils.Tensor(name, np.ascontiguousarray(tokens[name][:, :count]))
                   for name in ("input_ids", "attention_mask")]
-        hidden = self.call(self.encoder_model, inputs, ["token_embeddings"], end)["token_embeddings"][0]
+        hidden = self.call(self.encoder_model, inputs, ["token_embeddings"], deadline)["token_embeddings"][0]
+        deadline.check_answer()
         vectors = np.stack([hidden[:count][mask].astype(np.float64).mean(0) for mask in selected])
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         return [pb_utils.Tensor("embedding", vectors.astype(np.float32)),
@@ -173,16 +175,13 @@ class TritonPythonModel:
                 pb_utils.Tensor("text_tokens", np.array([count], dtype=np.int32))]
 
     @staticmethod
-    def call(model, inputs, outputs, end, parameters=None):
-        """One BLS request with what is left of the request's timeout; a step's error is this request's."""
-        left = 0
-        if end is not None:
-            left = int((end - time.monotonic()) * 1e6)
-            if left <= 0:
-                raise RequestError("Request timeout expired before its next step", pb_utils.TritonError.UNAVAILABLE)
+    def call(model, inputs, outputs, deadline, parameters=None):
+        """One BLS request with what is left of the request's timeout (cancellation checked first); a step's error
+        is this request's."""
         response = pb_utils.InferenceRequest(
             model_name=model, inputs=inputs, requested_output_names=outputs, parameters=parameters or {},
-            timeout=left, preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0)).exec()
+            timeout=deadline.left_us(),
+            preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0)).exec()
         if response.has_error():
             message = response.error().message()
             if INPUT_ERROR.match(message):

@@ -82,6 +82,7 @@ class TritonPythonModel:
         self.embedding_model = parameters["embedding_model"]
         self.served = [mode for mode in parameters["served_outputs"].split(",") if mode in MODES]
         self.texts_per_call = int(parameters["texts_per_call"])
+        self.max_documents = int(parameters.get("max_documents") or 2048)
         self.pool = ThreadPoolExecutor(16, thread_name_prefix="rerank-call")
 
     def execute(self, requests):
@@ -93,6 +94,8 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(error=error.triton_error))
             except model_common.InvalidInput as error:
                 responses.append(pb_utils.InferenceResponse(error=error.triton_error()))
+            except model_common.StepError as error:  # the deadline's: cancelled, or no time left for a call
+                responses.append(pb_utils.InferenceResponse(error=error.triton_error))
             except Exception as error:  # noqa: BLE001 - the embedding model not loaded, stopping...
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
                     f"{type(error).__name__}: {error}", pb_utils.TritonError.UNAVAILABLE)))
@@ -113,11 +116,16 @@ class TritonPythonModel:
             raise RequestError(f"query must hold one text, not {len(query)}")
         if len(documents) == 0:
             raise RequestError("documents is empty: send at least one document")
+        if len(documents) > self.max_documents:
+            raise RequestError(f"documents holds {len(documents)} documents, over the limit of {self.max_documents} "
+                               f"(rerank parameter max_documents)")
+        deadline = model_common.Deadline(request)
         texts = np.concatenate([query, documents]).astype(np.object_)
         names = [name for mode in weights for name in TENSORS[mode]] + ["num_tokens", "truncated"]
-        calls = [self.pool.submit(self.embed, texts[start:start + self.texts_per_call], start, names)
+        calls = [self.pool.submit(self.embed, texts[start:start + self.texts_per_call], start, names, deadline)
                  for start in range(0, len(texts), self.texts_per_call)]
         parts = [call.result() for call in calls]
+        deadline.check_answer()
         outputs = {name: np.concatenate([part[name] for part in parts]) if name not in ("sparse_indices",
                    "sparse_values", "colbert_vectors") else [row for part in parts for row in part[name]]
                    for name in names}
@@ -139,10 +147,11 @@ class TritonPythonModel:
                 pb_utils.Tensor("query_truncated", truncated[:1].copy()),
                 pb_utils.Tensor("truncated", truncated[1:].copy())]
 
-    def embed(self, texts, first, names):
-        """texts[first:...] of [query, *documents] -> {output: rows}; errors name the query or documents[i]."""
+    def embed(self, texts, first, names, deadline):
+        """texts[first:...] of [query, *documents] -> {output: rows}, with what is left of the request's timeout;
+        errors name the query or documents[i]."""
         request = pb_utils.InferenceRequest(
-            model_name=self.embedding_model, requested_output_names=names,
+            model_name=self.embedding_model, requested_output_names=names, timeout=deadline.left_us(),
             inputs=[pb_utils.Tensor("text", texts.reshape(-1, 1))],
             preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0))
         response = request.exec()
