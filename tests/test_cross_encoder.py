@@ -286,6 +286,64 @@ def test_bad_input_is_invalid_argument_naming_the_field(ce_server, protocol):
     assert rerank(protocol, ce_server, QUERY, ["still serving"])["scores"].shape == (1,)
 
 
+# Named exports' Python models (a cross-encoder's NAME_rerank, an embedder's NAME_bls, NAME_rerank, NAME_chunks)
+# read BYTES with the models' library as the default export's do (issue 36): {model: (forged input, other inputs,
+# parameters)}
+NAMED_MODELS = {"xr_rerank": ("documents", [("query", [1], b"q")], {}), "xr_bls": ("text", [], {"query": "q"}),
+                "emb_bls": ("text", [], {}), "emb_rerank": ("documents", [("query", [1], b"q")], {}),
+                "emb_chunks": ("text", [], {"chunk_tokens": 8})}
+
+
+def raw_grpc(server, model, inputs, parameters):
+    """ModelInfer with raw BYTES contents: [(name, shape, serialized bytes)]; (status code, details)."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    request = service_pb2.ModelInferRequest(model_name=model)
+    for name, shape, _ in inputs:
+        request.inputs.add(name=name, datatype="BYTES", shape=shape)
+    request.raw_input_contents.extend(raw for _, _, raw in inputs)
+    for key, value in parameters.items():
+        if isinstance(value, int):
+            request.parameters[key].int64_param = value
+        else:
+            request.parameters[key].string_param = value
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(server.grpc_url))
+    try:
+        stub.ModelInfer(request, timeout=60)
+        return grpc.StatusCode.OK, ""
+    except grpc.RpcError as error:
+        return error.code(), error.details()
+
+
+@pytest.mark.parametrize("model", list(NAMED_MODELS))
+def test_named_exports_answer_forged_bytes_with_a_400_and_keep_their_stubs(ce_server, model):
+    import grpc
+
+    from local_triton import launch
+
+    def prefixed(text):
+        return len(text).to_bytes(4, "little") + text
+
+    field, others, parameters = NAMED_MODELS[model]
+    shape = [1, 1] if model.endswith("_bls") else [1]
+    others = [(name, sh, prefixed(raw)) for name, sh, raw in others]
+    code, details = raw_grpc(ce_server, model, [(field, shape, b"\xe8\x03\x00\x00abc")] + others, parameters)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith(f"{field}[0] is malformed"), details
+    dead = [pid for pid, (state, _) in launch.children(ce_server.process.pid).items() if state == "Z"]
+    assert ce_server.process.poll() is None and not dead, ce_server.log()[-3000:]
+    code, details = raw_grpc(ce_server, model, [(field, shape, prefixed(b"a good text"))] + others, parameters)
+    assert code == grpc.StatusCode.OK, details
+
+
+def test_cross_encoder_rerank_refuses_more_than_max_documents(ce_server):
+    from tritonclient.utils import InferenceServerException
+
+    with pytest.raises(InferenceServerException) as error:
+        rerank("grpc", ce_server, QUERY, [f"doc {i}" for i in range(2049)])
+    assert error.value.message().startswith("documents holds 2049 documents, over the limit of 2048"), error.value
+
+
 # ---------------------------------------------------------------- the proxy: /v1/rerank by model kind, /v1/models
 def post(server, path, body):
     request = urllib.request.Request(server.proxy_url + path, json.dumps(body).encode(),
