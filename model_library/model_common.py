@@ -14,6 +14,7 @@ whose element count wraps past 2^32); either exception kills the stub. install_d
 model's process: a bad element becomes a MalformedBytes, a bad shape a flag on the array, and read_bytes() turns both
 into that request's INVALID_ARG naming the field.
 """
+import json
 import struct
 import time
 
@@ -66,21 +67,33 @@ def deserialize_bytes_tensor(encoded):
     return array.view(DecodedBytes)
 
 
+def config_parameters(args):
+    """(the model's config, its `parameters` as {key: string value}) from initialize()'s args."""
+    config = json.loads(args["model_config"])
+    return config, {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+
+
 def install_decoder():
     """Call first in initialize(): the stub looks the decoder up for each request it loads."""
     pb_utils.deserialize_bytes_tensor = deserialize_bytes_tensor
 
 
-class InvalidInput(ValueError):
-    """A request's own bad input: its response is INVALID_ARG (HTTP 400) with the message led by the field, and the
-    other requests of the batch go on. A ValueError, so the models' per-request handlers take it as they are."""
+class RequestError(Exception):
+    """One request's own error, answered as its response (the other requests of the batch go on): INVALID_ARG
+    (HTTP 400) unless `code` says otherwise. Messages lead with the field they are about (`text[3] is empty`)."""
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.triton_error = pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG if code is None else code)
+
+
+class InvalidInput(RequestError, ValueError):
+    """A bad input: INVALID_ARG with the message led by the field. A ValueError too, so the tokenizer's per-request
+    handlers take it as they are."""
 
     def __init__(self, field, problem):
         super().__init__(f"{field} {problem}")
         self.field = field
-
-    def triton_error(self):
-        return pb_utils.TritonError(str(self), pb_utils.TritonError.INVALID_ARG)
 
 
 def read_bytes(request, name, rank=None, optional=False):
@@ -109,12 +122,40 @@ def read_bytes(request, name, rank=None, optional=False):
     return flat
 
 
-class StepError(Exception):
+def rerank_inputs(request, max_documents):
+    """(query, documents) of a rerank request (both rerank models: bge-m3's and a cross-encoder's), as flat object
+    arrays, checked: one query, 1 to `max_documents` documents (their parameter max_documents)."""
+    query = read_bytes(request, "query", rank=1)
+    documents = read_bytes(request, "documents", rank=1)
+    if len(query) != 1:
+        raise RequestError(f"query must hold one text, not {len(query)}")
+    if len(documents) == 0:
+        raise RequestError("documents is empty: send at least one document")
+    if len(documents) > max_documents:
+        raise RequestError(f"documents holds {len(documents)} documents, over the limit of {max_documents} "
+                           f"(rerank parameter max_documents)")
+    return query, documents
+
+
+class StepError(RequestError):
     """A request's error from one of its steps (a BLS call) or its deadline, answered as it is."""
 
     def __init__(self, triton_error):
-        super().__init__(triton_error.message())
+        Exception.__init__(self, triton_error.message())
         self.triton_error = triton_error
+
+
+def answer(request, work):
+    """The per-request execute wrapper: the response of `work(request)` (its output tensors), or that request's own
+    error. Nothing a request does fails the batch or reaches the stub: anything unforeseen (a step not loaded, the
+    server stopping) is that request's UNAVAILABLE."""
+    try:
+        return pb_utils.InferenceResponse(output_tensors=work(request))
+    except RequestError as error:
+        return pb_utils.InferenceResponse(error=error.triton_error)
+    except Exception as error:  # noqa: BLE001 - see the docstring
+        return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{type(error).__name__}: {error}",
+                                                                     pb_utils.TritonError.UNAVAILABLE))
 
 
 class Deadline:

@@ -72,7 +72,7 @@ def test_read_bytes_names_the_field_and_element(library):
     with pytest.raises(library.InvalidInput) as caught:
         library.read_bytes({"documents": Tensor(decoded)}, "documents", rank=1)
     assert str(caught.value) == "documents[1] is malformed: its length prefix says 1000 bytes but 3 follow"
-    assert caught.value.field == "documents[1]" and caught.value.triton_error().code == TritonError.INVALID_ARG
+    assert caught.value.field == "documents[1]" and caught.value.triton_error.code == TritonError.INVALID_ARG
     with pytest.raises(library.InvalidInput, match=r"^text arrived with shape \[1\], not 2 dimensions"):
         library.read_bytes({"text": Tensor(library.deserialize_bytes_tensor(serialized(b"ok")))}, "text", rank=2)
     with pytest.raises(library.InvalidInput, match="^query is missing"):

@@ -7,7 +7,6 @@ The pairs are scored by the export's BLS model (length groups), the query sent o
 parameter `query`: the tokenizer pairs it with every document). Its errors name `text[i]`, reported here as
 `documents[i]`; the query's are `query ...`. Settings: config.pbtxt, read once here.
 """
-import json
 import os
 import re
 import sys
@@ -24,17 +23,13 @@ INPUT_ERROR = re.compile(r"^(text\[\d+\] |query |the request holds )")
 OUTPUTS = ["logits", "scores", "num_tokens", "truncated", "query_truncated"]
 
 
-class RequestError(Exception):
-    def __init__(self, message, code=None):
-        super().__init__(message)
-        self.triton_error = pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG if code is None else code)
+RequestError = model_common.RequestError  # one request's own error (INVALID_ARG unless a code is given)
 
 
 class TritonPythonModel:
     def initialize(self, args):
         model_common.install_decoder()  # before the first request is loaded
-        config = json.loads(args["model_config"])
-        parameters = {key: value["string_value"] for key, value in config["parameters"].items()}
+        _, parameters = model_common.config_parameters(args)
         self.pairs_model = parameters["pairs_model"]
         self.label = int(parameters["label"])
         self.texts_per_call = int(parameters["texts_per_call"])
@@ -42,31 +37,10 @@ class TritonPythonModel:
         self.pool = ThreadPoolExecutor(16, thread_name_prefix="rerank-call")
 
     def execute(self, requests):
-        responses = []
-        for request in requests:
-            try:
-                responses.append(pb_utils.InferenceResponse(output_tensors=self.rerank(request)))
-            except RequestError as error:
-                responses.append(pb_utils.InferenceResponse(error=error.triton_error))
-            except model_common.InvalidInput as error:
-                responses.append(pb_utils.InferenceResponse(error=error.triton_error()))
-            except model_common.StepError as error:  # the deadline's: cancelled, or no time left for a call
-                responses.append(pb_utils.InferenceResponse(error=error.triton_error))
-            except Exception as error:  # noqa: BLE001 - the pair model not loaded, stopping...
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    f"{type(error).__name__}: {error}", pb_utils.TritonError.UNAVAILABLE)))
-        return responses
+        return [model_common.answer(request, self.rerank) for request in requests]
 
     def rerank(self, request):
-        query = model_common.read_bytes(request, "query", rank=1)
-        documents = model_common.read_bytes(request, "documents", rank=1)
-        if len(query) != 1:
-            raise RequestError(f"query must hold one text, not {len(query)}")
-        if len(documents) == 0:
-            raise RequestError("documents is empty: send at least one document")
-        if len(documents) > self.max_documents:
-            raise RequestError(f"documents holds {len(documents)} documents, over the limit of {self.max_documents} "
-                               f"(rerank parameter max_documents)")
+        query, documents = model_common.rerank_inputs(request, self.max_documents)
         deadline = model_common.Deadline(request)
         raw = query[0] if isinstance(query[0], bytes) else str(query[0]).encode()
         try:

@@ -65,8 +65,7 @@ def quantize(vectors, precision, ranges):
 class TritonPythonModel:
     def initialize(self, args):
         model_common.install_decoder()  # before the first request is loaded
-        config = json.loads(args["model_config"])
-        parameters = {key: value["string_value"] for key, value in config["parameters"].items()}
+        config, parameters = model_common.config_parameters(args)
         self.tokenizer_model = parameters["tokenizer_model"]
         self.encoder_model = parameters["encoder_model"]
         # per output: which dimensions (after the row) follow the padded width: those grow to the request's width
@@ -90,15 +89,7 @@ class TritonPythonModel:
         return list(self.requests_pool.map(self.answer, requests))
 
     def answer(self, request):
-        try:
-            return pb_utils.InferenceResponse(output_tensors=self.embed(request, Deadline(request)))
-        except StepError as error:
-            return pb_utils.InferenceResponse(error=error.triton_error)
-        except model_common.InvalidInput as error:
-            return pb_utils.InferenceResponse(error=error.triton_error())
-        except Exception as error:  # noqa: BLE001 - a step not loaded, stopping...: this request fails, not the batch
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{type(error).__name__}: {error}",
-                                                                         pb_utils.TritonError.UNAVAILABLE))
+        return model_common.answer(request, lambda r: self.embed(r, Deadline(r)))
 
     def call(self, model, inputs, outputs, deadline, parameters=None):
         """One BLS request; StepError carries a step's error (its message, and the codes above)."""

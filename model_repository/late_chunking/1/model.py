@@ -35,10 +35,7 @@ SENTENCE_END = re.compile(r"(?<=[.!?。！？])[\"'”’)\]]*\s+|\n\s*|(?<=[。
 PROMPT_PARAMETERS = ("prompt_name", "input_type")
 
 
-class RequestError(Exception):
-    def __init__(self, message, code=None):
-        super().__init__(message)
-        self.triton_error = pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG if code is None else code)
+RequestError = model_common.RequestError  # one request's own error (INVALID_ARG unless a code is given)
 
 
 def check_spans(spans, length):
@@ -101,26 +98,12 @@ def sentence_chunks(text, offsets, budget):
 class TritonPythonModel:
     def initialize(self, args):
         model_common.install_decoder()  # before the first request is loaded
-        config = json.loads(args["model_config"])
-        parameters = {key: value["string_value"] for key, value in config["parameters"].items()}
+        _, parameters = model_common.config_parameters(args)
         self.tokenizer_model = parameters["tokenizer_model"]
         self.encoder_model = parameters["encoder_model"]
 
     def execute(self, requests):
-        responses = []
-        for request in requests:
-            try:
-                responses.append(pb_utils.InferenceResponse(output_tensors=self.chunk(request)))
-            except RequestError as error:
-                responses.append(pb_utils.InferenceResponse(error=error.triton_error))
-            except model_common.InvalidInput as error:
-                responses.append(pb_utils.InferenceResponse(error=error.triton_error()))
-            except model_common.StepError as error:  # the deadline's: cancelled, or no time left for a step
-                responses.append(pb_utils.InferenceResponse(error=error.triton_error))
-            except Exception as error:  # noqa: BLE001 - a step not loaded, stopping...: this request fails
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    f"{type(error).__name__}: {error}", pb_utils.TritonError.UNAVAILABLE)))
-        return responses
+        return [model_common.answer(request, self.chunk) for request in requests]
 
     def options(self, request):
         """(chunk_tokens or None, the tokenizer's parameters) from the request's parameters."""

@@ -13,7 +13,6 @@ with it is never below 0. It is reproduced here, so the scores equal FlagEmbeddi
 The texts are embedded by the export's BLS model (length groups); its errors name `text[i]`, reported here as the
 query (row 0) or `documents[i - 1]`. Settings: config.pbtxt, read once here.
 """
-import json
 import os
 import re
 import sys
@@ -68,17 +67,13 @@ def scores(query, passages, weights):
     return combined, per_mode
 
 
-class RequestError(Exception):
-    def __init__(self, message, code=None):
-        super().__init__(message)
-        self.triton_error = pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG if code is None else code)
+RequestError = model_common.RequestError  # one request's own error (INVALID_ARG unless a code is given)
 
 
 class TritonPythonModel:
     def initialize(self, args):
         model_common.install_decoder()  # before the first request is loaded
-        config = json.loads(args["model_config"])
-        parameters = {key: value["string_value"] for key, value in config["parameters"].items()}
+        _, parameters = model_common.config_parameters(args)
         self.embedding_model = parameters["embedding_model"]
         self.served = [mode for mode in parameters["served_outputs"].split(",") if mode in MODES]
         self.texts_per_call = int(parameters["texts_per_call"])
@@ -86,20 +81,7 @@ class TritonPythonModel:
         self.pool = ThreadPoolExecutor(16, thread_name_prefix="rerank-call")
 
     def execute(self, requests):
-        responses = []
-        for request in requests:
-            try:
-                responses.append(pb_utils.InferenceResponse(output_tensors=self.rerank(request)))
-            except RequestError as error:
-                responses.append(pb_utils.InferenceResponse(error=error.triton_error))
-            except model_common.InvalidInput as error:
-                responses.append(pb_utils.InferenceResponse(error=error.triton_error()))
-            except model_common.StepError as error:  # the deadline's: cancelled, or no time left for a call
-                responses.append(pb_utils.InferenceResponse(error=error.triton_error))
-            except Exception as error:  # noqa: BLE001 - the embedding model not loaded, stopping...
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    f"{type(error).__name__}: {error}", pb_utils.TritonError.UNAVAILABLE)))
-        return responses
+        return [model_common.answer(request, self.rerank) for request in requests]
 
     def weights(self, request):
         tensor = pb_utils.get_input_tensor_by_name(request, "weights")
@@ -110,15 +92,7 @@ class TritonPythonModel:
 
     def rerank(self, request):
         weights = self.weights(request)
-        query = model_common.read_bytes(request, "query", rank=1)
-        documents = model_common.read_bytes(request, "documents", rank=1)
-        if len(query) != 1:
-            raise RequestError(f"query must hold one text, not {len(query)}")
-        if len(documents) == 0:
-            raise RequestError("documents is empty: send at least one document")
-        if len(documents) > self.max_documents:
-            raise RequestError(f"documents holds {len(documents)} documents, over the limit of {self.max_documents} "
-                               f"(rerank parameter max_documents)")
+        query, documents = model_common.rerank_inputs(request, self.max_documents)
         deadline = model_common.Deadline(request)
         texts = np.concatenate([query, documents]).astype(np.object_)
         names = [name for mode in weights for name in TENSORS[mode]] + ["num_tokens", "truncated"]
