@@ -122,6 +122,23 @@ def read_bytes(request, name, rank=None, optional=False):
     return flat
 
 
+INT32_MAX = 2**31 - 1
+
+
+def whole_number(parameters, name, low=1, high=INT32_MAX, meaning=""):
+    """The request parameter `name` as an int in [low, high] (None: absent), or InvalidInput naming it. KServe JSON
+    clients may send numbers as strings; a bool is not a number."""
+    value = parameters.get(name)
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidInput(name, f"must be a whole number from {low} to {high}{meaning}, not "
+                                 f"{json.dumps(value) if not isinstance(value, str) else json.dumps(value[:40])}")
+    return value
+
+
 def rerank_inputs(request, max_documents):
     """(query, documents) of a rerank request (both rerank models: bge-m3's and a cross-encoder's), as flat object
     arrays, checked: one query, 1 to `max_documents` documents (their parameter max_documents)."""

@@ -179,7 +179,7 @@ def test_bad_spans_are_refused_naming_the_span(served, protocol, spans, words):
 @pytest.mark.parametrize("spans, parameters, words", [
     (None, None, "give the chunks as the input spans or as the request parameter chunk_tokens (neither"),
     ([(0, 5)], {"chunk_tokens": 8}, "(one of them, not both)"),
-    (None, {"chunk_tokens": 0}, "chunk_tokens must be a whole number >= 1, not 0"),
+    (None, {"chunk_tokens": 0}, "chunk_tokens must be a whole number from 1 to 2147483647, not 0"),
 ])
 def test_bad_combinations_are_refused(served, spans, parameters, words):
     assert words in chunk_error(served, "grpc", TEXT, spans, parameters=parameters)

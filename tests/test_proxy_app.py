@@ -288,7 +288,7 @@ def test_rerank_errors_name_the_query_or_the_document(client, body, status, para
     (b'{"input": "x", "dimensions": "x"}', 400, "invalid_type", ["dimensions"]),
     (b'{"input": "x", "model": 5}', 400, "invalid_type", ["model"]),
     (b'{"input": "x", "truncate": "no"}', 400, "invalid_type", ["truncate"]),
-    (b'{"input": "\\ud800"}', 400, "invalid_json", ["not valid JSON"]),
+    (b'{"input": "\\ud800"}', 400, "invalid_text", ["input[0] is not valid Unicode: a lone surrogate"]),
     (b'{"input": ["BAD"]}', 400, "invalid_input", ["input[0]", "UTF-8"]),
     (b"[" * 1500 + b"]" * 1500, 400, "invalid_json", ["not valid JSON"]),  # nesting: no RecursionError, no 500
 ])

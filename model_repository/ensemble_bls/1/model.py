@@ -193,18 +193,13 @@ class TritonPythonModel:
     # ---------------------------------------------------------------- compact ColBERT
     def colbert_options(self, request):
         """The request's `colbert_pool_factor` (1: no pooling); StepError names a bad one."""
-        factor = json.loads(request.parameters() or "{}").get("colbert_pool_factor")
-        if factor is None:
+        parameters = json.loads(request.parameters() or "{}")
+        if parameters.get("colbert_pool_factor") is None:
             return 1
         if "colbert_vectors" not in self.outputs:
             raise invalid(f"colbert_pool_factor: this model has no ColBERT output (it serves "
                           f"{', '.join(self.outputs)})")
-        if isinstance(factor, str) and factor.strip().isdigit():
-            factor = int(factor)  # KServe JSON clients may send parameters as strings
-        if not isinstance(factor, int) or isinstance(factor, bool) or factor < 1:
-            raise invalid(f"colbert_pool_factor {json.dumps(factor)} is not valid; colbert_pool_factor must be an "
-                          f"integer >= 1 (1: no pooling)")
-        return factor
+        return model_common.whole_number(parameters, "colbert_pool_factor", meaning=" (1: no pooling)")
 
     def compact_colbert(self, results, wanted, pool_factor):
         """Pools `colbert_vectors` (pool_factor > 1; `colbert_length` follows) and adds the compact types asked for,

@@ -109,13 +109,7 @@ class TritonPythonModel:
         """(chunk_tokens or None, the tokenizer's parameters) from the request's parameters."""
         parameters = json.loads(request.parameters() or "{}")
         prompt = {key: parameters[key] for key in PROMPT_PARAMETERS if key in parameters}
-        budget = parameters.get("chunk_tokens")
-        if budget is not None:
-            if isinstance(budget, str) and budget.strip().isdigit():
-                budget = int(budget)
-            if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
-                raise RequestError(f"chunk_tokens must be a whole number >= 1, not {json.dumps(budget)}")
-        return budget, prompt
+        return model_common.whole_number(parameters, "chunk_tokens"), prompt
 
     def chunk(self, request):
         deadline = model_common.Deadline(request)

@@ -37,6 +37,7 @@ import schemas
 from metrics import MetricsMiddleware
 
 MODES = ("dense", "sparse", "colbert")  # the rerank model's mode_scores columns
+UNKNOWN_MODEL_LABEL = "(unknown)"  # the metrics' model label of an admin request for an id no export has
 
 
 class Service(Protocol):
@@ -145,13 +146,25 @@ def check_texts(request, texts, param):
                                 f"{settings.max_input_chars} (setting max_input_chars)", "input_too_long", param)
         if not text.strip():
             raise ApiError(400, f"{param}[{i}] is empty", "empty_input", param)
+        if not text.isascii():
+            unicode_text(text, f"{param}[{i}]", param)
     return texts
 
 
-def need(card, output, route):
+def unicode_text(text, where, param):
+    """A 400 naming the text when it holds a lone surrogate (JSON's "\\ud800": valid JSON, not valid Unicode)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ApiError(400, f"{where} is not valid Unicode: a lone surrogate at character {error.start}",
+                       "invalid_text", param) from None
+
+
+def need(card, output, route, param="model"):
+    """A 400 when the model lacks `output`; `param`: the client's field that asked for it (default: the model)."""
     if output not in card.outputs:
         raise ApiError(400, f"model '{card.id}' serves {', '.join(card.outputs)}, not {output} (needed by {route}); "
-                            f"export it with --outputs {output}", "output_not_served", "model")
+                            f"export it with --outputs {output}", "output_not_served", param)
 
 
 async def embed(request, card, texts, outputs, param, truncate, parameters=None):
@@ -173,6 +186,19 @@ def client_indices(param, indices):
         yield
     except (ApiError, ServiceError) as error:
         error.message = re.sub(rf"^{param}\[(\d+)\]", lambda m: f"{param}[{indices[int(m[1])]}]", error.message)
+        raise
+
+
+@contextmanager
+def client_fields(renames):
+    """The models name their own fields (`dimensions`); a route whose client sent another name (Cohere's
+    `output_dimension`) answers in the client's terms: the error's param and the words of its message."""
+    try:
+        yield
+    except (ApiError, ServiceError) as error:
+        if error.param in renames:
+            error.message = re.sub(rf"\b{re.escape(error.param)}\b", renames[error.param], error.message)
+            error.param = renames[error.param]
         raise
 
 
@@ -283,8 +309,10 @@ async def cohere_embed(request: Request, body: schemas.CohereEmbedRequest):
     need(card, "dense", "/v2/embed")
     kinds = list(dict.fromkeys(body.embedding_types))
     parameters = {"dimensions": body.output_dimension, "input_type": body.input_type, "prompt_name": body.prompt_name}
-    result = await embed(request, card, check_texts(request, body.texts, "texts"),
-                         ("dense", *(k for k in kinds if k in QUANTIZED)), "texts", body.truncate == "END", parameters)
+    with client_fields({"dimensions": "output_dimension"}):
+        result = await embed(request, card, check_texts(request, body.texts, "texts"),
+                             ("dense", *(k for k in kinds if k in QUANTIZED)), "texts", body.truncate == "END",
+                             parameters)
     tokens = int(result.tokens.sum())
     return json_response({"id": str(uuid.uuid4()), "embeddings": {kind: vector_rows(result, kind) for kind in kinds},
                           "texts": body.texts, "meta": {"api_version": {"version": "2"},
@@ -352,8 +380,8 @@ async def encode(request: Request, body: schemas.EncodeRequest):
     if not wanted:
         raise ApiError(400, "ask for at least one of return_dense, return_sparse, return_colbert", "invalid_value")
     wanted, parameters = colbert_options(card, body, wanted)  # first: its 400 names the compact field
-    for kind in wanted:
-        need(card, kind.split("_")[0], "/v1/encode")
+    for kind in wanted:  # the 400 names the client's return_<output> flag
+        need(card, kind.split("_")[0], "/v1/encode", f"return_{kind.split('_')[0]}")
     result = await embed(request, card, texts, wanted, "input", body.truncate, parameters)
     data = []
     for i in range(len(texts)):
@@ -410,6 +438,7 @@ async def rerank(request: Request, body: schemas.RerankRequest):
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
     if not body.query.strip():
         raise ApiError(400, "query is empty", "empty_input", "query")
+    unicode_text(body.query, "query", "query")
     if len(body.query) > settings.max_input_chars:
         raise ApiError(422, f"query has {len(body.query)} characters, over the limit of {settings.max_input_chars} "
                             f"(setting max_input_chars)", "input_too_long", "query")
@@ -501,8 +530,10 @@ async def model(request: Request, model_id: str):
 
 
 async def admin(request, model_id, action):
-    # model_id takes a hub id's '/'; it is only ever looked up among the exports' cards, never a path
-    request.scope["state"]["model"] = model_id
+    # model_id takes a hub id's '/'; it is only ever looked up among the exports' cards, never a path. The metrics
+    # label is an export's id, or one fixed label for an id no export has (a path, a NUL byte, 10,000 characters)
+    found = [c.id for c in request.app.state.service.exports() if model_id in (c.id, c.name)]
+    request.scope["state"]["model"] = found[0] if found else UNKNOWN_MODEL_LABEL
     seconds = await getattr(request.app.state.service, action)(model_id)
     return json_response({"id": model_id, "status": f"{action}ed", "seconds": round(seconds, 3)})
 

@@ -102,6 +102,11 @@ class DirectRoutes:
         try:
             return orjson.loads(body)
         except json.JSONDecodeError as error:  # orjson's errors are JSONDecodeErrors
+            if "surrogate" in error.msg:  # valid JSON to the standard (and to FastAPI's parser): parsed so, so that
+                try:  # the route names the field that holds it (`input[3] is not valid Unicode`)
+                    return json.loads(body)
+                except ValueError:
+                    pass
             raise RequestValidationError([{"type": "json_invalid", "loc": ("body", error.pos),
                                            "msg": "JSON decode error", "input": {}, "ctx": {"error": error.msg}}],
                                          body=error.doc) from None

@@ -26,8 +26,13 @@ class ApiError(Exception):
         kind = ERROR_TYPES.get(self.status, "server_error" if self.status >= 500 else "invalid_request_error")
         message = self.message if len(self.message) <= MAX_MESSAGE_CHARS else \
             f"{self.message[:MAX_MESSAGE_CHARS]}... ({len(self.message)} characters, cut)"
-        body = {"error": {"message": message, "type": kind, "param": self.param, "code": self.code}}
+        body = {"error": {"message": unicode(message), "type": kind, "param": unicode(self.param), "code": self.code}}
         return Response(orjson.dumps(body), self.status, self.headers, "application/json")
+
+
+def unicode(text):
+    """`text` without lone surrogates (a client's, quoted back), which JSON output cannot carry."""
+    return text.encode("utf-8", "replace").decode("utf-8") if isinstance(text, str) else text
 
 
 def validation_error(error):
@@ -44,6 +49,6 @@ def validation_error(error):
     if kind == "missing":
         return ApiError(400, detail, f"missing_{param}" if param in ("input", "inputs", "query", "documents")
                         else "invalid_parameter", param)
-    if kind in ("literal_error", "enum", "greater_than_equal", "too_short", "too_long"):
+    if kind in ("literal_error", "enum", "greater_than_equal", "less_than_equal", "too_short", "too_long"):
         return ApiError(400, detail, "invalid_value", param)
     return ApiError(400, detail, "invalid_type", param)

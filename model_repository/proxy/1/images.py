@@ -74,6 +74,10 @@ def decode(item, where, param, limit):
         header, comma, payload = item[5:].partition(",")
         if not comma:
             raise ApiError(400, f"{where} is not a valid data URI (no ',')", "invalid_image", param)
+        media = header.split(";")[0].strip().lower()
+        if not media.startswith("image/"):  # RFC 2397: no media type means text/plain
+            raise ApiError(400, f"{where} is a data URI of {media[:40] or 'text/plain'}, not of an image type "
+                                f"(image/png, image/jpeg...)", "invalid_image", param)
         data = base64_bytes(payload, where, param, limit) if header.lower().endswith(";base64") else \
             unquote_to_bytes(payload)
     else:

@@ -1,10 +1,15 @@
 """Request and response models of the HTTP API. FastAPI validates requests and writes the OpenAPI document from
 these; the routes check only what depends on settings (limits) or on the model (outputs, dimensions)."""
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Text = str  # one text to embed; the routes refuse blank ones (400 empty_input)
+# Integers are checked against what the models read (int32) at the door, so that one too large is a 400 naming the
+# field: a value from 2^63 up does not fit Triton's int64 request parameters and failed inside Triton (a 500).
+INT32_MAX = 2**31 - 1
+Count = Annotated[int, Field(ge=1, le=INT32_MAX)]  # widths, factors, token counts, top_n
+Offset = Annotated[int, Field(ge=0, le=INT32_MAX)]  # character positions
 
 
 class Request(BaseModel):
@@ -36,7 +41,7 @@ class EmbeddingsRequest(Request):
     encoding_format: Literal["float", "base64", "int8", "uint8", "binary", "ubinary"] = Field(
         "float", description="base64: little-endian float32; int8 / uint8: calibrated scalar quantization; binary / "
         "ubinary: sign bits packed 8 per value (sentence_transformers' quantize_embeddings)")
-    dimensions: int | None = Field(None, description="a Matryoshka width the model declares (or its own size)")
+    dimensions: Count | None = Field(None, description="a Matryoshka width the model declares (or its own size)")
     input_type: str | None = Field(None, description="query, document, or one of the model's prompt names")
     prompt_name: str | None = Field(None, description="one of the model's prompts (config_sentence_transformers)")
     user: str | None = None
@@ -51,7 +56,7 @@ class CohereEmbedRequest(Request):
                                    "the model's prompt names (none: the model's default prompt)")
     embedding_types: list[Literal["float", "base64", "int8", "uint8", "binary", "ubinary"]] = Field(
         ["float"], min_length=1)
-    output_dimension: int | None = Field(None, description="a Matryoshka width the model declares")
+    output_dimension: Count | None = Field(None, description="a Matryoshka width the model declares")
     prompt_name: str | None = None
     truncate: Literal["NONE", "END"] = Field("END", description="NONE: an input over the max tokens is a 422")
 
@@ -80,8 +85,8 @@ class EncodeRequest(Request):
     return_dense: bool = True
     return_sparse: bool = False
     return_colbert: bool = False
-    colbert_pool_factor: int | None = Field(
-        None, ge=1, description="token pooling: about n / factor ColBERT vectors per input (Ward clustering of its "
+    colbert_pool_factor: Count | None = Field(
+        None, description="token pooling: about n / factor ColBERT vectors per input (Ward clustering of its "
         "token vectors, each cluster's mean L2-normalized; 1: none)")
     colbert_type: Literal["float", "fp16", "int8", "binary"] = Field(
         "float", description="ColBERT vectors as float32, fp16, int8 (round(v * 127)) or binary (sign bits packed 8 "
@@ -105,7 +110,7 @@ class RerankRequest(Request):
     query: Text
     documents: list[Text | RerankDocument] = Field(min_length=1)
     model: str | None = None
-    top_n: int | None = Field(None, ge=1, description="return the best n (default: all)")
+    top_n: Count | None = Field(None, description="return the best n (default: all)")
     return_documents: bool = False
     weights: list[float] | None = Field(
         None, min_length=3, max_length=3,
@@ -118,10 +123,10 @@ class ChunkEmbeddingsRequest(Request):
     """`POST /v1/chunk_embeddings`: late chunking, one vector per chunk of each text from one forward pass."""
     input: Text | list[Text] = Field(description="a text or a list of texts (each at most the model's max tokens)")
     model: str | None = None
-    spans: list[list[int]] | list[list[list[int]]] | None = Field(
+    spans: list[list[Offset]] | list[list[list[Offset]]] | None = Field(
         None, description="the chunks as [start, end) character spans (Unicode code points): for one text "
         "[[start, end], ...], for a list of texts one such list per text; not overlapping, not empty")
-    chunk_tokens: int | None = Field(None, ge=1, description="instead of spans: the text's sentences grouped into "
+    chunk_tokens: Count | None = Field(None, description="instead of spans: the text's sentences grouped into "
                                      "chunks of at most this many tokens")
     input_type: str | None = None
     prompt_name: str | None = None
