@@ -1,15 +1,14 @@
 """What the bench scripts share: free ports, the export to measure and its scratch copy, the tritonserver they
 start, and the configs' parameters. Imports nothing from the other bench modules, so any of them may import it."""
 import glob
-import importlib.util
 import json
 import os
+import platform
 import shutil
 import socket
 import subprocess
 import sys
 import time
-import types
 import urllib.request
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,10 +21,10 @@ from exporting import pbtxt  # noqa: E402
 from exporting.repository import copy_model_code, templates_digest  # noqa: E402
 
 from local_triton import launch  # noqa: E402
+from model_library.in_process import import_python_model  # noqa: E402, F401 (bench's scripts call common.import_python_model)
 
 RESULTS = os.path.join(PROJECT, "bench", "results")
 TRACKED = os.path.join(PROJECT, "model_repository")
-MODEL_LIBRARY = os.path.join(PROJECT, "model_library")  # the code every Python model shares (model_common.py)
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 EXPORTED_MODELS = ("tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "late_chunking", "proxy",
                    "supervisor")
@@ -160,27 +159,32 @@ def wait_for_proxy(port, timeout_s=60):
             time.sleep(0.2)
 
 
-def import_python_model(path, module_name, **fake_attributes):
-    """A Python model's code (the file at `path`) imported with a stand-in triton_python_backend_utils holding
-    `fake_attributes`, which leaves sys.modules again afterwards (benchmarks and unit tests run the models' own code
-    in-process)."""
-    fake = types.ModuleType("triton_python_backend_utils")
-    fake.__dict__.update(fake_attributes)
-    saved = sys.modules.get("triton_python_backend_utils")
-    sys.modules["triton_python_backend_utils"] = fake
-    # the models' library (export installs it beside model.py): found in model_library/ for the checkout's code, and
-    # imported afresh, so that it binds this fake
-    sys.modules.pop("model_common", None)
-    sys.path.append(MODEL_LIBRARY)
+# ---------------------------------------------------------------- the machine, for the reports
+def machine_info():
+    cpu = platform.processor()
     try:
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(MODEL_LIBRARY)
-        sys.modules.pop("model_common", None)
-        if saved is None:
-            del sys.modules["triton_python_backend_utils"]
-        else:
-            sys.modules["triton_python_backend_utils"] = saved
-    return module
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            names = [line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    memory = ""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as handle:
+            memory = f"{int(handle.readline().split()[1]) / 1024 ** 2:.1f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    gpu = ""
+    if shutil.which("nvidia-smi"):
+        result = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                                capture_output=True, text=True)
+        gpu = result.stdout.strip().replace("\n", "; ")
+    os_name = platform.platform()
+    try:
+        with open("/etc/os-release", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("PRETTY_NAME="):
+                    os_name = line.split("=", 1)[1].strip().strip('"') + f" ({platform.release()})"
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory": memory, "gpu": gpu or "none", "os": os_name}

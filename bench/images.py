@@ -327,8 +327,6 @@ def retrieval(url, model, preprocess, tokenizer):
 
 def measure(work_dir, short=False, architecture=ARCHITECTURE, progress=print):
     """The whole step: export, in-process timings, then the served measurements in their own server."""
-    from bench.run import machine_info
-
     settings = SHORT if short else FULL
     os.makedirs(work_dir, exist_ok=True)
     repository = os.path.join(work_dir, "repository")
@@ -388,7 +386,7 @@ def measure(work_dir, short=False, architecture=ARCHITECTURE, progress=print):
             t["encoder_ms"] = top["ms_per_image"]
             t["share"] = t["preprocess_ms"] / (t["preprocess_ms"] + t["encoder_ms"])
     top["passes"] = [{"best_batch": p["best_batch"], "images_per_s": p["images_per_s"]} for p in passes]
-    machine = machine_info()
+    machine = common.machine_info()
     return {"architecture": architecture, "mode": "short" if short else "full", "workload": WORKLOAD,
             "images": settings["images"], "ceiling": top, "served": served, "served_1024": large,
             "preprocess": times, "retrieval": sanity, "seconds_per_level": settings["seconds"],

@@ -321,36 +321,6 @@ def measure_padding(args, ports, workloads):
 
 
 # ---------------------------------------------------------------- machine and versions
-def machine_info():
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            names = [line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
-    memory = ""
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as handle:
-            memory = f"{int(handle.readline().split()[1]) / 1024 ** 2:.1f} GiB"
-    except (OSError, ValueError, IndexError):
-        pass
-    gpu = ""
-    if shutil.which("nvidia-smi"):
-        result = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                                capture_output=True, text=True)
-        gpu = result.stdout.strip().replace("\n", "; ")
-    os_name = platform.platform()
-    try:
-        with open("/etc/os-release", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("PRETTY_NAME="):
-                    os_name = line.split("=", 1)[1].strip().strip('"') + f" ({platform.release()})"
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory": memory, "gpu": gpu or "none", "os": os_name}
-
-
 def versions(server_log):
     from importlib import metadata
 
@@ -482,7 +452,7 @@ def main(argv=None):
             tokenizer, [t["text"] for t in workloads[next(iter(workloads))]["texts"][:200]], 0.5),
         "workloads": {name: {k: w.get(k) for k in ("info", "ceiling", "ceiling_sweep", "grouped", "results")}
                       for name, w in workloads.items()},
-        "machine": machine_info(), "versions": versions(server_log), "tuning": tuning_snapshot(scratch),
+        "machine": common.machine_info(), "versions": versions(server_log), "tuning": tuning_snapshot(scratch),
         "server_args": [a for a in common.launch.server_command(scratch, env=server_env, admin_key="KEY")[1:]
                         if not a.startswith(("--model-repository", "--backend-directory", "--http-port",
                                              "--grpc-port", "--metrics-port"))],

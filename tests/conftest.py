@@ -22,9 +22,12 @@ import pytest
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT)
+sys.path.insert(0, os.path.join(PROJECT, "build"))  # `import exporting` (never `import build`: pypa's package name)
 
-from bench import common  # noqa: E402
+from exporting import pbtxt  # noqa: E402, F401 (the tests' config reader: the project's one)
+
 from local_triton import launch  # noqa: E402
+from model_library.in_process import import_python_model as import_model_code  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 FIXTURES = os.path.join(PROJECT, "tests", "fixtures")
@@ -106,7 +109,7 @@ def import_python_model(model, path=None, **fake_attributes):
     """model_repository/<model>/1/model.py (or the file at `path`, relative to the project) imported with a fake
     triton_python_backend_utils (unit tests), which is taken out of sys.modules again afterwards."""
     path = os.path.join(PROJECT, *(path.split("/") if path else ("model_repository", model, "1", "model.py")))
-    return common.import_python_model(path, f"{model}_model_under_test", **fake_attributes)
+    return import_model_code(path, f"{model}_model_under_test", **fake_attributes)
 
 
 def free_port():

@@ -7,8 +7,8 @@ import struct
 import numpy as np
 import pytest
 
-from bench import common
 from conftest import PROJECT
+from model_library.in_process import import_python_model
 
 
 class TritonError:
@@ -28,7 +28,7 @@ class Tensor:
 
 @pytest.fixture(scope="module")
 def library():
-    return common.import_python_model(os.path.join(PROJECT, "model_library", "model_common.py"),
+    return import_python_model(os.path.join(PROJECT, "model_library", "model_common.py"),
                                       "model_common_under_test", TritonError=TritonError,
                                       get_input_tensor_by_name=lambda request, name: request.get(name))
 

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import PROJECT, TINY_XLMR_MAX_LENGTH, common, launch, start_server
+from conftest import PROJECT, TINY_XLMR_MAX_LENGTH, launch, pbtxt, start_server
 from triton_clients import PROTOCOLS, TOKENIZER_OUTPUTS, VARIED_TEXTS, client, infer, outputs, text_input, url_for
 
 
@@ -180,9 +180,9 @@ def test_power_of_two_widths_through_the_server(minilm_repository, minilm_model_
     shutil.copytree(os.path.join(minilm_repository, "tokenizer"), repository / "tokenizer")
     config = repository / "tokenizer" / "config.pbtxt"
     text = config.read_text(encoding="utf-8")
-    text = common.pbtxt.with_parameters(text, {"pad_to_power_of_two": "true", "max_length": "200"})
+    text = pbtxt.with_parameters(text, {"pad_to_power_of_two": "true", "max_length": "200"})
     config.write_text(text, encoding="utf-8")
-    multiple = int(common.pbtxt.parameters(text)["pad_to_multiple_of"])
+    multiple = int(pbtxt.parameters(text)["pad_to_multiple_of"])
     hf, max_length = AutoTokenizer.from_pretrained(minilm_model_dir), 200
     running = start_server(repository, str(tmp_path), extra_env={"LOAD_MODELS": "tokenizer"})
     try:
