@@ -3,7 +3,7 @@ costs nearly nothing, the regime a GPU leaves. Single-text requests (the queries
 `ensemble` of a 2-layer, 64-wide random XLM-R (the 250k XLM-R tokenizer), against `echo_ensemble`: two bare
 Python-backend models that only pass their input on, in the same server, measured alternately.
 
-The server runs as on a GPU: RATE_LIMIT=off (README, docs/deploying.md). The CPU default (on) makes the tokenizer
+The server runs as on a GPU: RATE_LIMIT=off (docs/reference.md, deploying.md). The CPU default (on) makes the tokenizer
 and the encoder take turns, which the echo models do not: --rate-limit on measures that (bench/TUNING.md has both).
 
     python -m bench.overhead [--concurrency 64] [--rounds 2] [--rate-limit on]  # also a step of python -m bench.run

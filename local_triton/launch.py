@@ -9,7 +9,7 @@ machine without Docker it runs the server from the nvidia-pytriton==0.5.10 wheel
 assembled outside model_repository/ (the wheel's Python backend + the onnxruntime stand-in in
 local_triton/onnxruntime/, since the wheel has no C++ onnxruntime backend).
 
-Settings (environment variables; the README's "Security" and "Settings" sections explain them):
+Settings (environment variables; docs/reference.md's "Security" and "Deploying" sections explain them):
   TRITON_ADDRESS          address of Triton's HTTP/gRPC ports (default 127.0.0.1: closed to other hosts)
   TRITON_METRICS_ADDRESS  address of the metrics port (default: TRITON_ADDRESS)
   ADMIN_API_KEY(_FILE)    key for Triton's restricted APIs (repository, shared memory, trace, logging); unset: a

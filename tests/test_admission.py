@@ -3,7 +3,7 @@ queued into a timeout, and everything admitted is answered correctly.
 
 The bounds are lowered in a copy of the MiniLM repository (the tokenizer's max_queue_size 2) and by the proxy's
 PROXY_MAX_CONCURRENT_REQUESTS=4; the shipped defaults are in the configs (tokenizer 512, BLS 16, proxy 256; the
-encoder has no bound: README, "Admission control")."""
+encoder has no bound: docs/reference.md, "Admission control")."""
 import asyncio
 import shutil
 from concurrent.futures import ThreadPoolExecutor

@@ -76,7 +76,7 @@ def parse(path):
 def test_gpu_variants_parse_as_model_configs(minilm_repository):
     """configs/gpu.pbtxt and configs/gpu-trt.pbtxt (for --model-config-name) are valid ModelConfig text, pin the
     instance to the GPU, drop the rate limiter, and keep the exported outputs. None has a queue policy: in Triton
-    24.07 one turns off the batcher's prefetching, which left the encoder idle with requests queued (README)."""
+    24.07 one turns off the batcher's prefetching, which left the encoder idle with requests queued (reference.md)."""
     from tritonclient.grpc import model_config_pb2
 
     cpu = parse(os.path.join(minilm_repository, "embedding", "config.pbtxt"))
