@@ -1,11 +1,12 @@
 """Named exports beside a default export in the checkout (issue 40): each export serves its own prompts.
 
 The user's steps, in a copy of the checkout (its tracked build/, model_library/ and model_repository/):
-`build/export.py --model E5` writes the default export into the copy's own model_repository/ (as `make serve` does),
-then `--name nomic` and `--name plain` export beside it. Named exports take their model code from that same folder,
-where the default export's generated files (prompts.json...) now lie: a copy of those made every named export
-prepend the default's prompts. Served by the real tritonserver; vectors against
-SentenceTransformer.encode(prompt_name=...), through KServe and the HTTP front.
+`build/export.py --model FOLDER` writes the default export into the copy's own model_repository/ (as `make serve`
+does), then `--name NAME` exports beside it. Named exports take their model code from that same folder, where the
+default export's generated files (prompts.json...) now lie: a copy of those made every named export serve the
+default's prompts. Two layouts, each served by the real tritonserver: a prompted default with a named export of
+other prompts and one without prompts; a default without prompts with a prompted named export (the issue's case).
+Vectors against SentenceTransformer.encode(prompt_name=...), through KServe and the HTTP front.
 """
 import itertools
 import json
@@ -22,18 +23,23 @@ from conftest import PROJECT, serve_until_done, tiny_sentence_transformer
 from triton_clients import VARIED_TEXTS, client, outputs, text_input
 
 TEXTS = VARIED_TEXTS[:5]
-# Three prompt setups: the default export's, a named one with other prompts (and another default prompt), none.
-EXPORTS = {
-    None: {"seed": 5, "prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "passage"},
+# Three models: e5-style prompts, nomic-style prompts (another default prompt), none.
+MODELS = {
+    "e5": {"seed": 5, "prompts": {"query": "query: ", "passage": "passage: "}, "default_prompt_name": "passage"},
     "nomic": {"seed": 7, "prompts": {"query": "search_query: ", "document": "search_document: "},
               "default_prompt_name": "document"},
     "plain": {"seed": 9, "prompts": None, "default_prompt_name": None},
 }
-# (input_type sent, the prompt name sentence-transformers is given) per export
+# (input_type sent, the prompt name sentence-transformers is given) per model
 # (sentence-transformers saves an empty "document" prompt beside e5's query / passage: input_type document picks it)
-INPUT_TYPES = {None: [("query", "query"), ("document", "document"), (None, None)],
+INPUT_TYPES = {"e5": [("query", "query"), ("document", "document"), (None, None)],
                "nomic": [("query", "query"), ("document", "document"), (None, None)],
                "plain": [("query", None), ("document", None), (None, None)]}
+# {layout: {export name (None: the default export): model}}, exported in this order
+LAYOUTS = {
+    "prompted default": {None: "e5", "nomic": "nomic", "plain": "plain"},
+    "default without prompts": {None: "plain", "prompted": "e5"},
+}
 
 
 def tracked_copy(target):
@@ -50,25 +56,22 @@ def tracked_copy(target):
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, minilm_model_dir):
-    return {name: tiny_sentence_transformer(tmp_path_factory.mktemp(f"st_{name or 'default'}"), minilm_model_dir,
-                                            **setup)
-            for name, setup in EXPORTS.items()}
+    return {key: tiny_sentence_transformer(tmp_path_factory.mktemp(f"st_{key}"), minilm_model_dir, **setup)
+            for key, setup in MODELS.items()}
 
 
-@pytest.fixture(scope="module")
-def checkout(tmp_path_factory, models):
-    """A checkout copy whose own model_repository/ holds the default export, then the two named ones."""
+@pytest.fixture(scope="module", params=list(LAYOUTS))
+def served(request, models, tmp_path_factory):
+    """A checkout copy whose own model_repository/ holds the layout's default export, then its named ones, served."""
+    layout = LAYOUTS[request.param]
     root = tracked_copy(tmp_path_factory.mktemp("checkout"))
-    for name, folder in models.items():
-        result = subprocess.run([sys.executable, os.path.join(root, "build", "export.py"), "--model", folder,
+    for name, key in layout.items():
+        result = subprocess.run([sys.executable, os.path.join(root, "build", "export.py"), "--model", models[key],
                                  *(["--name", name] if name else [])], capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
-    return root
-
-
-@pytest.fixture(scope="module")
-def served(checkout, tmp_path_factory):
-    yield from serve_until_done(os.path.join(checkout, "model_repository"), tmp_path_factory.mktemp("named_server"))
+    for running in serve_until_done(os.path.join(root, "model_repository"), tmp_path_factory.mktemp("named_server")):
+        running.layout = layout
+        yield running
 
 
 def expected(folder, prompt_name):
@@ -109,46 +112,44 @@ def generated(repository, model, name):
         return handle.read()
 
 
-def test_each_export_keeps_the_prompts_its_own_export_wrote(checkout, models):
-    """prompts.json of each export is its own model's (the default's is not copied into the named ones), and no
-    two exports' generated files are byte-identical unless their sources are."""
-    repository = os.path.join(checkout, "model_repository")
-    for name in EXPORTS:
+def test_each_export_keeps_the_prompts_its_own_export_wrote(served, models):
+    """prompts.json of each export is its own model's (the default's is not copied into the named ones, nor theirs
+    into it), and no two exports' generated files are byte-identical unless their sources are."""
+    for name, key in served.layout.items():
         tokenizer = f"{name}_tokenizer" if name else "tokenizer"
-        prompts, default = saved_prompts(models[name])
-        assert json.loads(generated(repository, tokenizer, "prompts.json")) == {
+        prompts, default = saved_prompts(models[key])
+        assert json.loads(generated(served.repository, tokenizer, "prompts.json")) == {
             "prompts": prompts, "default_prompt_name": default}, name
-        if name != "plain":
-            assert any(prompts.values()), name  # the model has prompts of its own
-    for first, second in itertools.combinations(EXPORTS, 2):
+        assert any(prompts.values()) == (key != "plain"), name  # the model has prompts of its own, or none
+    for (first, a), (second, b) in itertools.combinations(served.layout.items(), 2):
         names = [(f"{n}_tokenizer" if n else "tokenizer", f"{n}_bls" if n else "ensemble_bls") for n in (first,
                                                                                                         second)]
-        same_prompts = saved_prompts(models[first]) == saved_prompts(models[second])
-        assert (generated(repository, names[0][0], "prompts.json") ==
-                generated(repository, names[1][0], "prompts.json")) == same_prompts, (first, second)
+        same_prompts = saved_prompts(models[a]) == saved_prompts(models[b])
+        assert (generated(served.repository, names[0][0], "prompts.json") ==
+                generated(served.repository, names[1][0], "prompts.json")) == same_prompts, (first, second)
         # vectors.json: calibration ranges of each model's own embeddings (different random weights)
-        assert generated(repository, names[0][1], "vectors.json") != generated(repository, names[1][1],
-                                                                               "vectors.json"), (first, second)
+        assert generated(served.repository, names[0][1], "vectors.json") != \
+            generated(served.repository, names[1][1], "vectors.json"), (first, second)
 
 
-@pytest.mark.parametrize("name", list(EXPORTS))
-def test_input_type_embeds_as_sentence_transformers_with_that_prompt(served, models, name):
+def test_input_type_embeds_as_sentence_transformers_with_that_prompt(served, models):
     """Every export, default or named, through KServe (its BLS model) and the HTTP front: input_type query /
     document / none gives SentenceTransformer.encode(prompt_name=...) of its own model (cosine >= 0.9999)."""
-    model_id = name or models[None]
-    for input_type, prompt_name in INPUT_TYPES[name]:
-        want = expected(models[name], prompt_name)
-        for door, got in (("kserve", kserve_vectors(served, name, input_type)),
-                          ("http", http_vectors(served, model_id, input_type))):
-            cosines = np.sum(got * want, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
-            assert cosines.min() >= 0.9999, (name, input_type, door, cosines)
-            np.testing.assert_allclose(got, want, atol=1e-5, rtol=0, err_msg=f"{name} {input_type} {door}")
+    for name, key in served.layout.items():
+        model_id = name or models[key]
+        for input_type, prompt_name in INPUT_TYPES[key]:
+            want = expected(models[key], prompt_name)
+            for door, got in (("kserve", kserve_vectors(served, name, input_type)),
+                              ("http", http_vectors(served, model_id, input_type))):
+                cosines = np.sum(got * want, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+                assert cosines.min() >= 0.9999, (name, input_type, door, cosines)
+                np.testing.assert_allclose(got, want, atol=1e-5, rtol=0, err_msg=f"{name} {input_type} {door}")
 
 
 def test_models_route_shows_each_exports_prompts(served, models):
     """GET /v1/models: each export's prompts and default prompt, so a user sees what input_type will do."""
     with urllib.request.urlopen(served.proxy_url + "/v1/models", timeout=30) as response:
         cards = {card["id"]: card for card in json.load(response)["data"]}
-    for name in EXPORTS:
-        card = cards[name or models[None]]
-        assert (card["prompts"], card["default_prompt_name"]) == saved_prompts(models[name]), name
+    for name, key in served.layout.items():
+        card = cards[name or models[key]]
+        assert (card["prompts"], card["default_prompt_name"]) == saved_prompts(models[key]), name
