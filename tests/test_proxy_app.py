@@ -289,6 +289,7 @@ def test_rerank_errors_name_the_query_or_the_document(client, body, status, para
     (b'{"input": "x", "model": 5}', 400, "invalid_type", ["model"]),
     (b'{"input": "x", "truncate": "no"}', 400, "invalid_type", ["truncate"]),
     (b'{"input": "\\ud800"}', 400, "invalid_text", ["input[0] is not valid Unicode: a lone surrogate"]),
+    ('{"input": "x"}'.encode("utf-16"), 400, "invalid_json", ["not valid JSON"]),  # JSON is UTF-8 here
     (b'{"input": ["BAD"]}', 400, "invalid_input", ["input[0]", "UTF-8"]),
     (b"[" * 1500 + b"]" * 1500, 400, "invalid_json", ["not valid JSON"]),  # nesting: no RecursionError, no 500
 ])

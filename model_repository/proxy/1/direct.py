@@ -102,10 +102,10 @@ class DirectRoutes:
         try:
             return orjson.loads(body)
         except json.JSONDecodeError as error:  # orjson's errors are JSONDecodeErrors
-            if "surrogate" in error.msg:  # valid JSON to the standard (and to FastAPI's parser): parsed so, so that
-                try:  # the route names the field that holds it (`input[3] is not valid Unicode`)
-                    return json.loads(body)
-                except ValueError:
+            if "surrogate" in error.msg:  # an escaped lone surrogate ("\\ud800") is valid JSON (and FastAPI's parser
+                try:  # takes it): parsed so, the route names the field that holds it (`input[3] is not valid
+                    return json.loads(body.decode("utf-8"))  # Unicode`). A body not in UTF-8 stays refused.
+                except ValueError:  # (UnicodeDecodeError included)
                     pass
             raise RequestValidationError([{"type": "json_invalid", "loc": ("body", error.pos),
                                            "msg": "JSON decode error", "input": {}, "ctx": {"error": error.msg}}],
