@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from conftest import PROJECT, export, serve_until_done, tiny_xlmr
-from triton_clients import PROTOCOLS, VARIED_TEXTS, client, url_for
+from triton_clients import PROTOCOLS, VARIED_TEXTS, client, raw_bytes_grpc, url_for
 
 MAX_LENGTH = 128
 BERT_MAX_LENGTH = 64
@@ -294,28 +294,6 @@ NAMED_MODELS = {"xr_rerank": ("documents", [("query", [1], b"q")], {}), "xr_bls"
                 "emb_chunks": ("text", [], {"chunk_tokens": 8})}
 
 
-def raw_grpc(server, model, inputs, parameters):
-    """ModelInfer with raw BYTES contents: [(name, shape, serialized bytes)]; (status code, details)."""
-    import grpc
-    from tritonclient.grpc import service_pb2, service_pb2_grpc
-
-    request = service_pb2.ModelInferRequest(model_name=model)
-    for name, shape, _ in inputs:
-        request.inputs.add(name=name, datatype="BYTES", shape=shape)
-    request.raw_input_contents.extend(raw for _, _, raw in inputs)
-    for key, value in parameters.items():
-        if isinstance(value, int):
-            request.parameters[key].int64_param = value
-        else:
-            request.parameters[key].string_param = value
-    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(server.grpc_url))
-    try:
-        stub.ModelInfer(request, timeout=60)
-        return grpc.StatusCode.OK, ""
-    except grpc.RpcError as error:
-        return error.code(), error.details()
-
-
 @pytest.mark.parametrize("model", list(NAMED_MODELS))
 def test_named_exports_answer_forged_bytes_with_a_400_and_keep_their_stubs(ce_server, model):
     import grpc
@@ -328,11 +306,13 @@ def test_named_exports_answer_forged_bytes_with_a_400_and_keep_their_stubs(ce_se
     field, others, parameters = NAMED_MODELS[model]
     shape = [1, 1] if model.endswith("_bls") else [1]
     others = [(name, sh, prefixed(raw)) for name, sh, raw in others]
-    code, details = raw_grpc(ce_server, model, [(field, shape, b"\xe8\x03\x00\x00abc")] + others, parameters)
+    forged = [(field, shape, b"\xe8\x03\x00\x00abc")] + others
+    code, details = raw_bytes_grpc(ce_server.grpc_url, model, forged, parameters)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith(f"{field}[0] is malformed"), details
     dead = [pid for pid, (state, _) in launch.children(ce_server.process.pid).items() if state == "Z"]
     assert ce_server.process.poll() is None and not dead, ce_server.log()[-3000:]
-    code, details = raw_grpc(ce_server, model, [(field, shape, prefixed(b"a good text"))] + others, parameters)
+    good = [(field, shape, prefixed(b"a good text"))] + others
+    code, details = raw_bytes_grpc(ce_server.grpc_url, model, good, parameters)
     assert code == grpc.StatusCode.OK, details
 
 

@@ -27,6 +27,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from conftest import start_server, wait_for_proxy
 from local_triton import launch
+from triton_clients import raw_bytes_grpc
 
 pytestmark = pytest.mark.serving  # the model code (tokenizer BYTES parsing) runs again on Python 3.10
 
@@ -474,17 +475,7 @@ def test_every_python_model_answers_forged_bytes_with_a_400_naming_the_field(hos
     field, others, parameters = PYTHON_MODELS[model]
     inputs = [(field, forged_shape(model, shape), raw)] + others
     if surface == "grpc":
-        request = service_pb2.ModelInferRequest(model_name=model)
-        for tensor_name, tensor_shape, _ in inputs:
-            request.inputs.add(name=tensor_name, datatype="BYTES", shape=tensor_shape)
-        request.raw_input_contents.extend(contents for _, _, contents in inputs)
-        for key, value in parameters.items():
-            request.parameters[key].int64_param = value
-        try:
-            hostile.grpc.ModelInfer(request, timeout=60)
-            outcome = grpc.StatusCode.OK, ""
-        except grpc.RpcError as error:
-            outcome = error.code(), error.details()
+        outcome = raw_bytes_grpc(hostile.grpc_url, model, inputs, parameters)
         check_grpc(outcome, expected.format(field=field), name)
     else:
         header = json.dumps({"inputs": [{"name": n, "datatype": "BYTES", "shape": sh,
@@ -497,13 +488,7 @@ def test_every_python_model_answers_forged_bytes_with_a_400_naming_the_field(hos
         check_kserve(response, expected.format(field=field), name)
     assert_alive(hostile)
     good = [(field, forged_shape(model, [1, 1]), prefixed(b"a good text"))] + others
-    request = service_pb2.ModelInferRequest(model_name=model)
-    for tensor_name, tensor_shape, _ in good:
-        request.inputs.add(name=tensor_name, datatype="BYTES", shape=tensor_shape)
-    request.raw_input_contents.extend(contents for _, _, contents in good)
-    for key, value in parameters.items():
-        request.parameters[key].int64_param = value
-    hostile.grpc.ModelInfer(request, timeout=60)
+    assert raw_bytes_grpc(hostile.grpc_url, model, good, parameters) == (grpc.StatusCode.OK, "")
 
 
 @pytest.mark.parametrize("text", list(NO_CONTENT.values()), ids=list(NO_CONTENT))

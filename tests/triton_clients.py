@@ -149,3 +149,26 @@ def settled_stats(server, model, quiet_s=0.3, timeout_s=10.0):
             return current
         last = current
     return last
+
+
+def raw_bytes_grpc(grpc_url, model, inputs, parameters=None):
+    """gRPC ModelInfer with raw BYTES contents as sent, malformed or not: inputs [(name, shape, serialized bytes)],
+    parameters {name: int or str}. Returns (grpc status code, details)."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    request = service_pb2.ModelInferRequest(model_name=model)
+    for name, shape, _ in inputs:
+        request.inputs.add(name=name, datatype="BYTES", shape=shape)
+    request.raw_input_contents.extend(raw for _, _, raw in inputs)
+    for key, value in (parameters or {}).items():
+        if isinstance(value, int):
+            request.parameters[key].int64_param = value
+        else:
+            request.parameters[key].string_param = value
+    with grpc.insecure_channel(grpc_url) as channel:
+        try:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=60)
+            return grpc.StatusCode.OK, ""
+        except grpc.RpcError as error:
+            return error.code(), error.details()
