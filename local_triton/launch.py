@@ -406,13 +406,16 @@ def start(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, e
     env.update(extra_env or {})
     # The proxy calls Triton's own HTTP frontend (readiness, repository API): where it is, for the models to read.
     env["TRITON_HTTP_PORT"] = str(http_port)
+    # Which server that port must answer as (its --id, in its metadata): the proxy never takes another server's
+    # readiness for its own (an orphan left on the port). One per start.
+    env["TRITON_SERVER_ID"] = f"triton-embed-{secrets.token_hex(6)}"
     # The keys as files, not values: every Python stub inherits this environment (keys_to_files). The admin key is
     # read back from its file, so the launcher and the proxy see the same one.
     keys_dir = keys_to_files(env)
     try:
         admin_key = admin_key_for(env)
-        command = server_command(model_repository, http_port, grpc_port, metrics_port, extra_args, python, env,
-                                 admin_key)
+        command = server_command(model_repository, http_port, grpc_port, metrics_port,
+                                 (f"--id={env['TRITON_SERVER_ID']}", *extra_args), python, env, admin_key)
         process = subprocess.Popen(command, env=env, stdout=log_file,
                                    stderr=subprocess.STDOUT if log_file else None,
                                    start_new_session=True, preexec_fn=die_with_this_process())

@@ -2,6 +2,7 @@
 says so in one line, naming the port and who holds it, and stops. The servers here serve a two-model repository
 (the proxy and a trivial Python model) so they start in seconds."""
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -247,20 +248,22 @@ def test_server_ports_lists_the_proxys_port_only_when_it_loads(tiny_repository):
 
 
 def test_the_proxy_reads_readiness_only_from_its_own_servers_port():
-    """readiness.serves_port: the proxy trusts Triton's HTTP port only when its own tritonserver (its stub's parent)
-    listens there, never an orphan server's."""
+    """readiness.answers_as: the proxy trusts Triton's HTTP port only when it answers as its own tritonserver (the
+    --id the launcher gives each start, TRITON_SERVER_ID), never an orphan server's; without an id (a plain
+    tritonserver) the port is trusted. Every served test's /health 200 proves it against the real server."""
+    from types import SimpleNamespace
+
     path = os.path.join(PROJECT, "model_repository", "proxy", "1", "readiness.py")
     spec = importlib.util.spec_from_file_location("proxy_readiness_under_test", path)
     readiness = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(readiness)
-    with listening(free_port()) as mine:
-        port = mine.getsockname()[1]
-        assert readiness.serves_port(os.getpid(), port) is True
-        other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        try:
-            assert readiness.serves_port(other.pid, port) is False  # the port is someone else's
-        finally:
-            other.kill()
-            other.wait()
-    assert readiness.serves_port(os.getpid(), port) is False  # nobody listens
-    assert readiness.serves_port(os.getpid(), port, proc="/nonexistent") is None  # cannot tell: trusted
+
+    def triton(answer):
+        return SimpleNamespace(call=lambda method, path: answer if (method, path) == ("GET", "/v2") else None)
+    ours = (200, json.dumps({"name": "triton-embed-abc", "version": "2.48.0"}).encode())
+    orphan = (200, json.dumps({"name": "triton-embed-old", "version": "2.48.0"}).encode())
+    assert readiness.answers_as(triton(ours), "triton-embed-abc") is True
+    assert readiness.answers_as(triton(orphan), "triton-embed-abc") is False
+    assert readiness.answers_as(triton(None), "triton-embed-abc") is False  # nothing answers
+    assert readiness.answers_as(triton((200, b"not json")), "triton-embed-abc") is False
+    assert readiness.answers_as(triton(orphan), "") is True  # no launcher: trusted, as before

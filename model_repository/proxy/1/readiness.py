@@ -7,44 +7,29 @@ Retry-After). Triton neither answers nor cancels such a call, so each keeps one 
 once half of them are stranded the proxy says it is not live (/health/live 503), and the supervisor has the server
 restarted. It also restarts the HTTP server's thread should it stop, and fails everything once tritonserver is gone.
 
-Triton's HTTP port is read only once this stub's own tritonserver listens on it (serves_port): an orphan server left
-on the port (or any other process) would otherwise answer for ours, and /health would say 200 for a server that is
-still loading, or that never gets the port and dies.
+Triton's HTTP port is read only once it answers as this stub's own tritonserver (answers_as: the server's --id): an
+orphan server left on the port (or any other process) would otherwise answer for ours, and /health would say 200
+for a server that is still loading, or that never gets the port and dies.
 """
-import glob
+import json
 import os
 import socket
 import threading
 
 
-def serves_port(pid, port, proc="/proc"):
-    """True when process `pid` holds a LISTEN socket on `port` (/proc/net/tcp{,6}, then /proc/<pid>/fd); False when
-    another process does (or nobody); None when /proc cannot say (not Linux, or <pid>'s fds not readable): then
-    the port is trusted, as before. Its own server's pid, not a token: nothing to pass, the same under the launcher
-    and a plain tritonserver, and the port cannot change hands while that server lives."""
-    if not os.path.isdir(os.path.join(proc, "net")):
-        return None
-    inodes = set()
-    for table in glob.glob(os.path.join(proc, "net", "tcp")) + glob.glob(os.path.join(proc, "net", "tcp6")):
-        try:
-            with open(table, encoding="ascii") as handle:
-                for line in list(handle)[1:]:
-                    fields = line.split()  # sl local_address rem_address st ... inode (10th)
-                    if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                        inodes.add(f"socket:[{fields[9]}]")
-        except (OSError, ValueError, IndexError):
-            return None
+def answers_as(triton, server_id):
+    """Whether Triton's HTTP port answers as the server this stub runs in: its server metadata (GET /v2) names
+    `server_id`, the --id the launcher gave it (TRITON_SERVER_ID, which the stubs inherit). Without one (a plain
+    tritonserver) the port is trusted, as before."""
+    if not server_id:
+        return True
+    answer = triton.call("GET", "/v2")
+    if answer is None or answer[0] != 200:
+        return False
     try:
-        names = os.listdir(os.path.join(proc, str(pid), "fd"))
-    except OSError:
-        return None
-    for name in names:
-        try:
-            if os.readlink(os.path.join(proc, str(pid), "fd", name)) in inodes:
-                return True
-        except OSError:
-            continue
-    return False
+        return json.loads(answer[1]).get("name") == server_id
+    except (ValueError, AttributeError):
+        return False
 
 
 class Readiness:
@@ -54,6 +39,7 @@ class Readiness:
         self.own_model, self.own_ready = own_model, False
         self.stranded = set()  # BLS calls failed because their model stopped being ready, still not returned
         self.server_pid = os.getppid()  # tritonserver started this stub
+        self.server_id = os.environ.get("TRITON_SERVER_ID", "")  # its --id (the launcher's), if any
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="proxy-readiness", daemon=True)
 
@@ -72,12 +58,12 @@ class Readiness:
         while not self.stopping.is_set():
             try:
                 socket.create_connection((self.triton.host, self.triton.port), timeout=1).close()
-                if serves_port(self.server_pid, self.triton.port) is not False:
+                if answers_as(self.triton, self.server_id):
                     break
                 if not said:
                     said = True
-                    self.log(f"proxy: port {self.triton.port} answers, but not from this proxy's tritonserver (pid "
-                             f"{self.server_pid}): another server holds it; not ready until ours does")
+                    self.log(f"proxy: port {self.triton.port} answers, but not as this proxy's tritonserver (its "
+                             f"--id {self.server_id}): another server holds it; not ready until ours does")
             except OSError:
                 pass
             self.stopping.wait(0.2)
