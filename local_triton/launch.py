@@ -55,8 +55,8 @@ import sysconfig
 import tempfile
 import threading
 import time
-import urllib.request
-from urllib.parse import quote
+
+from model_library.triton_http import TritonHttp
 
 from . import ports
 from .watchdog import members as group_members
@@ -294,6 +294,8 @@ class Server:
         self.process, self.regions, self.noted = process, set(), 0.0
         self.keys_dir = keys_dir  # keys_to_files(): lives as long as this server (a reload reads the files again)
         self.admin_key, self.http_port, self.address = admin_key, http_port, address
+        # Triton's HTTP API (the repository API is restricted: this launcher holds its key)
+        self.triton = TritonHttp(address, http_port or 8000, {"admin-key": admin_key or ""})
         self.stubs = {}  # pid -> model directory, learnt while each stub lives
 
     @property
@@ -328,18 +330,11 @@ class Server:
         (503 at the proxy)."""
         return "Z" in self.note_regions().values()
 
-    def repository_api(self, path, timeout=5.0):
-        """Triton's repository API (restricted: the launcher holds its key) -> the decoded answer."""
-        host = "127.0.0.1" if self.address in ("0.0.0.0", "::", "[::]") else self.address
-        request = urllib.request.Request(f"http://{host}:{self.http_port}/v2/repository{path}", b"{}",
-                                         {"Content-Type": "application/json", "admin-key": self.admin_key or ""})
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (our own server)
-            return json.loads(response.read() or b"null")
-
     def model_states(self):
-        states = {}
-        for entry in self.repository_api("/index"):
-            states.setdefault(entry["name"], set()).add(entry.get("state", ""))
+        """{model: its versions' states} from Triton's repository index; OSError when it does not answer."""
+        states = self.triton.states()
+        if states is None:
+            raise OSError("Triton's repository index did not answer")
         return states
 
     def kill(self):
@@ -526,12 +521,12 @@ def drain(server, model_repository, bound_s, interrupted=lambda: False):
             states = server.model_states()
             serving = [model for model in tier if "READY" in states.get(model, ())]
             for model in serving:
-                server.repository_api(f"/models/{quote(model, safe='')}/unload")
+                server.triton.control("unload", model, timeout=5.0)
             while any(server.model_states().get(model, set()) & {"READY", "UNLOADING"} for model in serving):
                 if time.monotonic() > deadline or interrupted() or server.poll() is not None:
                     return False
                 time.sleep(0.1)
-    except (OSError, ValueError, KeyError) as error:  # e.g. MODEL_CONTROL=none: no unloads; Triton's stop alone
+    except (OSError, ValueError, KeyError, RuntimeError) as error:  # MODEL_CONTROL=none: no unloads; Triton's stop
         print(f"launch: drain: {error}", flush=True)
         return False
     return True
@@ -539,18 +534,14 @@ def drain(server, model_repository, bound_s, interrupted=lambda: False):
 
 def wait_ready(server, http_port, timeout_s=300.0, address="127.0.0.1"):
     """Block until /v2/health/ready answers 200; raise if the server exits or the time runs out."""
-    url = f"http://{address}:{http_port}/v2/health/ready"
+    triton = TritonHttp(address, http_port)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise RuntimeError(f"tritonserver exited with code {server.process.returncode} before it was ready")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    server.note_regions()
-                    return
-        except OSError:
-            pass
+        if triton.server_ready(timeout=2.0):
+            server.note_regions()
+            return
         time.sleep(0.5)
     raise TimeoutError(f"tritonserver not ready on port {http_port} after {timeout_s:.0f} s")
 

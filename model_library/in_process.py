@@ -1,6 +1,6 @@
 """Running the Python models' own code outside Triton (unit tests and benchmarks): import_python_model.
 
-Not installed into the model repository (export installs only model_common.py beside the models)."""
+Not installed into the model repository (export installs model_common.py and model_errors.py beside the models)."""
 import importlib.util
 import os
 import sys

@@ -1,10 +1,11 @@
 """What every Python model of the repository shares: reading BYTES inputs so that no input, however malformed, can
-kill a stub; the per-request input error every model answers with; the request's deadline that each BLS call
-carries.
+kill a stub; the per-request error every model answers with, in the error contract of model_errors.py (a kind and
+a field); the BLS call, which carries the request's deadline and passes a step's error on in that contract.
 
 build/export.py installs this file beside each Python model's model.py (MODEL_CODE in build/exporting/repository.py)
 and counts it in the export digest, so a mounted repository runs with nothing beside it. Import it as
-`import model_common`; it needs only numpy and the backend's triton_python_backend_utils.
+`import model_common`; it needs only numpy, the backend's triton_python_backend_utils and model_errors.py (installed
+beside it).
 
 Why the decoder: Triton 2.48's stub turns every BYTES input into numpy before execute() runs, outside any error
 handling, with triton_python_backend_utils.deserialize_bytes_tensor(...).reshape(dims). The stock decoder raises on
@@ -17,7 +18,9 @@ into that request's INVALID_ARG naming the field.
 import json
 import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
 
+import model_errors
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -78,22 +81,26 @@ def install_decoder():
     pb_utils.deserialize_bytes_tensor = deserialize_bytes_tensor
 
 
-class RequestError(Exception):
-    """One request's own error, answered as its response (the other requests of the batch go on): INVALID_ARG
-    (HTTP 400) unless `code` says otherwise. Messages lead with the field they are about (`text[3] is empty`)."""
+class ModelError(Exception):
+    """One request's own error, answered as its response (the other requests of the batch go on): `kind` (one of
+    model_errors.KINDS) about `field` (None: no field), with a message that leads with the field and ends with the
+    contract's tag. Its KServe code is the kind's."""
 
-    def __init__(self, message, code=None):
+    def __init__(self, kind, field, problem):
+        message = model_errors.tagged(kind, field, problem)
         super().__init__(message)
-        self.triton_error = pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG if code is None else code)
+        self.kind, self.field = kind, field
+        # CANCELLED is missing from some python_backend builds: UNAVAILABLE is the nearest
+        code = getattr(pb_utils.TritonError, model_errors.KINDS[kind], pb_utils.TritonError.UNAVAILABLE)
+        self.triton_error = pb_utils.TritonError(message, code)
 
 
-class InvalidInput(RequestError, ValueError):
-    """A bad input: INVALID_ARG with the message led by the field. A ValueError too, so the tokenizer's per-request
-    handlers take it as they are."""
+class InvalidInput(ModelError, ValueError):
+    """A client's error about `field` (invalid_input unless `kind` says which). A ValueError too, so the tokenizer's
+    per-request handlers take it as they are."""
 
-    def __init__(self, field, problem):
-        super().__init__(f"{field} {problem}")
-        self.field = field
+    def __init__(self, field, problem, kind="invalid_input"):
+        super().__init__(kind, field, problem)
 
 
 def read_bytes(request, name, rank=None, optional=False):
@@ -135,7 +142,8 @@ def whole_number(parameters, name, low=1, high=INT32_MAX, meaning=""):
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise InvalidInput(name, f"must be a whole number from {low} to {high}{meaning}, not "
-                                 f"{json.dumps(value) if not isinstance(value, str) else json.dumps(value[:40])}")
+                                 f"{json.dumps(value) if not isinstance(value, str) else json.dumps(value[:40])}",
+                           "invalid_value")
     return value
 
 
@@ -145,34 +153,80 @@ def rerank_inputs(request, max_documents):
     query = read_bytes(request, "query", rank=1)
     documents = read_bytes(request, "documents", rank=1)
     if len(query) != 1:
-        raise RequestError(f"query must hold one text, not {len(query)}")
+        raise InvalidInput("query", f"must hold one text, not {len(query)}")
     if len(documents) == 0:
-        raise RequestError("documents is empty: send at least one document")
+        raise InvalidInput("documents", "is empty: send at least one document")
     if len(documents) > max_documents:
-        raise RequestError(f"documents holds {len(documents)} documents, over the limit of {max_documents} "
-                           f"(rerank parameter max_documents)")
+        raise InvalidInput("documents", f"holds {len(documents)} documents, over the limit of {max_documents} "
+                                        f"(rerank parameter max_documents)", "too_many")
     return query, documents
-
-
-class StepError(RequestError):
-    """A request's error from one of its steps (a BLS call) or its deadline, answered as it is."""
-
-    def __init__(self, triton_error):
-        Exception.__init__(self, triton_error.message())
-        self.triton_error = triton_error
 
 
 def answer(request, work):
     """The per-request execute wrapper: the response of `work(request)` (its output tensors), or that request's own
-    error. Nothing a request does fails the batch or reaches the stub: anything unforeseen (a step not loaded, the
-    server stopping) is that request's UNAVAILABLE."""
+    error. Nothing a request does fails the batch or reaches the stub: anything unforeseen is that request's
+    internal error."""
     try:
         return pb_utils.InferenceResponse(output_tensors=work(request))
-    except RequestError as error:
+    except ModelError as error:
         return pb_utils.InferenceResponse(error=error.triton_error)
     except Exception as error:  # noqa: BLE001 - see the docstring
-        return pb_utils.InferenceResponse(error=pb_utils.TritonError(f"{type(error).__name__}: {error}",
-                                                                     pb_utils.TritonError.UNAVAILABLE))
+        return pb_utils.InferenceResponse(error=ModelError("internal", None, f"{type(error).__name__}: {error}")
+                                          .triton_error)
+
+
+class RequestModel:
+    """The frame of the repository's Python models that answer requests one by one (subclass it as
+    TritonPythonModel): initialize() installs the decoder before the first request is loaded and reads the config
+    (self.config, self.parameters: config_parameters), then runs setup(args); execute() answers each request with
+    answer(request, self.work). A model that runs its requests side by side overrides execute()."""
+
+    def initialize(self, args):
+        install_decoder()
+        self.config, self.parameters = config_parameters(args)
+        self.setup(args)
+
+    def setup(self, args):
+        """The model's own settings from self.parameters."""
+
+    def execute(self, requests):
+        return [answer(request, self.work) for request in requests]
+
+    def work(self, request):
+        """One request's output tensors, or a ModelError."""
+        raise NotImplementedError
+
+
+class RerankModel(RequestModel):
+    """Both rerank models' frame (bge-m3's, a cross-encoder's): query and documents in, their config's
+    texts_per_call (documents per BLS call, the calls run side by side on self.pool) and max_documents."""
+
+    def setup(self, args):
+        self.texts_per_call = int(self.parameters["texts_per_call"])
+        self.max_documents = int(self.parameters.get("max_documents") or 2048)
+        self.pool = ThreadPoolExecutor(16, thread_name_prefix="rerank-call")
+
+    def finalize(self):
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def call(model, inputs, outputs, deadline, parameters=None, rename=None):
+    """One BLS request to `model` with what is left of the request's timeout (Deadline.left_us: cancellation and
+    time checked first): its outputs {name: array}, in host memory even when the step runs on a GPU (as_numpy needs
+    that). A step's error is raised as this request's ModelError of the same kind, its field passed through
+    `rename(field)` (the caller's name for it: the tokenizer's `text[0]` is a rerank request's `query`)."""
+    request = pb_utils.InferenceRequest(
+        model_name=model, inputs=inputs, requested_output_names=outputs, parameters=parameters or {},
+        timeout=deadline.left_us(), preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0))
+    try:
+        response = request.exec()
+    except pb_utils.TritonModelException as error:  # Triton refused the call itself: stopping, or not loaded
+        raise ModelError("unavailable", None, f"model '{model}' did not take the request: {error}") from None
+    if response.has_error():
+        info = model_errors.parse(response.error().message())
+        field = rename(info.field) if rename is not None and info.field else info.field
+        raise ModelError(info.kind, field, model_errors.problem(info))
+    return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
 
 
 class Deadline:
@@ -186,23 +240,19 @@ class Deadline:
 
     def left_us(self):
         if self.request.is_cancelled():
-            raise StepError(pb_utils.TritonError("the request was cancelled", getattr(
-                pb_utils.TritonError, "CANCELLED", pb_utils.TritonError.UNAVAILABLE)))
+            raise ModelError("cancelled", None, "the request was cancelled")
         if self.end is None:
             return 0
         left = int((self.end - time.monotonic()) * 1e6)
         if left <= 0:
-            raise StepError(pb_utils.TritonError("Request timeout expired before its next step",
-                                                 pb_utils.TritonError.UNAVAILABLE))
+            raise ModelError("timeout", None, "the request's timeout expired before its next step")
         return left
 
     def check_answer(self):
         """After the work: a result the client has left, or that is past its timeout, is not answered as a success.
         Why: an encoder run, once queued, ignores timeouts (the encoder has no queue policy: bench/TUNING.md), so
         a late answer would otherwise arrive as if on time."""
-        if self.request.is_cancelled() or (self.end is not None and time.monotonic() > self.end):
-            cancelled = self.request.is_cancelled()
-            raise StepError(pb_utils.TritonError(
-                "the request was cancelled" if cancelled else "Request timeout expired while it ran",
-                getattr(pb_utils.TritonError, "CANCELLED", pb_utils.TritonError.UNAVAILABLE) if cancelled
-                else pb_utils.TritonError.UNAVAILABLE))
+        if self.request.is_cancelled():
+            raise ModelError("cancelled", None, "the request was cancelled")
+        if self.end is not None and time.monotonic() > self.end:
+            raise ModelError("timeout", None, "the request's timeout expired while it ran")

@@ -23,6 +23,7 @@ import pytest
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT)
 sys.path.insert(0, os.path.join(PROJECT, "build"))  # `import exporting` (never `import build`: pypa's package name)
+sys.path.append(os.path.join(PROJECT, "model_library"))  # `import model_errors` (the proxy's code does, unit tests too)
 
 from exporting import pbtxt  # noqa: E402, F401 (the tests' config reader: the project's one)
 

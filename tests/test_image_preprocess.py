@@ -24,7 +24,7 @@ TOLERANCE = 1e-5
 
 # ---------------------------------------------------------------- the fake triton_python_backend_utils
 class TritonError:
-    INVALID_ARG = "INVALID_ARG"
+    INVALID_ARG, UNAVAILABLE, INTERNAL, CANCELLED = "INVALID_ARG", "UNAVAILABLE", "INTERNAL", "CANCELLED"
 
     def __init__(self, message, code=None):
         self._message, self.code = message, code

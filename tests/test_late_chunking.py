@@ -176,10 +176,12 @@ def test_bad_spans_are_refused_naming_the_span(served, protocol, spans, words):
     assert words in message, message
 
 
-@pytest.mark.parametrize("spans, parameters, words", [
-    (None, None, "give the chunks as the input spans or as the request parameter chunk_tokens (neither"),
-    ([(0, 5)], {"chunk_tokens": 8}, "(one of them, not both)"),
-    (None, {"chunk_tokens": 0}, "chunk_tokens must be a whole number from 1 to 2147483647, not 0"),
+@pytest.mark.parametrize("spans, parameters, words", [  # (the error contract's tag: model_errors.py)
+    (None, None, "spans or the request parameter chunk_tokens gives the chunks: neither was given "
+                 "[invalid_input spans]"),
+    ([(0, 5)], {"chunk_tokens": 8}, ": one of them, not both [invalid_input spans]"),
+    (None, {"chunk_tokens": 0}, "chunk_tokens must be a whole number from 1 to 2147483647, not 0 "
+                                "[invalid_value chunk_tokens]"),
 ])
 def test_bad_combinations_are_refused(served, spans, parameters, words):
     assert words in chunk_error(served, "grpc", TEXT, spans, parameters=parameters)

@@ -12,7 +12,7 @@ from model_library.in_process import import_python_model
 
 
 class TritonError:
-    INVALID_ARG = 3
+    INVALID_ARG, UNAVAILABLE, INTERNAL, CANCELLED = 3, 14, 13, 1  # (the codes model_errors.KINDS names)
 
     def __init__(self, message, code=None):
         self.message, self.code = message, code
@@ -71,7 +71,8 @@ def test_read_bytes_names_the_field_and_element(library):
                                                              dtype=np.uint8)).reshape([2])
     with pytest.raises(library.InvalidInput) as caught:
         library.read_bytes({"documents": Tensor(decoded)}, "documents", rank=1)
-    assert str(caught.value) == "documents[1] is malformed: its length prefix says 1000 bytes but 3 follow"
+    assert str(caught.value) == ("documents[1] is malformed: its length prefix says 1000 bytes but 3 follow "
+                                 "[invalid_input documents[1]]")  # the error contract's tag: model_errors.py
     assert caught.value.field == "documents[1]" and caught.value.triton_error.code == TritonError.INVALID_ARG
     with pytest.raises(library.InvalidInput, match=r"^text arrived with shape \[1\], not 2 dimensions"):
         library.read_bytes({"text": Tensor(library.deserialize_bytes_tensor(serialized(b"ok")))}, "text", rank=2)

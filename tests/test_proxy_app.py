@@ -19,12 +19,20 @@ from conftest import PROJECT
 sys.path.insert(0, os.path.join(PROJECT, "model_repository", "proxy", "1"))
 import errors  # noqa: E402
 import guard  # noqa: E402
+import model_errors  # noqa: E402
 import service as proxy_service  # noqa: E402
 
 import app as proxy_app  # noqa: E402
 from metrics import Metrics, MetricsMiddleware  # noqa: E402
 
 DIM = 8
+
+
+def model_error(kind, field, problem, card, rows):
+    """What the real service raises for a model's error in the contract (model_errors.py): service.step_error of the
+    tagged message, as the ensemble passes it on."""
+    message = "in ensemble 'x', " + model_errors.tagged(kind, field, problem)
+    return proxy_service.step_error(message, card, "x", rows)
 
 
 @dataclass(frozen=True)
@@ -89,12 +97,12 @@ class FakeService:
     async def embed(self, card, texts, outputs, param, parameters=None):
         self.calls.append((card.id, list(texts), outputs))
         width = (parameters or {}).get("dimensions")
-        if width not in (None, DIM):  # the BLS model's message
-            raise errors.InvalidInput(f"dimensions {width} is not served; dimensions must be {DIM}: this model is "
-                                      f"not Matryoshka", "invalid_value", "dimensions")
+        if width not in (None, DIM):  # the BLS model's error, read as the real service reads it
+            raise model_error("not_served", "dimensions", f"{width} is not served; dimensions must be {DIM}: this "
+                                                          f"model is not Matryoshka", card, (param, 0))
         for i, text in enumerate(texts):
-            if text == "BAD":  # what the tokenizer's per-text errors become
-                raise errors.InvalidInput(f"{param}[{i}] is not valid UTF-8 (byte 0)", "invalid_input", param)
+            if text == "BAD":  # the tokenizer's per-text errors
+                raise model_error("invalid_input", f"text[{i}]", "is not valid UTF-8 (byte 0)", card, (param, 0))
         words = [len(t.split()) + 2 for t in texts]
         tokens = np.minimum(words, card.max_length)
         # a token id per distinct word: hash() of a str differs per process, and "a" and "b" once met mod 1000
@@ -109,9 +117,9 @@ class FakeService:
         self.calls.append((card.id, list(images), "images"))
         indices = list(range(len(images))) if indices is None else indices
         for i, image in enumerate(images):
-            if image.startswith(b"BAD"):
-                raise errors.InvalidInput(f"{param}[{indices[i]}] is not an image (cannot identify image file)",
-                                          "invalid_image", param)
+            if image.startswith(b"BAD"):  # the image model's error
+                raise model_error("invalid_input", f"image[{i}]", "is not an image (cannot identify image file)", card,
+                                  (param, 0, indices))
         return np.stack([fake_vectors(image.hex()) for image in images]), 2.0
 
     async def rerank(self, card, query, documents, weights):
@@ -120,7 +128,7 @@ class FakeService:
         self.calls.append((card.id, [query, *documents], tuple(weights)))
         for i, text in enumerate(documents):
             if text == "BAD":
-                raise errors.InvalidInput(f"documents[{i}] is not valid UTF-8 (byte 0)", "invalid_input", "documents")
+                raise model_error("invalid_input", f"documents[{i}]", "is not valid UTF-8 (byte 0)", card, None)
         dense = np.array([float(fake_vectors(query) @ fake_vectors(d)) for d in documents], dtype=np.float32)
         modes = np.full((len(documents), 3), np.nan, dtype=np.float32)
         for column, mode in enumerate(("dense", "sparse", "colbert")):
@@ -284,7 +292,7 @@ def test_rerank_errors_name_the_query_or_the_document(client, body, status, para
     (b'{"input": ["fine", 3]}', 400, "invalid_type", ["input"]),
     (b'{"input": [1, 2, 3]}', 400, "invalid_input", ["token arrays"]),
     (b'{"input": "x", "encoding_format": "int4"}', 400, "invalid_value", ["encoding_format"]),
-    (b'{"input": "x", "dimensions": 128}', 400, "invalid_value", ["dimensions", str(DIM)]),
+    (b'{"input": "x", "dimensions": 128}', 400, "not_served", ["dimensions", str(DIM)]),
     (b'{"input": "x", "dimensions": "x"}', 400, "invalid_type", ["dimensions"]),
     (b'{"input": "x", "model": 5}', 400, "invalid_type", ["model"]),
     (b'{"input": "x", "truncate": "no"}', 400, "invalid_type", ["truncate"]),

@@ -23,6 +23,7 @@ from conftest import PROJECT
 sys.path.insert(0, os.path.join(PROJECT, "model_repository", "proxy", "1"))
 import admission  # noqa: E402
 import images  # noqa: E402
+import model_errors  # noqa: E402
 import registry  # noqa: E402
 import service as proxy_service  # noqa: E402
 from test_proxy_app import DIM, Card, error_of, fake_vectors, make_client, settings  # noqa: E402
@@ -381,8 +382,9 @@ class FakePb:
                 pb.requests.append((self.model, rows))
                 bad = [i for i, row in enumerate(rows) if row.startswith(b"BAD")]
                 if bad:
-                    message = f"in ensemble '{self.model}', image[{bad[0]}] is not an image (cannot identify image " \
-                              f"file)"
+                    # the image model's error in the contract (model_errors.py), behind the ensemble's words
+                    message = f"in ensemble '{self.model}', " + model_errors.tagged(
+                        "invalid_input", f"image[{bad[0]}]", "is not an image (cannot identify image file)")
                     error = SimpleNamespace(message=lambda: message)
                     return SimpleNamespace(has_error=lambda: True, error=lambda: error)
                 return SimpleNamespace(has_error=lambda: False,

@@ -13,23 +13,24 @@ nv_inference_count{{model="tokenizer",version="1"}} 99
 """
 
 
-class FakeTriton(supervisor.Triton):
+class FakeTriton:
+    """The one call model_work makes of the client (model_library/triton_http.py), answered with `text`."""
+
     def __init__(self, text):
-        super().__init__({})
         self.text = text
 
-    def call(self, method, path, body=None, timeout=5.0, port=None):
+    def call(self, method, path, body=None, headers=None, timeout=5.0, port=None):
         return 200, self.text.encode()
 
 
 def work(**values):
-    return FakeTriton(METRICS.format(**values)).work(8002)
+    return supervisor.model_work(FakeTriton(METRICS.format(**values)), 8002)
 
 
 def test_metrics_are_read_per_model():
     assert work(tokenizer_pending=3, bls_pending=1, tokenizer_runs=42) == {"tokenizer": (3.0, 42.0),
                                                                            "ensemble_bls": (1.0, 7.0)}
-    assert FakeTriton("").work(0) == {}  # metrics off: nothing is judged hung
+    assert supervisor.model_work(FakeTriton(""), 0) == {}  # metrics off: nothing is judged hung
 
 
 def test_a_model_hangs_when_requests_wait_and_nothing_completes_for_the_timeout():
@@ -53,7 +54,7 @@ def test_progress_or_an_empty_queue_is_not_a_hang():
 
 def test_the_metrics_it_reads_exist_in_tritonserver(server):
     """The two metrics are Triton 2.48's own names: read from the real server, every Python model has both."""
-    triton = supervisor.Triton({"http-port": str(server.http_port)})
-    work = triton.work(server.metrics_port)
+    triton = supervisor.triton_client({"http-port": str(server.http_port)})
+    work = supervisor.model_work(triton, server.metrics_port)
     assert {"tokenizer", "ensemble_bls", "embedding"} <= set(work), work
     assert all(pending >= 0 and executions >= 0 for pending, executions in work.values())

@@ -33,20 +33,24 @@ COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8
 # (prompts.json, text_cleaning.json, vectors.json, the library's copies...) into the checkout's folders, and a copy of
 # those into another export served the default's prompts (issue 40).
 # {kind: [(source under the project, destination in the model's folder)]}
-MODEL_LIBRARY = os.path.join("model_library", "model_common.py")
-LIBRARY = (MODEL_LIBRARY, "1/")  # the code every Python model shares, installed beside its model.py
+# the models' library (model_library/): the error contract (model_errors.py: plain Python, the proxy reads it
+# too) and what every inference model shares (model_common.py), installed beside each one's model.py
+ERROR_CONTRACT = (os.path.join("model_library", "model_errors.py"), "1/")
+LIBRARY = [(os.path.join("model_library", "model_common.py"), "1/"), ERROR_CONTRACT]
+TRITON_CLIENT = (os.path.join("model_library", "triton_http.py"), "1/")  # Triton's HTTP API: proxy, supervisor
 MODEL_CODE = {
     "tokenizer": [("model_repository/tokenizer/config.pbtxt", "config.pbtxt"),
                   ("model_repository/tokenizer/1/model.py", "1/"), ("model_repository/tokenizer/1/grouping.py", "1/"),
-                  ("model_repository/tokenizer/warmup/text", "warmup/text"), LIBRARY],
-    "ensemble_bls": [("model_repository/ensemble_bls/1/model.py", "1/"), LIBRARY],
-    "rerank": [("model_repository/rerank/1/model.py", "1/"), LIBRARY],
-    "cross_encoder_rerank": [("model_repository/rerank/cross_encoder.py", "1/model.py"), LIBRARY],
-    "late_chunking": [("model_repository/late_chunking/1/model.py", "1/"), LIBRARY],
-    "image_preprocess": [("model_repository/tokenizer/image_preprocess.py", "1/model.py"), LIBRARY],
-    "proxy": [("model_repository/proxy/config.pbtxt", "config.pbtxt"), ("model_repository/proxy/1/*.py", "1/")],
+                  ("model_repository/tokenizer/warmup/text", "warmup/text"), *LIBRARY],
+    "ensemble_bls": [("model_repository/ensemble_bls/1/model.py", "1/"), *LIBRARY],
+    "rerank": [("model_repository/rerank/1/model.py", "1/"), *LIBRARY],
+    "cross_encoder_rerank": [("model_repository/rerank/cross_encoder.py", "1/model.py"), *LIBRARY],
+    "late_chunking": [("model_repository/late_chunking/1/model.py", "1/"), *LIBRARY],
+    "image_preprocess": [("model_repository/tokenizer/image_preprocess.py", "1/model.py"), *LIBRARY],
+    "proxy": [("model_repository/proxy/config.pbtxt", "config.pbtxt"), ("model_repository/proxy/1/*.py", "1/"),
+              ERROR_CONTRACT, TRITON_CLIENT],
     "supervisor": [("model_repository/supervisor/config.pbtxt", "config.pbtxt"),
-                   ("model_repository/supervisor/1/model.py", "1/")],
+                   ("model_repository/supervisor/1/model.py", "1/"), TRITON_CLIENT],
 }
 
 
@@ -57,7 +61,8 @@ def templates_digest():
     changed config, strategy or library never reaches it)."""
     digest = hashlib.sha256(repr(sorted(GPU_TOKENIZER.items())).encode() + b"\0")
     sources = glob.glob(os.path.join(SOURCE_REPOSITORY, "*", "*.template")) + [
-        os.path.join(SOURCE_REPOSITORY, "embedding", "token_budget.c"), os.path.join(PROJECT, MODEL_LIBRARY)]
+        os.path.join(SOURCE_REPOSITORY, "embedding", "token_budget.c"), *(os.path.join(PROJECT, source)
+                                                                          for source, _ in LIBRARY)]
     for path in sorted(sources):
         digest.update(os.path.relpath(path, SOURCE_REPOSITORY).encode() + b"\0")
         with open(path, "rb") as handle:
@@ -88,6 +93,8 @@ def copy_model_code(kind, model_dir, project=PROJECT):
             target = os.path.join(model_dir, destination)
             if destination.endswith("/"):
                 target = os.path.join(target, os.path.basename(source))
+            if os.path.abspath(source) == os.path.abspath(target):  # the checkout's own model: only the library
+                continue
             os.makedirs(os.path.dirname(target), exist_ok=True)
             shutil.copyfile(source, target)
             copied.append(target)
@@ -356,11 +363,10 @@ def write_tokenizer(hf_tokenizer, max_length, tokenizer_dir):
 
 def ensure_proxy(repository):
     """A repository outside the project gets the project's proxy and supervisor models (config + code) if it has
-    none."""
+    none; the project's own proxy gets the library installed beside it (MODEL_CODE)."""
     for model in ("proxy", "supervisor"):
         target = os.path.join(repository, model)
-        if os.path.abspath(repository) != SOURCE_REPOSITORY and \
-                not os.path.exists(os.path.join(target, "config.pbtxt")):
+        if os.path.abspath(repository) == SOURCE_REPOSITORY or not os.path.exists(os.path.join(target, "config.pbtxt")):
             copy_model_code(model, target)
 
 

@@ -42,8 +42,7 @@ RESAMPLING = {mode.name.lower(): mode for mode in Image.Resampling}
 BOMB = (Image.DecompressionBombError, Image.DecompressionBombWarning)
 
 
-class Refused(Exception):
-    """A row refused, with the message to answer (it names the row and the cause)."""
+InvalidInput = model_common.InvalidInput  # a request's error about one field (model_errors.py's contract)
 
 
 class Transform:
@@ -149,29 +148,29 @@ class TritonPythonModel:
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="decode") if threads > 1 else None
 
     def pixels(self, item, label):
-        """One row's [3, H, W] pixels, or Refused naming the row and the cause."""
+        """One row's [3, H, W] pixels, or InvalidInput naming the row and the cause."""
         if not isinstance(item, bytes):
             item = bytes(item) if isinstance(item, (bytearray, memoryview)) else str(item).encode()
         if not item:
-            raise Refused(f"{label} is empty")
+            raise InvalidInput(label, "is empty")
         if len(item) > self.max_bytes:
-            raise Refused(f"{label} is {len(item)} bytes, over the limit of {self.max_bytes} (parameter "
+            raise InvalidInput(label, f"is {len(item)} bytes, over the limit of {self.max_bytes} (parameter "
                           f"max_image_bytes)")
         try:
             image = Image.open(io.BytesIO(item), formats=self.formats)
         except UnidentifiedImageError:
-            raise Refused(f"{label} is not an image Pillow can read (JPEG, PNG, WebP, GIF, ...)") from None
+            raise InvalidInput(label, "is not an image Pillow can read (JPEG, PNG, WebP, GIF, ...)") from None
         width, height = image.size
         if not width or not height:
-            raise Refused(f"{label} is {width}x{height}: no pixels")
+            raise InvalidInput(label, f"is {width}x{height}: no pixels")
         if width * height > self.max_pixels:
-            raise Refused(f"{label} is {width}x{height} = {width * height} pixels, over the limit of "
+            raise InvalidInput(label, f"is {width}x{height} = {width * height} pixels, over the limit of "
                           f"{self.max_pixels} (parameter max_image_pixels)")
         # EXIF may swap the sides: both ways
         resized = max(self.transform.resized_size(width, height), self.transform.resized_size(height, width),
                       key=lambda size: size[0] * size[1])
         if resized[0] * resized[1] > self.max_pixels:  # a 1x40000 strip resized to 224 high: 224x8960000
-            raise Refused(f"{label} is {width}x{height}: its aspect ratio would make the resized image "
+            raise InvalidInput(label, f"is {width}x{height}: its aspect ratio would make the resized image "
                           f"{resized[0]}x{resized[1]}, over the limit of {self.max_pixels} pixels (parameter "
                           f"max_image_pixels)")
         try:
@@ -179,7 +178,7 @@ class TritonPythonModel:
         except BOMB:
             raise
         except Exception as error:  # Pillow raises OSError, SyntaxError, ValueError, EOFError... for bad data
-            raise Refused(f"{label} could not be decoded ({image.format}, {width}x{height}): truncated or "
+            raise InvalidInput(label, f"could not be decoded ({image.format}, {width}x{height}): truncated or "
                           f"corrupt ({type(error).__name__}: {error})") from None
         try:
             ImageOps.exif_transpose(image, in_place=True)
@@ -188,27 +187,27 @@ class TritonPythonModel:
         return self.transform(image)
 
     def row(self, item, label):
-        """pixels(), or the error message (str): a hostile image fails its row, never the stub."""
+        """pixels(), or the row's InvalidInput (not raised): a hostile image fails its row, never the stub."""
         try:
             return self.pixels(item, label)
-        except Refused as error:
-            return str(error)
+        except InvalidInput as error:
+            return error
         except BOMB as error:
             found = re.search(r"\((\d+) pixels\)", str(error))
-            return (f"{label} is {found.group(1) if found else 'too many'} pixels, over the limit of "
-                    f"{self.max_pixels} (parameter max_image_pixels)")
+            return InvalidInput(label, f"is {found.group(1) if found else 'too many'} pixels, over the limit of "
+                                       f"{self.max_pixels} (parameter max_image_pixels)")
         except MemoryError:
-            return f"{label} is too large to decode in the memory available"
+            return InvalidInput(label, "is too large to decode in the memory available")
         except Exception as error:
-            return f"{label} could not be decoded ({type(error).__name__}: {error})"
+            return InvalidInput(label, f"could not be decoded ({type(error).__name__}: {error})")
 
     def execute(self, requests):
         rows, per_request = [], [[] for _ in requests]  # rows: (request index, row, item)
         for i, request in enumerate(requests):
             try:
                 items = model_common.read_bytes(request, "image")
-            except model_common.InvalidInput as error:
-                per_request[i].append(str(error))
+            except InvalidInput as error:
+                per_request[i].append(error)
                 continue
             rows.extend((i, r, item) for r, item in enumerate(items))
         work = [(item, f"image[{r}]") for _, r, item in rows]
@@ -220,10 +219,10 @@ class TritonPythonModel:
             per_request[i].append(result)
         responses = []
         for results in per_request:
-            error = next((r for r in results if isinstance(r, str)), None if results else "the request has no image")
+            error = next((r for r in results if isinstance(r, InvalidInput)),
+                         None if results else InvalidInput("image", "is empty: the request has no image"))
             if error is not None:
-                responses.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(error, pb_utils.TritonError.INVALID_ARG)))
+                responses.append(pb_utils.InferenceResponse(error=error.triton_error))
             else:
                 responses.append(pb_utils.InferenceResponse(
                     output_tensors=[pb_utils.Tensor("pixel_values", np.stack(results))]))

@@ -23,7 +23,6 @@ A cross-encoder export's BLS model takes (query, text) pairs: the input `query` 
 """
 import json
 import os
-import re
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -37,11 +36,6 @@ import model_common  # noqa: E402  (installed beside this file by build/export.p
 TOKENIZER_OUTPUTS = ["input_ids", "attention_mask", "num_tokens", "truncated", "length_group"]
 FROM_TOKENIZER = {"num_tokens", "truncated", "query_truncated"}
 PAD_VALUES = {"sparse_indices": -1}  # the encoder pads sparse ids with -1; every other output with 0
-# A BLS response's error arrives with code INTERNAL in 24.07 whatever the step said. The tokenizer's per-request
-# errors (its model.py: decode, check) get back their INVALID_ARG (HTTP 400, as via the ensemble), a step's full
-# queue (its max_queue_size) its UNAVAILABLE.
-INPUT_ERROR = re.compile(r"^(text\[\d+\] |query(\[\d+\])? |the request holds |prompt_name |input_type |prompts apply )")
-QUEUE_FULL = "Exceeds maximum queue size"
 QUANTIZED = {"embedding_int8": "int8", "embedding_uint8": "uint8", "embedding_binary": "binary",
              "embedding_ubinary": "ubinary"}
 VECTORS = {"embedding", *QUANTIZED}  # their -1 dimension is the request's width, not a per-token one
@@ -63,10 +57,9 @@ def quantize(vectors, precision, ranges):
     return q_vals.astype(np.uint8) if precision == "uint8" else (q_vals - 128).astype(np.int8)
 
 
-class TritonPythonModel:
-    def initialize(self, args):
-        model_common.install_decoder()  # before the first request is loaded
-        config, parameters = model_common.config_parameters(args)
+class TritonPythonModel(model_common.RequestModel):
+    def setup(self, args):
+        config, parameters = self.config, self.parameters
         self.tokenizer_model = parameters["tokenizer_model"]
         self.encoder_model = parameters["encoder_model"]
         # per output: which dimensions (after the row) follow the padded width: those grow to the request's width
@@ -86,37 +79,20 @@ class TritonPythonModel:
         self.requests_pool = ThreadPoolExecutor(threads, thread_name_prefix="bls-request")
         self.runs_pool = ThreadPoolExecutor(threads, thread_name_prefix="bls-run")
 
-    def execute(self, requests):
-        return list(self.requests_pool.map(self.answer, requests))
+    def execute(self, requests):  # side by side: each request's steps are BLS calls that wait
+        return list(self.requests_pool.map(lambda request: model_common.answer(request, self.work), requests))
 
-    def answer(self, request):
-        return model_common.answer(request, lambda r: self.embed(r, Deadline(r)))
-
-    def call(self, model, inputs, outputs, deadline, parameters=None):
-        """One BLS request; StepError carries a step's error (its message, and the codes above)."""
-        request = pb_utils.InferenceRequest(
-            model_name=model, inputs=inputs, requested_output_names=outputs, parameters=parameters or {},
-            timeout=deadline.left_us(),
-            # outputs come back in host memory even when the encoder runs on a GPU (as_numpy needs that)
-            preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0))
-        response = request.exec()
-        if response.has_error():
-            error = response.error()
-            if INPUT_ERROR.match(error.message()):
-                error = pb_utils.TritonError(error.message(), pb_utils.TritonError.INVALID_ARG)
-            elif QUEUE_FULL in error.message():
-                error = pb_utils.TritonError(error.message(), pb_utils.TritonError.UNAVAILABLE)
-            raise StepError(error)
-        return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
+    def work(self, request):
+        return self.embed(request, Deadline(request))
 
     def options(self, request):
         """(dimensions or None, the tokenizer's parameters: prompt, pairs' shared query) from the request's
-        parameters; StepError names a bad one."""
+        parameters; InvalidInput names a bad one."""
         parameters = json.loads(request.parameters() or "{}")
         prompt = {key: parameters[key] for key in PROMPT_PARAMETERS if key in parameters}
         for key, value in prompt.items():
             if not isinstance(value, str):
-                raise invalid(f"{key} must be a string, not {json.dumps(value)}")
+                raise InvalidInput(key, f"must be a string, not {json.dumps(value)}", "invalid_value")
         if "query" in parameters:
             prompt["query"] = parameters["query"]
         width = parameters.get("dimensions")
@@ -128,7 +104,8 @@ class TritonPythonModel:
         if not isinstance(width, int) or isinstance(width, bool) or width not in self.dimensions:
             detail = f"one of this model's Matryoshka widths: {allowed}" if len(self.dimensions) > 1 else \
                 f"{allowed}: this model is not Matryoshka and gives only its full size"
-            raise invalid(f"dimensions {json.dumps(width)} is not served; dimensions must be {detail}")
+            raise InvalidInput("dimensions", f"{json.dumps(width)} is not served; dimensions must be {detail}",
+                               "not_served")
         return (None if width == max(self.dimensions) else width), prompt
 
     def vectors(self, results, wanted, width):
@@ -144,7 +121,8 @@ class TritonPythonModel:
             if name in QUANTIZED:
                 ranges = self.ranges.get(dense.shape[1])
                 if ranges is None and QUANTIZED[name].endswith("int8"):
-                    raise invalid(f"{name}: no calibrated ranges for width {dense.shape[1]}: re-run build/export.py")
+                    raise model_common.ModelError("internal", None, f"{name}: no calibrated ranges for width "
+                                                                    f"{dense.shape[1]}: re-run build/export.py")
                 results[name] = quantize(dense, QUANTIZED[name], ranges)
 
     def embed(self, request, deadline):
@@ -156,7 +134,7 @@ class TritonPythonModel:
         model_common.read_bytes(request, "query", rank=2, optional=True)
         inputs = [pb_utils.get_input_tensor_by_name(request, name) for name in ("text", "query")]
         inputs = [tensor for tensor in inputs if tensor is not None]
-        tokens = self.call(self.tokenizer_model, inputs, self.tokenizer_outputs, deadline, parameters)
+        tokens = call(self.tokenizer_model, inputs, self.tokenizer_outputs, deadline, parameters)
         encoder_outputs = [name for name in wanted if name not in FROM_TOKENIZER and name not in VECTORS
                            and name not in COLBERT_TYPES]
         if VECTORS & set(wanted):
@@ -174,8 +152,7 @@ class TritonPythonModel:
             cut = int(groups[rows[0], 1])
             inputs = [pb_utils.Tensor("input_ids", np.ascontiguousarray(ids[rows, :cut])),
                       pb_utils.Tensor("attention_mask", np.ascontiguousarray(mask[rows, :cut]))]
-            runs.append((rows, cut, self.runs_pool.submit(self.call, self.encoder_model, inputs, encoder_outputs,
-                                                          deadline)))
+            runs.append((rows, cut, self.runs_pool.submit(call, self.encoder_model, inputs, encoder_outputs, deadline)))
         for rows, cut, run in runs:
             for name, part in run.result().items():
                 if name not in results:
@@ -193,13 +170,13 @@ class TritonPythonModel:
 
     # ---------------------------------------------------------------- compact ColBERT
     def colbert_options(self, request):
-        """The request's `colbert_pool_factor` (1: no pooling); StepError names a bad one."""
+        """The request's `colbert_pool_factor` (1: no pooling); InvalidInput names a bad one."""
         parameters = json.loads(request.parameters() or "{}")
         if parameters.get("colbert_pool_factor") is None:
             return 1
         if "colbert_vectors" not in self.outputs:
-            raise invalid(f"colbert_pool_factor: this model has no ColBERT output (it serves "
-                          f"{', '.join(self.outputs)})")
+            raise InvalidInput("colbert_pool_factor", f"is not served: this model has no ColBERT output (it serves "
+                                                      f"{', '.join(self.outputs)})", "not_served")
         return model_common.whole_number(parameters, "colbert_pool_factor", meaning=" (1: no pooling)")
 
     def compact_colbert(self, results, wanted, pool_factor):
@@ -224,12 +201,8 @@ class TritonPythonModel:
         self.runs_pool.shutdown(wait=False, cancel_futures=True)
 
 
-StepError, Deadline = model_common.StepError, model_common.Deadline  # the library's: a step's error, the deadline
-
-
-def invalid(message):
-    """A bad request parameter: INVALID_ARG (HTTP 400) naming it."""
-    return StepError(pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
+# the library's: a request's error about one field, the BLS call, the request's deadline
+InvalidInput, call, Deadline = model_common.InvalidInput, model_common.call, model_common.Deadline
 
 
 # ---------------------------------------------------------------- compact ColBERT: token pooling and types

@@ -28,34 +28,31 @@ import triton_python_backend_utils as pb_utils
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_common  # noqa: E402  (installed beside this file by build/export.py)
+import model_errors  # noqa: E402  (the same)
 
-# the tokenizer's per-request errors name text[0]: this model has one text, named `text`
-INPUT_ERROR = re.compile(r"^(text\[0\] |the request holds |prompt_name |input_type |prompts apply )")
-QUEUE_FULL = "Exceeds maximum queue size"
 SENTENCE_END = re.compile(r"(?<=[.!?。！？])[\"'”’)\]]*\s+|\n\s*|(?<=[。！？])")
 PROMPT_PARAMETERS = ("prompt_name", "input_type")
 
 
-RequestError = model_common.RequestError  # one request's own error (INVALID_ARG unless a code is given)
+InvalidInput = model_common.InvalidInput  # a request's error about one field (model_errors.py's contract)
 
 
 def check_spans(spans, length):
-    """The client's spans [n, 2] against a text of `length` characters; RequestError names the first bad one."""
+    """The client's spans [n, 2] against a text of `length` characters; InvalidInput names the first bad one."""
     if len(spans) == 0:
-        raise RequestError("spans is empty: give at least one [start, end]")
+        raise InvalidInput("spans", "is empty: give at least one [start, end]")
     for i, (start, end) in enumerate(spans.tolist()):
-        where = f"spans[{i}] [{start}, {end}]"
         if start < 0 or end > length:
-            raise RequestError(f"{where} is out of range: the text has {length} characters (spans are [start, end) "
-                               f"in characters)")
+            raise InvalidInput(f"spans[{i}]", f"[{start}, {end}] is out of range: the text has {length} characters "
+                                              f"(spans are [start, end) in characters)")
         if end < start:
-            raise RequestError(f"{where} ends before it starts")
+            raise InvalidInput(f"spans[{i}]", f"[{start}, {end}] ends before it starts")
         if end == start:
-            raise RequestError(f"{where} is empty")
+            raise InvalidInput(f"spans[{i}]", f"[{start}, {end}] is empty")
     order = np.argsort(spans[:, 0], kind="stable")
     for a, b in zip(order[:-1], order[1:]):
         if spans[b, 0] < spans[a, 1]:
-            raise RequestError(f"spans[{b}] {spans[b].tolist()} overlaps spans[{a}] {spans[a].tolist()}")
+            raise InvalidInput(f"spans[{b}]", f"{spans[b].tolist()} overlaps spans[{a}] {spans[a].tolist()}")
 
 
 def members(offsets, start, end):
@@ -96,15 +93,10 @@ def sentence_chunks(text, offsets, budget):
     return np.array(chunks, dtype=np.int64).reshape(-1, 2)
 
 
-class TritonPythonModel:
-    def initialize(self, args):
-        model_common.install_decoder()  # before the first request is loaded
-        _, parameters = model_common.config_parameters(args)
-        self.tokenizer_model = parameters["tokenizer_model"]
-        self.encoder_model = parameters["encoder_model"]
-
-    def execute(self, requests):
-        return [model_common.answer(request, self.chunk) for request in requests]
+class TritonPythonModel(model_common.RequestModel):
+    def setup(self, args):
+        self.tokenizer_model = self.parameters["tokenizer_model"]
+        self.encoder_model = self.parameters["encoder_model"]
 
     def options(self, request):
         """(chunk_tokens or None, the tokenizer's parameters) from the request's parameters."""
@@ -112,24 +104,26 @@ class TritonPythonModel:
         prompt = {key: parameters[key] for key in PROMPT_PARAMETERS if key in parameters}
         return model_common.whole_number(parameters, "chunk_tokens"), prompt
 
-    def chunk(self, request):
+    def work(self, request):
+        """One text and its chunks (spans, or chunk_tokens) -> a vector per chunk."""
         deadline = model_common.Deadline(request)
         budget, prompt = self.options(request)
         spans = pb_utils.get_input_tensor_by_name(request, "spans")
         if (spans is None) == (budget is None):
-            raise RequestError("give the chunks as the input spans or as the request parameter chunk_tokens "
-                               + ("(one of them, not both)" if budget is not None else "(neither was given)"))
+            raise InvalidInput("spans", "or the request parameter chunk_tokens gives the chunks: "
+                               + ("one of them, not both" if budget is not None else "neither was given"))
         raw = model_common.read_bytes(request, "text", rank=1)
         if len(raw) != 1:
-            raise RequestError(f"text must hold one text, not {len(raw)}")
+            raise InvalidInput("text", f"must hold one text, not {len(raw)}")
         text_in = pb_utils.Tensor("text", raw.reshape(1, 1))
-        tokens = self.call(self.tokenizer_model, [text_in], ["input_ids", "attention_mask", "num_tokens",
-                                                              "truncated", "offsets", "length_group"], deadline, prompt)
+        tokens = call(self.tokenizer_model, [text_in], ["input_ids", "attention_mask", "num_tokens",
+                                                         "truncated", "offsets", "length_group"], deadline, prompt,
+                      rename=one_text)
         count = int(tokens["num_tokens"][0, 0])
         if tokens["truncated"][0, 0]:
-            raise RequestError(f"text is longer than the model's max length of {count} tokens: late chunking embeds "
-                               f"the whole text in one forward pass, so it takes at most {count} tokens (split the "
-                               f"text, or chunk it before embedding)")
+            raise InvalidInput("text", f"is longer than the model's max length of {count} tokens: late chunking "
+                                       f"embeds the whole text in one forward pass, so it takes at most {count} tokens "
+                                       f"(split the text, or chunk it before embedding)", "too_long")
         text = raw[0].decode("utf-8")  # the tokenizer has checked it
         offsets = tokens["offsets"][0, :count]
         if spans is None:
@@ -140,10 +134,10 @@ class TritonPythonModel:
         selected = [members(offsets, start, stop) for start, stop in chunks.tolist()]
         for i, mask in enumerate(selected):
             if not mask.any():  # only whitespace (or characters no token comes from)
-                raise RequestError(f"spans[{i}] {chunks[i].tolist()} covers no token of the text")
+                raise InvalidInput(f"spans[{i}]", f"{chunks[i].tolist()} covers no token of the text")
         inputs = [pb_utils.Tensor(name, np.ascontiguousarray(tokens[name][:, :count]))
                   for name in ("input_ids", "attention_mask")]
-        hidden = self.call(self.encoder_model, inputs, ["token_embeddings"], deadline)["token_embeddings"][0]
+        hidden = call(self.encoder_model, inputs, ["token_embeddings"], deadline)["token_embeddings"][0]
         deadline.check_answer()
         vectors = np.stack([hidden[:count][mask].astype(np.float64).mean(0) for mask in selected])
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
@@ -152,19 +146,10 @@ class TritonPythonModel:
                 pb_utils.Tensor("num_tokens", np.array([m.sum() for m in selected], dtype=np.int32)),
                 pb_utils.Tensor("text_tokens", np.array([count], dtype=np.int32))]
 
-    @staticmethod
-    def call(model, inputs, outputs, deadline, parameters=None):
-        """One BLS request with what is left of the request's timeout (cancellation checked first); a step's error
-        is this request's."""
-        response = pb_utils.InferenceRequest(
-            model_name=model, inputs=inputs, requested_output_names=outputs, parameters=parameters or {},
-            timeout=deadline.left_us(),
-            preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0)).exec()
-        if response.has_error():
-            message = response.error().message()
-            if INPUT_ERROR.match(message):
-                raise RequestError(message.replace("text[0] ", "text ", 1))
-            unavailable = QUEUE_FULL in message or "timeout" in message.lower()
-            raise RequestError(message, pb_utils.TritonError.UNAVAILABLE if unavailable else
-                               pb_utils.TritonError.INTERNAL)
-        return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
+
+call = model_common.call  # the library's BLS call: the request's deadline, a step's error in the contract
+
+
+def one_text(field):
+    """The tokenizer's field in this model's terms: its text[0] is this request's only text, `text`."""
+    return "text" if model_errors.split_field(field)[0] == "text" else field

@@ -11,7 +11,6 @@ GET /metrics; /docs, /openapi.json. The app's state: settings, service, metrics 
 """
 import base64
 import hmac
-import re
 import time
 import uuid
 from contextlib import contextmanager
@@ -19,10 +18,11 @@ from types import SimpleNamespace
 from typing import Protocol
 
 import images
+import model_errors
 import numpy as np
 import orjson
 from direct import DirectRoutes
-from errors import ServiceError
+from errors import ServiceError, rename_field
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -143,9 +143,10 @@ def check_texts(request, texts, param):
     for i, text in enumerate(texts):
         if len(text) > settings.max_input_chars:
             raise ApiError(422, f"{param}[{i}] has {len(text)} characters, over the limit of "
-                                f"{settings.max_input_chars} (setting max_input_chars)", "input_too_long", param)
+                                f"{settings.max_input_chars} (setting max_input_chars)", "input_too_long", param,
+                           field=f"{param}[{i}]")
         if not text.strip():
-            raise ApiError(400, f"{param}[{i}] is empty", "empty_input", param)
+            raise ApiError(400, f"{param}[{i}] is empty", "empty_input", param, field=f"{param}[{i}]")
         if not text.isascii():
             unicode_text(text, f"{param}[{i}]", param)
     return texts
@@ -157,7 +158,7 @@ def unicode_text(text, where, param):
         text.encode("utf-8")
     except UnicodeEncodeError as error:
         raise ApiError(400, f"{where} is not valid Unicode: a lone surrogate at character {error.start}",
-                       "invalid_text", param) from None
+                       "invalid_text", param, field=where) from None
 
 
 def need(card, output, route, param="model"):
@@ -172,7 +173,7 @@ async def embed(request, card, texts, outputs, param, truncate, parameters=None)
     if not truncate and result.truncated.any():
         i = int(np.argmax(result.truncated))
         raise ApiError(422, f"{param}[{i}] is longer than the model's maximum of {card.max_length} tokens (truncate "
-                            f"is false)", "context_length_exceeded", param)
+                            f"is false)", "context_length_exceeded", param, field=f"{param}[{i}]")
     request.app.state.metrics.observe_embedding(card.id, len(texts), int(result.tokens.sum()),
                                                 int(result.truncated.sum()))
     return result
@@ -185,19 +186,23 @@ def client_indices(param, indices):
     try:
         yield
     except (ApiError, ServiceError) as error:
-        error.message = re.sub(rf"^{param}\[(\d+)\]", lambda m: f"{param}[{indices[int(m[1])]}]", error.message)
+        name, i = model_errors.split_field(error.field or "")
+        if name == param and i is not None and i < len(indices):
+            rename_field(error, f"{param}[{indices[i]}]")
         raise
 
 
 @contextmanager
 def client_fields(renames):
     """The models name their own fields (`dimensions`); a route whose client sent another name (Cohere's
-    `output_dimension`) answers in the client's terms: the error's param and the words of its message."""
+    `output_dimension`) answers in the client's terms: the error's param and the field its message leads with."""
     try:
         yield
     except (ApiError, ServiceError) as error:
         if error.param in renames:
-            error.message = re.sub(rf"\b{re.escape(error.param)}\b", renames[error.param], error.message)
+            name, i = model_errors.split_field(error.field or "")
+            if name == error.param:
+                rename_field(error, renames[name] + ("" if i is None else f"[{i}]"))
             error.param = renames[error.param]
         raise
 

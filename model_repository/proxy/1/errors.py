@@ -2,11 +2,21 @@
 
 
 class ServiceError(Exception):
-    """message: for the client; code: machine-readable; param: the request field at fault; retry_after: seconds."""
+    """message: for the client; code: machine-readable; param: the request field at fault; retry_after: seconds;
+    field: the item the message leads with (`input[3]`; None: none), for a route to rename (rename_field)."""
 
-    def __init__(self, message, code, param=None, retry_after=None):
+    def __init__(self, message, code, param=None, retry_after=None, field=None):
         super().__init__(message)
         self.message, self.code, self.param, self.retry_after = message, code, param, retry_after
+        self.field = field
+
+
+def rename_field(error, field):
+    """An error (ServiceError or http_errors.ApiError) about `error.field` restated about `field`: its message
+    leads with the field, so the lead is replaced; nothing else of the message is read."""
+    if error.field and error.message.startswith(error.field):
+        error.message = field + error.message[len(error.field):]
+    error.field = field
 
 
 class InvalidInput(ServiceError):

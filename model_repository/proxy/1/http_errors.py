@@ -12,15 +12,18 @@ MAX_MESSAGE_CHARS = 1000  # an error that quotes a client's value (a 1 MB model 
 
 
 class ApiError(Exception):
-    def __init__(self, status, message, code=None, param=None, headers=None):
+    """field: the item the message leads with (`input[3]`), as errors.ServiceError's."""
+
+    def __init__(self, status, message, code=None, param=None, headers=None, field=None):
         super().__init__(message)
         self.status, self.message, self.code, self.param, self.headers = status, message, code, param, headers
+        self.field = field
 
     @classmethod
     def of(cls, error):
         """The HTTP answer to a service error."""
         headers = {"Retry-After": str(error.retry_after)} if error.retry_after else None
-        return cls(STATUS.get(type(error), 500), error.message, error.code, error.param, headers)
+        return cls(STATUS.get(type(error), 500), error.message, error.code, error.param, headers, error.field)
 
     def response(self):
         kind = ERROR_TYPES.get(self.status, "server_error" if self.status >= 500 else "invalid_request_error")

@@ -2,7 +2,7 @@
 exports' models, in-process through BLS. This file is the Triton glue: settings, and the parts beside it wired up:
   app.py        the routes (OpenAI, seed API, bge-m3 outputs, rerank, admin) over the Service protocol
   service.py    the service: BLS calls to each export's BLS, ensemble and rerank models; admin load/unload
-  registry.py   the exports (cards) and their models' readiness;  triton_http.py  Triton's own HTTP API
+  registry.py   the exports (cards) and their models' readiness;  triton_http.py  Triton's HTTP API (library)
   readiness.py  keeps readiness current; calls on a model that stops being ready fail at once
   guard.py      admission, body limits, disconnects;  server.py  uvicorn in its own thread
   direct.py     the plain routes' requests without FastAPI's request pipeline
@@ -115,7 +115,8 @@ class TritonPythonModel:
         settings = read_settings(json.loads(args["model_config"]))
         repository = os.path.dirname(os.path.abspath(args["model_repository"]))
         self.executor = ThreadPoolExecutor(settings.bls_concurrency, thread_name_prefix="proxy-bls")
-        triton = TritonHttp(settings.triton_host, settings.triton_http_port, settings.admin_api_key)
+        triton = TritonHttp(settings.triton_host, settings.triton_http_port,
+                            {"admin-key": settings.admin_api_key} if settings.admin_api_key else None)
         self.registry = Registry(repository, settings)
         self.service = Service(pb_utils, self.registry, triton, settings, self.executor)
         self.metrics = Metrics()

@@ -3,23 +3,25 @@ texts into length groups inside Triton), its ensemble for one text, its rerank m
 through Triton's repository API. Errors are errors.py's kinds; pb_utils is handed in (tests import this file)."""
 import asyncio
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
 
+import model_errors
 import numpy as np
 from admission import hold
-from errors import Conflict, InvalidInput, LoadFailed, NotFound, Overloaded, ServiceError, Timeout, Unavailable
+from errors import (
+    Conflict,
+    InvalidInput,
+    LoadFailed,
+    NotFound,
+    Overloaded,
+    ServiceError,
+    Timeout,
+    Unavailable,
+    rename_field,
+)
 
-TEXT_ERROR = re.compile(r"text\[(\d+)\] (.+)", re.S)  # the tokenizer's per-text messages (prefixed by the ensemble)
-IMAGE_ERROR = re.compile(r"image\[(\d+)\] (.+)", re.S)  # a CLIP export's image preprocess model's per-image ones
-# the BLS model's and the tokenizer's messages about a request parameter
-PARAMETER_ERROR = re.compile(r"(dimensions|prompt_name|input_type|colbert_pool_factor)[ :]")
-RERANK_ERROR = re.compile(r"^(query|documents\[\d+\]|documents|weights) ")  # the rerank model's bad-input messages
-CHUNK_ERROR = re.compile(r"^(spans|chunk_tokens|text|give the chunks)\b")  # the late chunking model's
-QUEUE_FULL = "exceeds maximum queue size"  # a queue policy's max_queue_size refused it
-NOT_AVAILABLE = ("unknown model", "not ready", "unavailable", "server is stopping", "not found")
 TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values", "sparse_count"),
            "colbert": ("colbert_vectors", "colbert_length"), "int8": ("embedding_int8",),
            "uint8": ("embedding_uint8",), "binary": ("embedding_binary",), "ubinary": ("embedding_ubinary",),
@@ -197,8 +199,11 @@ class Service:
             try:
                 result = await self.infer(card, card.chunks, inputs, names, None, parameters)
             except InvalidInput as error:
-                if len(texts) > 1:
-                    error.message = f"input[{i}]: {error.message}"
+                if len(texts) > 1:  # the model names its one text `input`, and its spans: say which text
+                    if error.field == "input":
+                        rename_field(error, f"input[{i}]")
+                    else:
+                        error.message = f"input[{i}]: {error.message}"
                 raise
             return result["embedding"], result["chunk_spans"], result["num_tokens"], int(result["text_tokens"][0])
         results = await asyncio.gather(*(one(i) for i in range(len(texts))))
@@ -349,31 +354,30 @@ class Service:
 
 
 def step_error(message, card, model, rows):
-    """A step's error message as a ServiceError of the right kind."""
-    bad_image = IMAGE_ERROR.search(message)
-    if bad_image and rows and len(rows) == 3 and rows[1] + int(bad_image[1]) < len(rows[2]):
-        param, first, indices = rows
-        return InvalidInput(f"{param}[{indices[first + int(bad_image[1])]}] {bad_image[2]}", "invalid_image", param)
-    bad_text = TEXT_ERROR.search(message)
-    if bad_text and rows and len(rows) == 2:
-        param, first = rows
-        return InvalidInput(f"{param}[{first + int(bad_text[1])}] {bad_text[2]}", "invalid_input", param)
-    bad_parameter = PARAMETER_ERROR.search(message)
-    # texts: the tokenizer's message behind the ensemble's prefix; late chunking and rerank: the message itself
-    if bad_parameter and (rows and len(rows) == 2 or not rows and bad_parameter.start() == 0):
-        return InvalidInput(message[bad_parameter.start():], "invalid_value", bad_parameter[1])
-    bad_field = RERANK_ERROR.match(message)
-    if bad_field and not rows:
-        return InvalidInput(message, "invalid_input", bad_field[1].split("[")[0])
-    bad_chunk = CHUNK_ERROR.match(message)
-    if bad_chunk and not rows:
-        param = {"text": "input", "give the chunks": "spans"}.get(bad_chunk[1], bad_chunk[1])
-        return InvalidInput(message, "invalid_input", param)
-    if "timeout expired" in message.lower():  # its deadline (request_timeout_s) passed while it was queued
-        return Timeout(f"inference did not start within request_timeout_s: {message}", "inference_timeout")
-    if QUEUE_FULL in message.lower():  # overload, not a fault
+    """A model's error (model_errors.py's contract: its kind and field) as a ServiceError of that kind, its field
+    in the client's terms: rows (param, first row) names the model's `text[i]` / `text` as param[first + i] / param,
+    (param, first row, client index of each row) its `image[i]` / `image` so; None: the model's fields are the
+    client's (rerank: `query`, `documents[i]`; late chunking: `spans[i]`, `chunk_tokens`, its `text` is `input`)."""
+    info = model_errors.parse(message)
+    if info.kind in model_errors.CLIENT_KINDS:
+        field = info.field
+        name, i = model_errors.split_field(field or "")
+        param = name or None
+        if rows and name in ("text", "image"):
+            param, first = rows[0], rows[1]
+            row = None if i is None else first + i
+            if len(rows) == 3 and row is not None:
+                row = rows[2][row] if row < len(rows[2]) else row
+            field = param if row is None else f"{param}[{row}]"
+        elif not rows and name == "text":  # the late chunking model's one text
+            param = field = "input"
+        text = f"{field} {model_errors.problem(info)}" if field else info.message
+        return InvalidInput(text, info.kind, param, field=field)
+    if info.kind == "timeout":  # its deadline (request_timeout_s) passed while it was queued or ran
+        return Timeout(f"inference did not finish within request_timeout_s: {info.message}", "inference_timeout")
+    if info.kind == "overloaded":  # a queue policy's max_queue_size refused it: overload, not a fault
         return Overloaded(f"the server is busy: model '{model}' has a full queue (its max_queue_size); retry",
                           "overloaded", retry_after=1)
-    if any(marker in message.lower() for marker in NOT_AVAILABLE):
-        return Unavailable(f"model '{card.id}' is not available: {message}", "model_not_ready", retry_after=1)
-    return ServiceError(f"inference failed: {message}", "inference_failed")
+    if info.kind in ("unavailable", "cancelled"):
+        return Unavailable(f"model '{card.id}' is not available: {info.message}", "model_not_ready", retry_after=1)
+    return ServiceError(f"inference failed: {info.message}", "inference_failed")

@@ -14,9 +14,7 @@ The texts are embedded by the export's BLS model (length groups); its errors nam
 query (row 0) or `documents[i - 1]`. Settings: config.pbtxt, read once here.
 """
 import os
-import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -24,12 +22,12 @@ import triton_python_backend_utils as pb_utils
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_common  # noqa: E402  (installed beside this file by build/export.py)
+import model_errors  # noqa: E402  (the same)
 
 MODES = ("dense", "sparse", "colbert")
 TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values", "sparse_count"),
            "colbert": ("colbert_vectors", "colbert_length")}
 FLAG_EMBEDDING_BATCH = 256  # compute_score's default batch_size: the padding above is per batch of this many
-ROW_ERROR = re.compile(r"^text\[(\d+)\]")
 
 
 def sparse_score(query, passage):
@@ -68,30 +66,24 @@ def scores(query, passages, weights):
     return combined, per_mode
 
 
-RequestError = model_common.RequestError  # one request's own error (INVALID_ARG unless a code is given)
+InvalidInput = model_common.InvalidInput  # a request's error about one field (model_errors.py's contract)
 
 
-class TritonPythonModel:
-    def initialize(self, args):
-        model_common.install_decoder()  # before the first request is loaded
-        _, parameters = model_common.config_parameters(args)
-        self.embedding_model = parameters["embedding_model"]
-        self.served = [mode for mode in parameters["served_outputs"].split(",") if mode in MODES]
-        self.texts_per_call = int(parameters["texts_per_call"])
-        self.max_documents = int(parameters.get("max_documents") or 2048)
-        self.pool = ThreadPoolExecutor(16, thread_name_prefix="rerank-call")
-
-    def execute(self, requests):
-        return [model_common.answer(request, self.rerank) for request in requests]
+class TritonPythonModel(model_common.RerankModel):
+    def setup(self, args):
+        super().setup(args)
+        self.embedding_model = self.parameters["embedding_model"]
+        self.served = [mode for mode in self.parameters["served_outputs"].split(",") if mode in MODES]
 
     def weights(self, request):
         tensor = pb_utils.get_input_tensor_by_name(request, "weights")
         values = [1.0, 1.0, 1.0] if tensor is None else [float(w) for w in tensor.as_numpy().reshape(-1)]
         if len(values) != 3 or any(not np.isfinite(w) or w < 0 for w in values):
-            raise RequestError("weights must be 3 finite numbers >= 0: [dense, sparse, colbert]")
+            raise InvalidInput("weights", "must be 3 finite numbers >= 0: [dense, sparse, colbert]", "invalid_value")
         return {mode: w for mode, w in zip(MODES, values) if mode in self.served}
 
-    def rerank(self, request):
+    def work(self, request):
+        """One rerank request: the query and documents embedded (the BLS model, texts_per_call per call), scored."""
         weights = self.weights(request)
         query, documents = model_common.rerank_inputs(request, self.max_documents)
         deadline = model_common.Deadline(request)
@@ -125,22 +117,12 @@ class TritonPythonModel:
     def embed(self, texts, first, names, deadline):
         """texts[first:...] of [query, *documents] -> {output: rows}, with what is left of the request's timeout;
         errors name the query or documents[i]."""
-        request = pb_utils.InferenceRequest(
-            model_name=self.embedding_model, requested_output_names=names, timeout=deadline.left_us(),
-            inputs=[pb_utils.Tensor("text", texts.reshape(-1, 1))],
-            preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0))
-        response = request.exec()
-        if response.has_error():
-            error = response.error()
-
-            def rename(match):
-                row = first + int(match[1])
-                return "query" if row == 0 else f"documents[{row - 1}]"
-            # the BLS model's 400s keep INVALID_ARG here; other errors (a step not ready) say UNAVAILABLE
-            bad_input = ROW_ERROR.match(error.message()) or error.message().startswith("the request holds ")
-            raise RequestError(ROW_ERROR.sub(rename, error.message(), count=1),
-                               None if bad_input else pb_utils.TritonError.UNAVAILABLE)
-        return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in names}
-
-    def finalize(self):
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        def rename(field):  # the BLS model's text[i] is row first + i of [query, *documents]
+            name, i = model_errors.split_field(field)
+            if name != "text":
+                return field
+            if i is None:
+                return "documents"
+            return "query" if first + i == 0 else f"documents[{first + i - 1}]"
+        return model_common.call(self.embedding_model, [pb_utils.Tensor("text", texts.reshape(-1, 1))], names,
+                                 deadline, rename=rename)

@@ -27,16 +27,19 @@ command line, not through pb_utils (whose model calls hold the GIL for their rou
 stub's shared memory now and then).
 """
 import glob
-import http.client
 import json
 import os
 import re
 import signal
+import sys
 import threading
 import time
-from urllib.parse import quote
 
 import triton_python_backend_utils as pb_utils
+
+sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from triton_http import TritonHttp  # noqa: E402  (installed beside this file by build/export.py)
 
 STUB = b"triton_python_backend_stub"
 SETTINGS = {"interval_s": "SUPERVISOR_INTERVAL_S", "recovery_timeout_s": "SUPERVISOR_RECOVERY_TIMEOUT_S",
@@ -87,63 +90,27 @@ def stubs(parent):
     return found
 
 
-class Triton:
-    """Triton's own HTTP frontend: readiness, the repository API (restricted: the launcher puts its key on the
-    command line as --http-restricted-api=<apis>:<header>=<key>)."""
+def triton_client(flags):
+    """The client of the server whose flags these are: its HTTP address, and the repository API's key header."""
+    headers = {}
+    apis, _, header = flags.get("http-restricted-api", "").partition(":")
+    if "model-repository" in apis.split(","):
+        name, _, key = header.partition("=")
+        headers[name] = key
+    return TritonHttp(flags.get("http-address", "0.0.0.0"), flags.get("http-port", "8000"), headers)
 
-    def __init__(self, flags):
-        address = flags.get("http-address", "0.0.0.0")
-        self.host = "127.0.0.1" if address in ("0.0.0.0", "", "::", "[::]") else address
-        self.port = int(flags.get("http-port", "8000"))
-        self.headers = {"Content-Type": "application/json"}
-        apis, _, header = flags.get("http-restricted-api", "").partition(":")
-        if "model-repository" in apis.split(","):
-            name, _, key = header.partition("=")
-            self.headers[name] = key
 
-    def call(self, method, path, body=None, timeout=5.0, port=None):
-        """(status, body), or None when nothing answers. One connection per call: at shutdown Triton waits for open
-        HTTP connections before it unloads."""
-        connection = http.client.HTTPConnection(self.host, port or self.port, timeout=timeout)
-        try:
-            connection.request(method, path, body, {**self.headers, "Connection": "close"})
-            response = connection.getresponse()
-            return response.status, response.read()
-        except (OSError, http.client.HTTPException):
-            return None
-        finally:
-            connection.close()
-
-    def ready(self, model):
-        answer = self.call("GET", f"/v2/models/{quote(model, safe='')}/ready")
-        return answer is not None and answer[0] == 200
-
-    def states(self):
-        """{model: set of its versions' states} from the repository index; None if it does not answer."""
-        answer = self.call("POST", "/v2/repository/index", b"{}")
-        if answer is None or answer[0] != 200:
-            return None
-        states = {}
-        for entry in json.loads(answer[1]):
-            states.setdefault(entry["name"], set()).add(entry.get("state", ""))
-        return states
-
-    def work(self, metrics_port):
-        """{model: (requests waiting, executions completed)} from Triton's metrics; {} when they are off."""
-        answer = self.call("GET", "/metrics", port=metrics_port, timeout=2.0) if metrics_port else None
-        if answer is None or answer[0] != 200:
-            return {}
-        work = {}
-        for name, model, value in METRIC.findall(answer[1].decode(errors="replace")):
-            pending, executions = work.get(model, (0.0, 0.0))  # (summed over the model's versions)
-            work[model] = (pending + float(value), executions) if name == "nv_inference_pending_request_count" \
-                else (pending, executions + float(value))
-        return work
-
-    def control(self, action, model, timeout):
-        answer = self.call("POST", f"/v2/repository/models/{quote(model, safe='')}/{action}", b"{}", timeout)
-        if answer is None or answer[0] != 200:
-            raise RuntimeError(f"{action} of '{model}' failed: {answer[1][:300] if answer else 'no answer'}")
+def model_work(triton, metrics_port):
+    """{model: (requests waiting, executions completed)} from Triton's metrics; {} when they are off."""
+    answer = triton.call("GET", "/metrics", port=metrics_port, timeout=2.0) if metrics_port else None
+    if answer is None or answer[0] != 200:
+        return {}
+    work = {}
+    for name, model, value in METRIC.findall(answer[1].decode(errors="replace")):
+        pending, executions = work.get(model, (0.0, 0.0))  # (summed over the model's versions)
+        work[model] = (pending + float(value), executions) if name == "nv_inference_pending_request_count" \
+            else (pending, executions + float(value))
+    return work
 
 
 class HangClock:
@@ -175,7 +142,7 @@ class TritonPythonModel:
         self.repository = os.path.realpath(os.path.dirname(os.path.abspath(args["model_repository"])))
         self.server = os.getppid()
         flags = server_flags(self.server)
-        self.triton = Triton(flags)
+        self.triton = triton_client(flags)
         self.reloads_allowed = flags.get("model-control-mode") == "explicit" and \
             flags.get("rate-limit") != "execution_count"
         self.models = {}  # stub pid -> model, learnt while the stub lives (a zombie's command line is gone)
@@ -233,7 +200,7 @@ class TritonPythonModel:
         # Triton's metrics: read a tenth of hang_timeout_s apart, not every round (each read renders every metric)
         scraped = now - self.scraped >= self.settings["hang_timeout_s"] / 10
         self.scraped = now if scraped else self.scraped
-        hung = self.progress.update(self.triton.work(self.metrics_port), now) if scraped else []
+        hung = self.progress.update(model_work(self.triton, self.metrics_port), now) if scraped else []
         callers = self.bls_callers() if hung else set()  # (reads the exports' files: only when needed)
         for model in sorted(hung, key=lambda m: m in callers)[:1]:  # a callee first: its callers only wait for it
             self.progress.reset(now)
@@ -272,11 +239,11 @@ class TritonPythonModel:
     def reload(self, model):
         """Fresh stubs for `model`. The dead instance's unload never finishes (Triton waits for its stub's answer for
         ever), but the new version loads beside it once the model stops being ready."""
-        self.triton.control("unload", model, 10.0)
+        self.triton.control("unload", model, timeout=10.0)
         deadline = time.monotonic() + self.settings["recovery_timeout_s"]
         while self.triton.ready(model) and time.monotonic() < deadline:
             time.sleep(0.05)
-        self.triton.control("load", model, self.settings["recovery_timeout_s"])
+        self.triton.control("load", model, timeout=self.settings["recovery_timeout_s"])
 
     def exports(self):
         for path in glob.glob(os.path.join(self.repository, "*", "1", "export.json")):

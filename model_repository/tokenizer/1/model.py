@@ -40,6 +40,8 @@ import model_common  # noqa: E402  (installed beside this file by build/export.p
 from grouping import pad_width, plan_groups, round_up  # noqa: E402
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+InvalidInput = model_common.InvalidInput  # a request's error about one field (model_errors.py's contract)
+NO_CONTENT = "has no content tokens (only whitespace, control or zero-width characters)"
 # input_type values that are not prompt names: the prompt names they stand for, first found wins
 INPUT_TYPES = {"query": ("query",), "search_query": ("query",), "document": ("document", "passage"),
                "search_document": ("document", "passage"), "passage": ("passage", "document"),
@@ -112,28 +114,30 @@ class TritonPythonModel:
         return pad_width(tokens, self.multiple, self.power_of_two, self.max_width)
 
     def prompt(self, request):
-        """The prompt name the request's parameters pick (or the default; None: no prompt), or ValueError."""
+        """The prompt name the request's parameters pick (or the default; None: no prompt), or InvalidInput."""
         parameters = json.loads(request.parameters() or "{}")
         name, kind = parameters.get("prompt_name"), parameters.get("input_type")
         names = ", ".join(self.prompts) or "none"
         if name is not None and kind is not None:
-            raise ValueError("prompt_name and input_type: give one of them, not both")
+            raise InvalidInput("prompt_name", "and input_type: give one of them, not both", "invalid_value")
         if name is not None:
             if name not in self.prompts:
-                raise ValueError(f"prompt_name {json.dumps(name)} is not one of this model's prompts ({names})")
+                raise InvalidInput("prompt_name", f"{json.dumps(name)} is not one of this model's prompts ({names})",
+                                   "not_served")
             return name
         if kind is not None:
             if kind in self.prompts:
                 return kind
             if kind not in INPUT_TYPES:
-                raise ValueError(f"input_type {json.dumps(kind)} is not one of {', '.join(INPUT_TYPES)} or this "
-                                 f"model's prompts ({names})")
+                raise InvalidInput("input_type", f"{json.dumps(kind)} is not one of {', '.join(INPUT_TYPES)} or "
+                                                 f"this model's prompts ({names})", "not_served")
             return next((p for p in INPUT_TYPES[kind] if p in self.prompts), self.default_prompt)
         return self.default_prompt
 
     def decode(self, request):
         """(texts, queries, shared): the request's texts, per row its query (None: single texts), and whether one
-        query (the parameter) serves every row; or ValueError naming the first bad row. Messages never echo the text."""
+        query (the parameter) serves every row; or InvalidInput naming the first bad row. Messages never echo the
+        text."""
         raw = model_common.read_bytes(request, "text", rank=2)
         queries = model_common.read_bytes(request, "query", rank=2, optional=True)
         shared = json.loads(request.parameters() or "{}").get("query")
@@ -141,8 +145,8 @@ class TritonPythonModel:
             queries = np.array([shared.encode() if isinstance(shared, str) else shared], dtype=np.object_)
         total = sum(len(item) for item in raw) + (0 if queries is None else sum(len(item) for item in queries))
         if total > self.max_request_bytes:
-            raise ValueError(f"the request holds {total} bytes of text, over the limit of {self.max_request_bytes} "
-                             f"(tokenizer parameter max_request_bytes)")
+            raise InvalidInput("text", f"holds {total} bytes in this request, over the limit of "
+                                       f"{self.max_request_bytes} (tokenizer parameter max_request_bytes)", "too_long")
         texts = [self.decode_row(item, f"text[{row}]") for row, item in enumerate(raw)]
         if queries is None:
             return texts, None, False
@@ -153,25 +157,24 @@ class TritonPythonModel:
     def decode_row(self, item, label):
         item = item if isinstance(item, bytes) else str(item).encode()
         if len(item) > self.max_text_bytes:
-            raise ValueError(f"{label} is {len(item)} bytes, over the limit of {self.max_text_bytes} "
-                             f"(tokenizer parameter max_text_bytes)")
+            raise InvalidInput(label, f"is {len(item)} bytes, over the limit of {self.max_text_bytes} "
+                                      f"(tokenizer parameter max_text_bytes)", "too_long")
         try:
             text = item.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise ValueError(f"{label} is not valid UTF-8 (byte {error.start})") from None
+            raise InvalidInput(label, f"is not valid UTF-8 (byte {error.start})") from None
         if not text.strip():
-            raise ValueError(f"{label} is empty" + (" (whitespace only)" if text else ""))
+            raise InvalidInput(label, "is empty" + (" (whitespace only)" if text else ""))
         return self.clean(text) if self.clean else text
 
     def pairs(self, queries, passages, shared):
-        """(query, passage) rows -> (pair encodings, query cut per row), FlagReranker's rule, or ValueError."""
+        """(query, passage) rows -> (pair encodings, query cut per row), FlagReranker's rule, or InvalidInput."""
         encoded = {}
         for row, query in enumerate(queries):
             if query not in encoded:
                 encoding = self.tokenizer.encode(query, add_special_tokens=False)
                 if not encoding.ids:
-                    raise ValueError(("query" if shared else f"query[{row}]") +
-                                     " has no content tokens (only whitespace, control or zero-width characters)")
+                    raise InvalidInput("query" if shared else f"query[{row}]", NO_CONTENT)
                 cut = len(encoding.ids) > self.query_max_length or bool(encoding.overflowing)
                 if len(encoding.ids) > self.query_max_length:
                     encoding.truncate(self.query_max_length)
@@ -180,8 +183,7 @@ class TritonPythonModel:
         encodings, query_cut = [], []
         for row, (query, passage) in enumerate(zip(queries, parts)):
             if not passage.ids:
-                raise ValueError(f"text[{row}] has no content tokens (only whitespace, control or zero-width "
-                                 f"characters)")
+                raise InvalidInput(f"text[{row}]", NO_CONTENT)
             query_encoding, cut = encoded[query]
             room = self.max_length - len(query_encoding.ids) - self.pair_special_tokens
             passage_cut = len(passage.ids) > room or bool(passage.overflowing)
@@ -198,7 +200,8 @@ class TritonPythonModel:
         name = self.prompt(request)
         texts, queries, shared = self.decode(request)
         if queries is not None and name is not None:
-            raise ValueError(f"prompts apply to single texts, not to pairs (prompt {json.dumps(name)})")
+            raise InvalidInput("prompt_name", f"{json.dumps(name)}: prompts apply to single texts, not to pairs",
+                               "invalid_value")
         if name is None:
             return texts, queries, shared, self.special_tokens
         return [self.prompts[name] + text for text in texts], None, False, self.prompt_tokens[name]
@@ -209,19 +212,21 @@ class TritonPythonModel:
         caller splits the request into runs itself)."""
         for row, encoding in enumerate(encodings):
             if not pairs and len(encoding.ids) <= empty:
-                raise ValueError(f"text[{row}] has no content tokens (only whitespace, control or zero-width "
-                                 f"characters)")
+                raise InvalidInput(f"text[{row}]", NO_CONTENT)
         if split:
             return
         padded = len(encodings) * self.width(max(len(e.ids) for e in encodings))
         if padded > self.max_batch_tokens:
-            raise ValueError(f"the request pads to {padded} tokens, over the limit of {self.max_batch_tokens} "
-                             f"(tokenizer parameter max_batch_tokens): send fewer texts per request")
+            raise InvalidInput("text", f"pads to {padded} tokens in this request, over the limit of "
+                                       f"{self.max_batch_tokens} (tokenizer parameter max_batch_tokens): send fewer "
+                                       f"texts per request", "too_long")
 
     @staticmethod
-    def reject(request, message):
-        error = pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG)
-        request.get_response_sender().send(pb_utils.InferenceResponse(error=error), flags=FINAL)
+    def reject(request, error):
+        """That request's own error: the contract's (InvalidInput), or any other ValueError as its text's."""
+        if not isinstance(error, InvalidInput):
+            error = InvalidInput("text", f"could not be read: {error}")
+        request.get_response_sender().send(pb_utils.InferenceResponse(error=error.triton_error), flags=FINAL)
 
     def execute(self, requests):
         # single texts of all requests; per good request (index, first text, count, pairs, tokens of an empty text)
@@ -231,7 +236,7 @@ class TritonPythonModel:
                 decoded, queries, shared, empty = self.decode_with_prompt(request)
                 pairs = None if queries is None else self.pairs(queries, decoded, shared)
             except ValueError as error:
-                self.reject(request, str(error))
+                self.reject(request, error)
                 continue
             spans.append((i, len(texts), len(decoded), pairs, empty))
             if pairs is None:
@@ -245,7 +250,7 @@ class TritonPythonModel:
             try:
                 self.check(mine, split, pairs is not None, empty)
             except ValueError as error:
-                self.reject(requests[i], str(error))
+                self.reject(requests[i], error)
                 continue
             if split:  # goes out at once: its caller, not the encoder's batcher, groups its rows
                 self.send_split(requests[i], mine, flags)

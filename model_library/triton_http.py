@@ -1,5 +1,11 @@
-"""The proxy's one client of Triton's own HTTP frontend: model readiness and configs, and the repository API (load,
-unload, index), which the launcher restricts with ADMIN_API_KEY (--http-restricted-api=...:admin-key=<key>).
+"""The one client of Triton's own HTTP frontend that the project's code outside a model's inference uses: the proxy
+(readiness, configs, load and unload), the supervisor (readiness, the repository index, reloads, metrics) and the
+launcher (ready, drain at shutdown). Plain Python (http.client): build/export.py installs it beside the proxy's and
+the supervisor's model.py; the launcher imports it from model_library.
+
+The repository API is restricted: the launcher puts its key on tritonserver's command line
+(--http-restricted-api=model-repository,...:admin-key=<key>) and hands it to the proxy; the supervisor reads it
+from that command line. `headers` carries it.
 
 Not pb_utils' is_model_ready / load_model / unload_model: in python_backend r24.07 those model-loader messages
 corrupt the stub's shared-memory allocator now and then (fixed upstream in python_backend b49d9e2): polled every
@@ -10,19 +16,21 @@ import json
 from urllib.parse import quote
 
 LOAD_TIMEOUT_S = 900.0  # a load answers once the model is loaded (bge-m3: minutes)
+ANY_ADDRESS = ("0.0.0.0", "", "::", "[::]")  # a server bound to every address is called on loopback
 
 
 class TritonHttp:
-    def __init__(self, host, port, admin_key):
-        self.host, self.port = host, port
-        self.admin_headers = {"admin-key": admin_key} if admin_key else {}
+    def __init__(self, host, port, headers=None):
+        self.host = "127.0.0.1" if host in ANY_ADDRESS else host
+        self.port, self.headers = int(port), dict(headers or {})
 
-    def call(self, method, path, body=None, headers=None, timeout=5.0):
-        """(status, body), or None when nothing answers (not up yet, or stopping). A connection per call, closed
-        after it: at shutdown Triton waits for the HTTP connections open to it before it unloads the models."""
-        connection = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+    def call(self, method, path, body=None, headers=None, timeout=5.0, port=None):
+        """(status, body), or None when nothing answers (not up yet, or stopping). `port`: another of the server's
+        ports (metrics, the proxy's). A connection per call, closed after it: at shutdown Triton waits for the HTTP
+        connections open to it before it unloads the models."""
+        connection = http.client.HTTPConnection(self.host, port or self.port, timeout=timeout)
         try:
-            connection.request(method, path, body, {**(headers or {}), "Connection": "close"})
+            connection.request(method, path, body, {**self.headers, **(headers or {}), "Connection": "close"})
             response = connection.getresponse()
             return response.status, response.read()
         except (OSError, http.client.HTTPException):
@@ -35,8 +43,8 @@ class TritonHttp:
         answer = self.call("GET", f"/v2/models/{quote(model, safe='')}/ready")
         return None if answer is None else answer[0] == 200
 
-    def server_ready(self):
-        answer = self.call("GET", "/v2/health/ready")
+    def server_ready(self, timeout=5.0):
+        answer = self.call("GET", "/v2/health/ready", timeout=timeout)
         return answer is not None and answer[0] == 200
 
     def config(self, model):
@@ -44,13 +52,12 @@ class TritonHttp:
         return json.loads(answer[1]) if answer is not None and answer[0] == 200 else None
 
     def repository(self, path, body=b"{}", timeout=5.0):
-        headers = {"Content-Type": "application/json", **self.admin_headers}
-        return self.call("POST", f"/v2/repository{path}", body, headers, timeout)
+        return self.call("POST", f"/v2/repository{path}", body, {"Content-Type": "application/json"}, timeout)
 
-    def control(self, action, model, unload_dependents=False):
+    def control(self, action, model, unload_dependents=False, timeout=LOAD_TIMEOUT_S):
         """Load (answers once loaded) or unload (answers at once); RuntimeError with Triton's reason."""
         body = json.dumps({"parameters": {"unload_dependents": True}} if unload_dependents else {}).encode()
-        answer = self.repository(f"/models/{quote(model, safe='')}/{action}", body, LOAD_TIMEOUT_S)
+        answer = self.repository(f"/models/{quote(model, safe='')}/{action}", body, timeout)
         if answer is None or answer[0] != 200:
             try:
                 message = json.loads(answer[1])["error"]
