@@ -30,6 +30,7 @@ from tritonclient.utils import InferenceServerException
 from bench import common
 from bench import corpus as corpus_lib
 from bench.experiment import edit_configs
+from model_library.triton_server import process_table
 
 ROUTES = ("proxy_queries", "proxy_passages", "proxy_rerank", "kserve_query", "kserve_batch")
 REFUSED_HTTP = {429, 503}
@@ -45,14 +46,8 @@ def progress(message):
 def server_tree(pid):
     """tritonserver's pid and those of every process under it (the Python stubs)."""
     children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
+    for child, info in process_table(argv=False).items():
+        children.setdefault(info.ppid, []).append(child)
     tree, todo = [], [pid]
     while todo:
         tree.append(todo.pop())

@@ -56,7 +56,7 @@ import tempfile
 import threading
 import time
 
-from model_library.triton_http import TritonHttp
+from model_library.triton_server import TritonHttp, process_table
 
 from . import ports
 from .watchdog import members as group_members
@@ -272,18 +272,7 @@ def with_bls_models(model_repository, names):
 
 def children(pid):
     """{child pid: (state, argv)} of process `pid` (a zombie's argv is empty)."""
-    found = {}
-    for entry in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(entry, encoding="utf-8", errors="replace") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) != pid:
-                continue
-            with open(entry[:-4] + "cmdline", "rb") as handle:
-                found[int(entry.split("/")[2])] = (fields[0], handle.read().split(b"\0"))
-        except (OSError, ValueError, IndexError):
-            continue
-    return found
+    return {child: (info.state, info.argv) for child, info in process_table(lambda info: info.ppid == pid).items()}
 
 
 class Server:

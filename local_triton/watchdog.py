@@ -10,7 +10,6 @@ The server's PR_SET_PDEATHSIG (launch.start) kills tritonserver alone; its stubs
 reaped (they poll kill(parent, 0)), which is up to whoever adopts it. This process does not wait for that. Ctrl-C,
 SIGHUP and SIGTERM are ignored: the launcher drains on those, and this process ends with the launcher's pipe.
 """
-import glob
 import json
 import os
 import shutil
@@ -19,6 +18,10 @@ import sys
 import tempfile
 import time
 
+if not __package__:  # run as a script (the launcher starts it so): model_library is in the project above
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from model_library.triton_server import process_table  # noqa: E402
+
 SHM_PREFIX = "/dev/shm/triton_"
 KEYS_PREFIX = "triton-embed-keys-"  # launch.keys_to_files()'s directories
 GONE_S = 10.0
@@ -26,18 +29,8 @@ GONE_S = 10.0
 
 def members(pgid):
     """{pid: argv} of the live (not zombie) processes of process group `pgid`."""
-    found = {}
-    for entry in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(entry, encoding="utf-8", errors="replace") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()  # state ppid pgrp ...
-            if int(fields[2]) != pgid or fields[0] == "Z":
-                continue
-            with open(entry[:-4] + "cmdline", "rb") as handle:
-                found[int(entry.split("/")[2])] = handle.read().split(b"\0")
-        except (OSError, ValueError, IndexError):
-            continue
-    return found
+    return {pid: info.argv for pid, info in
+            process_table(lambda info: info.pgrp == pgid and info.state != "Z").items()}
 
 
 def kill_group(pgid, keys_dir=None):

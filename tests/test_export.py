@@ -247,7 +247,7 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
               for path in glob.glob(os.path.join(PROJECT, pattern))}
     code = {p for p in tracked if p.endswith(".py") or p.endswith("/config.pbtxt") or p.endswith("warmup/text")}
     code.discard("model_library/in_process.py")  # runs model code outside Triton (tests, bench): never installed
-    installed = ("model_common.py", "model_errors.py", "triton_http.py")  # the library's copies in the checkout
+    installed = ("model_common.py", "model_errors.py", "triton_server.py")  # the library's copies in the checkout
     assert code == listed - {p for p in listed if p not in tracked and p.endswith(installed)}
     checkout = tmp_path / "checkout"
     for path in tracked:
@@ -268,4 +268,4 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
         assert not any(n.endswith((".json", ".pyc")) or n.startswith("configs") for n in names), (kind, names)
         assert ("1/model_common.py" in names) == (kind not in ("proxy", "supervisor")), kind
         assert ("1/model_errors.py" in names) == (kind != "supervisor"), kind  # the proxy reads the error contract
-        assert ("1/triton_http.py" in names) == (kind in ("proxy", "supervisor")), kind
+        assert ("1/triton_server.py" in names) == (kind in ("proxy", "supervisor")), kind

@@ -14,7 +14,7 @@ nv_inference_count{{model="tokenizer",version="1"}} 99
 
 
 class FakeTriton:
-    """The one call model_work makes of the client (model_library/triton_http.py), answered with `text`."""
+    """The one call model_work makes of the client (model_library/triton_server.py), answered with `text`."""
 
     def __init__(self, text):
         self.text = text

@@ -37,7 +37,7 @@ COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8
 # too) and what every inference model shares (model_common.py), installed beside each one's model.py
 ERROR_CONTRACT = (os.path.join("model_library", "model_errors.py"), "1/")
 LIBRARY = [(os.path.join("model_library", "model_common.py"), "1/"), ERROR_CONTRACT]
-TRITON_CLIENT = (os.path.join("model_library", "triton_http.py"), "1/")  # Triton's HTTP API: proxy, supervisor
+TRITON_SERVER = (os.path.join("model_library", "triton_server.py"), "1/")  # Triton's HTTP API, flags, processes
 MODEL_CODE = {
     "tokenizer": [("model_repository/tokenizer/config.pbtxt", "config.pbtxt"),
                   ("model_repository/tokenizer/1/model.py", "1/"), ("model_repository/tokenizer/1/grouping.py", "1/"),
@@ -48,9 +48,9 @@ MODEL_CODE = {
     "late_chunking": [("model_repository/late_chunking/1/model.py", "1/"), *LIBRARY],
     "image_preprocess": [("model_repository/tokenizer/image_preprocess.py", "1/model.py"), *LIBRARY],
     "proxy": [("model_repository/proxy/config.pbtxt", "config.pbtxt"), ("model_repository/proxy/1/*.py", "1/"),
-              ERROR_CONTRACT, TRITON_CLIENT],
+              ERROR_CONTRACT, TRITON_SERVER],
     "supervisor": [("model_repository/supervisor/config.pbtxt", "config.pbtxt"),
-                   ("model_repository/supervisor/1/model.py", "1/"), TRITON_CLIENT],
+                   ("model_repository/supervisor/1/model.py", "1/"), TRITON_SERVER],
 }
 
 

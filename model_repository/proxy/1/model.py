@@ -2,7 +2,7 @@
 exports' models, in-process through BLS. This file is the Triton glue: settings, and the parts beside it wired up:
   app.py        the routes (OpenAI, seed API, bge-m3 outputs, rerank, admin) over the Service protocol
   service.py    the service: BLS calls to each export's BLS, ensemble and rerank models; admin load/unload
-  registry.py   the exports (cards) and their models' readiness;  triton_http.py  Triton's HTTP API (library)
+  registry.py   the exports (cards) and their models' readiness;  triton_server.py  Triton's HTTP API (library)
   readiness.py  keeps readiness current; calls on a model that stops being ready fail at once
   guard.py      admission, body limits, disconnects;  server.py  uvicorn in its own thread
   direct.py     the plain routes' requests without FastAPI's request pipeline
@@ -22,7 +22,7 @@ sys.dont_write_bytecode = True  # the repository may be read-only storage: no __
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the modules beside this file win any name clash
 from registry import Registry  # noqa: E402
 from service import Service  # noqa: E402
-from triton_http import TritonHttp  # noqa: E402
+from triton_server import TritonHttp  # noqa: E402
 
 from app import create_server_app  # noqa: E402
 from metrics import Metrics  # noqa: E402

@@ -39,7 +39,8 @@ import triton_python_backend_utils as pb_utils
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from triton_http import TritonHttp  # noqa: E402  (installed beside this file by build/export.py)
+# installed beside this file by build/export.py
+from triton_server import TritonHttp, process_info, process_table, server_flags  # noqa: E402
 
 STUB = b"triton_python_backend_stub"
 SETTINGS = {"interval_s": "SUPERVISOR_INTERVAL_S", "recovery_timeout_s": "SUPERVISOR_RECOVERY_TIMEOUT_S",
@@ -52,41 +53,14 @@ def log(message):
     print(f"supervisor: {message}", flush=True)
 
 
-def server_flags(pid):
-    """tritonserver's `--name=value` / `--name value` flags, from its command line."""
-    with open(f"/proc/{pid}/cmdline", "rb") as handle:
-        argv = handle.read().decode(errors="replace").split("\0")
-    flags = {}
-    for i, arg in enumerate(argv):
-        if arg.startswith("--"):
-            key, equals, value = arg[2:].partition("=")
-            flags[key] = value if equals else (argv[i + 1] if i + 1 < len(argv) else "")
-    return flags
-
-
-def stat(pid):
-    """(state, parent pid, exit code) of a process (/proc/<pid>/stat fields 3, 4 and 52)."""
-    with open(f"/proc/{pid}/stat", "rb") as handle:
-        fields = handle.read().rsplit(b")", 1)[1].split()
-    return fields[0].decode(), int(fields[1]), int(fields[49])
-
-
 def stubs(parent):
     """{pid: (state, exit code, the file it serves)} of the Python stubs whose parent is `parent` (the file is None
     once it is a zombie: its command line is gone)."""
     found = {}
-    for entry in glob.glob("/proc/[0-9]*"):
-        pid = int(entry[6:])
-        try:
-            state, ppid, code = stat(pid)
-            if ppid != parent:
-                continue
-            with open(f"{entry}/cmdline", "rb") as handle:
-                argv = handle.read().split(b"\0")
-        except (OSError, ValueError, IndexError):
-            continue
-        if state == "Z" or (argv[0].endswith(STUB) and len(argv) > 1):
-            found[pid] = (state, code, argv[1].decode(errors="replace") if len(argv) > 1 else None)
+    for pid, info in process_table(lambda info: info.ppid == parent).items():
+        argv = info.argv
+        if info.state == "Z" or (argv[0].endswith(STUB) and len(argv) > 1):
+            found[pid] = (info.state, info.exit_code, argv[1].decode(errors="replace") if len(argv) > 1 else None)
     return found
 
 
@@ -291,7 +265,7 @@ class TritonPythonModel:
     def restart(self, reason):
         launcher = int(os.environ.get("TRITON_LAUNCHER_PID") or 0)
         try:
-            parent = stat(self.server)[1]
+            parent = process_info(self.server).ppid
         except (OSError, ValueError, IndexError):
             parent = 0
         if launcher and parent == launcher:

@@ -1,7 +1,9 @@
-"""The one client of Triton's own HTTP frontend that the project's code outside a model's inference uses: the proxy
-(readiness, configs, load and unload), the supervisor (readiness, the repository index, reloads, metrics) and the
-launcher (ready, drain at shutdown). Plain Python (http.client): build/export.py installs it beside the proxy's and
-the supervisor's model.py; the launcher imports it from model_library.
+"""Talking to a tritonserver from outside its models' inference, in one place: its HTTP API (TritonHttp), the flags
+on its command line (server_flags) and its processes and their Python stubs (process_table, from /proc). Used by
+the proxy (readiness, configs, load and unload), the supervisor (stubs, the repository index, reloads, metrics) and
+the launcher and its watchdog (readiness, drain at shutdown, the server's process group). Plain Python:
+build/export.py installs it beside the proxy's and the supervisor's model.py; the launcher imports it from
+model_library.
 
 The repository API is restricted: the launcher puts its key on tritonserver's command line
 (--http-restricted-api=model-repository,...:admin-key=<key>) and hands it to the proxy; the supervisor reads it
@@ -11,8 +13,10 @@ Not pb_utils' is_model_ready / load_model / unload_model: in python_backend r24.
 corrupt the stub's shared-memory allocator now and then (fixed upstream in python_backend b49d9e2): polled every
 second, tritonserver aborted at shutdown, and a second failed load killed the proxy's stub.
 """
+import glob
 import http.client
 import json
+from typing import NamedTuple
 from urllib.parse import quote
 
 LOAD_TIMEOUT_S = 900.0  # a load answers once the model is loaded (bge-m3: minutes)
@@ -75,3 +79,54 @@ class TritonHttp:
         for entry in json.loads(answer[1]):
             states.setdefault(entry["name"], set()).add(entry.get("state", ""))
         return states
+
+
+# ---------------------------------------------------------------- the server's command line and processes
+def server_flags(pid, proc="/proc"):
+    """tritonserver's `--name=value` / `--name value` flags, from its command line."""
+    with open(f"{proc}/{pid}/cmdline", "rb") as handle:
+        argv = handle.read().decode(errors="replace").split("\0")
+    flags = {}
+    for i, arg in enumerate(argv):
+        if arg.startswith("--"):
+            key, equals, value = arg[2:].partition("=")
+            flags[key] = value if equals else (argv[i + 1] if i + 1 < len(argv) else "")
+    return flags
+
+
+class ProcessInfo(NamedTuple):
+    state: str  # R, S, T (stopped), Z (zombie: exited, not reaped)...
+    ppid: int
+    pgrp: int
+    exit_code: int  # a zombie's wait status (0 while it lives)
+    argv: list | None  # [bytes]; empty for a zombie; None when not read
+
+
+def process_info(pid, proc="/proc"):
+    """ProcessInfo of `pid` without its argv (/proc/<pid>/stat fields 3, 4, 5 and 52); OSError when it is gone."""
+    with open(f"{proc}/{pid}/stat", "rb") as handle:
+        fields = handle.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold anything
+    try:
+        return ProcessInfo(fields[0].decode(), int(fields[1]), int(fields[2]),
+                           int(fields[49]) if len(fields) > 49 else 0, None)
+    except (ValueError, IndexError):
+        raise OSError(f"unreadable {proc}/{pid}/stat") from None
+
+
+def process_table(keep=lambda info: True, argv=True, proc="/proc"):
+    """{pid: ProcessInfo} of the processes `keep(info)` accepts (info.argv is None while keep runs), with their
+    argv read when `argv`. Processes that go while it reads are left out."""
+    found = {}
+    for entry in glob.glob(f"{proc}/[0-9]*"):
+        pid = int(entry.rsplit("/", 1)[1])
+        try:
+            info = process_info(pid, proc)
+            if not keep(info):
+                continue
+            if argv:
+                with open(f"{entry}/cmdline", "rb") as handle:
+                    info = info._replace(argv=handle.read().split(b"\0"))
+        except OSError:
+            continue
+        found[pid] = info
+    return found
