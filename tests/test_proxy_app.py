@@ -100,8 +100,10 @@ class FakeService:
         if width not in (None, DIM):  # the BLS model's error, read as the real service reads it
             raise model_error("not_served", "dimensions", f"{width} is not served; dimensions must be {DIM}: this "
                                                           f"model is not Matryoshka", card, (param, 0))
-        for i, text in enumerate(texts):
-            if text == "BAD":  # the tokenizer's per-text errors
+        for i, text in enumerate(texts):  # the tokenizer's per-text errors
+            if not text.strip():
+                raise model_error("invalid_input", f"text[{i}]", "is empty", card, (param, 0))
+            if text == "BAD":
                 raise model_error("invalid_input", f"text[{i}]", "is not valid UTF-8 (byte 0)", card, (param, 0))
         words = [len(t.split()) + 2 for t in texts]
         tokens = np.minimum(words, card.max_length)
@@ -126,7 +128,11 @@ class FakeService:
         """Scores: the dense dot product; per mode: dense, and weight-scaled stand-ins for the others the card
         serves (the scoring itself is the rerank model's: tests/test_rerank.py, tests/test_m3.py)."""
         self.calls.append((card.id, [query, *documents], tuple(weights)))
+        if not query.strip():
+            raise model_error("invalid_input", "query", "is empty", card, None)
         for i, text in enumerate(documents):
+            if not text.strip():
+                raise model_error("invalid_input", f"documents[{i}]", "is empty", card, None)
             if text == "BAD":
                 raise model_error("invalid_input", f"documents[{i}]", "is not valid UTF-8 (byte 0)", card, None)
         dense = np.array([float(fake_vectors(query) @ fake_vectors(d)) for d in documents], dtype=np.float32)
@@ -142,8 +148,13 @@ class FakeService:
     async def chunk_embed(self, card, texts, spans, parameters):
         """One chunk per span (or one for the text with chunk_tokens); vectors per chunk text."""
         self.calls.append((card.id, list(texts), spans, parameters))
+        if (spans is None) == (parameters.get("chunk_tokens") is None):  # the late chunking model's rules
+            raise model_error("invalid_input", "spans", "or the request parameter chunk_tokens gives the chunks: one "
+                                                        "of them", card, None)
         results = []
         for i, text in enumerate(texts):
+            if not text.strip():
+                raise model_error("invalid_input", "text", "is empty", card, None)
             found = np.array(spans[i] if spans is not None else [[0, len(text)]], dtype=np.int64).reshape(-1, 2)
             vectors = np.stack([fake_vectors(text[a:b]) for a, b in found.tolist()])
             results.append((vectors, found, np.full(len(found), 2, dtype=np.int32), len(text.split()) + 2))
@@ -287,8 +298,8 @@ def test_rerank_errors_name_the_query_or_the_document(client, body, status, para
     (b'{"model": "m"}', 400, "missing_input", ["input"]),
     (b'{"input": 5}', 400, "invalid_type", ["input"]),
     (b'{"input": []}', 400, "invalid_input", ["non-empty list"]),
-    (b'{"input": ""}', 400, "empty_input", ["input[0] is empty"]),
-    (b'{"input": ["fine", "   "]}', 400, "empty_input", ["input[1] is empty"]),
+    (b'{"input": ""}', 400, "invalid_input", ["input[0] is empty"]),  # the tokenizer's rule, its error
+    (b'{"input": ["fine", "   "]}', 400, "invalid_input", ["input[1] is empty"]),
     (b'{"input": ["fine", 3]}', 400, "invalid_type", ["input"]),
     (b'{"input": [1, 2, 3]}', 400, "invalid_input", ["token arrays"]),
     (b'{"input": "x", "encoding_format": "int4"}', 400, "invalid_value", ["encoding_format"]),
@@ -567,9 +578,9 @@ def test_chunk_embeddings_route_translates_spans(client):
 @pytest.mark.parametrize("body, words", [
     ({"input": "a b", "spans": [[0, 1, 2]]}, "spans[0] must be [start, end]"),
     ({"input": ["a b", "c"], "spans": [[[0, 1]]]}, "one list of [start, end] per input text"),
-    ({"input": "a b"}, "give spans or chunk_tokens"),
-    ({"input": "a b", "spans": [[0, 1]], "chunk_tokens": 3}, "give spans or chunk_tokens"),
-    ({"input": "   ", "spans": [[0, 1]]}, "input[0] is empty"),
+    ({"input": "a b"}, "spans or the request parameter chunk_tokens gives the chunks"),  # the model's rule
+    ({"input": "a b", "spans": [[0, 1]], "chunk_tokens": 3}, "spans or the request parameter chunk_tokens"),
+    ({"input": "   ", "spans": [[0, 1]]}, "input is empty"),
 ])
 def test_chunk_embeddings_route_refuses_bad_bodies(client, body, words):
     response = client.post("/v1/chunk_embeddings", json=body)

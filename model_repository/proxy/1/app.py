@@ -135,9 +135,12 @@ def select(request, model):
     return card
 
 
-def check_texts(request, texts, param):
+def check_texts(request, texts, param, count=True):
+    """What HTTP's own limits say of a list of texts: how many per request (`count`: the proxy cuts them into the
+    BLS model's pieces; not for rerank, whose model counts its documents), characters per text, JSON's lone
+    surrogates. The texts' own rules (empty, bytes, tokens) are the tokenizer's: its error names param[i]."""
     settings = request.app.state.settings
-    if len(texts) > settings.max_inputs_per_request:
+    if count and len(texts) > settings.max_inputs_per_request:
         raise ApiError(422, f"{len(texts)} inputs is over the limit of {settings.max_inputs_per_request} per request "
                             f"(setting max_inputs_per_request)", "too_many_inputs", param)
     for i, text in enumerate(texts):
@@ -145,8 +148,6 @@ def check_texts(request, texts, param):
             raise ApiError(422, f"{param}[{i}] has {len(text)} characters, over the limit of "
                                 f"{settings.max_input_chars} (setting max_input_chars)", "input_too_long", param,
                            field=f"{param}[{i}]")
-        if not text.strip():
-            raise ApiError(400, f"{param}[{i}] is empty", "empty_input", param, field=f"{param}[{i}]")
         if not text.isascii():
             unicode_text(text, f"{param}[{i}]", param)
     return texts
@@ -441,13 +442,11 @@ async def rerank(request: Request, body: schemas.RerankRequest):
     sparse/ColBERT outputs use what they serve)."""
     settings = request.app.state.settings
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
-    if not body.query.strip():
-        raise ApiError(400, "query is empty", "empty_input", "query")
     unicode_text(body.query, "query", "query")
     if len(body.query) > settings.max_input_chars:
         raise ApiError(422, f"query has {len(body.query)} characters, over the limit of {settings.max_input_chars} "
-                            f"(setting max_input_chars)", "input_too_long", "query")
-    check_texts(request, documents, "documents")
+                            f"(setting max_input_chars)", "input_too_long", "query", field="query")
+    check_texts(request, documents, "documents", count=False)  # the rerank model counts them (max_documents)
     card = select(request, body.model)
     if card.rerank is None:
         raise ApiError(400, f"model '{card.id}' has no rerank model", "output_not_served", "model")
@@ -485,9 +484,7 @@ async def chunk_embeddings(request: Request, body: schemas.ChunkEmbeddingsReques
     texts = check_texts(request, as_list(body.input), "input")
     if not texts:
         raise ApiError(400, "'input' must not be empty", "invalid_input", "input")
-    if (body.spans is None) == (body.chunk_tokens is None):
-        raise ApiError(400, "give spans or chunk_tokens (one of them)", "invalid_value", "spans")
-    spans = body.spans
+    spans = body.spans  # (spans or chunk_tokens, one of them: the late chunking model's rule)
     if spans is not None:
         spans = [spans] if single else spans
         if len(spans) != len(texts) or not all(isinstance(s, list) and all(isinstance(p, list) for p in s)

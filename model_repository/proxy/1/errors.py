@@ -23,6 +23,10 @@ class InvalidInput(ServiceError):
     """The request's content is wrong (a text the tokenizer refuses, a bad document)."""
 
 
+class OverLimit(InvalidInput):
+    """The request is over a limit (a text too long, too many documents): 422, as the proxy's own limits."""
+
+
 class NotFound(ServiceError):
     """No such model, or not loaded."""
 

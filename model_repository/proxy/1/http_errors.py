@@ -6,8 +6,8 @@ from starlette.responses import Response
 
 ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
                408: "timeout_error", 429: "rate_limit_error", 503: "service_unavailable", 504: "timeout_error"}
-STATUS = {errors.InvalidInput: 400, errors.NotFound: 404, errors.Conflict: 409, errors.LoadFailed: 422,
-          errors.Overloaded: 429, errors.Unavailable: 503, errors.Timeout: 504}
+STATUS = {errors.InvalidInput: 400, errors.OverLimit: 422, errors.NotFound: 404, errors.Conflict: 409,
+          errors.LoadFailed: 422, errors.Overloaded: 429, errors.Unavailable: 503, errors.Timeout: 504}
 MAX_MESSAGE_CHARS = 1000  # an error that quotes a client's value (a 1 MB model id) is cut: no 1 MB error back
 
 

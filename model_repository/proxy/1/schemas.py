@@ -4,7 +4,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Text = str  # one text to embed; the routes refuse blank ones (400 empty_input)
+Text = str  # one text to embed; the tokenizer refuses a blank one (400 naming it)
 # Integers are checked against what the models read (int32) at the door, so that one too large is a 400 naming the
 # field: a value from 2^63 up does not fit Triton's int64 request parameters and failed inside Triton (a 500).
 INT32_MAX = 2**31 - 1

@@ -15,6 +15,7 @@ from errors import (
     InvalidInput,
     LoadFailed,
     NotFound,
+    OverLimit,
     Overloaded,
     ServiceError,
     Timeout,
@@ -372,7 +373,8 @@ def step_error(message, card, model, rows):
         elif not rows and name == "text":  # the late chunking model's one text
             param = field = "input"
         text = f"{field} {model_errors.problem(info)}" if field else info.message
-        return InvalidInput(text, info.kind, param, field=field)
+        over_limit = info.kind in ("too_long", "too_many")
+        return (OverLimit if over_limit else InvalidInput)(text, info.kind, param, field=field)
     if info.kind == "timeout":  # its deadline (request_timeout_s) passed while it was queued or ran
         return Timeout(f"inference did not finish within request_timeout_s: {info.message}", "inference_timeout")
     if info.kind == "overloaded":  # a queue policy's max_queue_size refused it: overload, not a fault
