@@ -78,12 +78,10 @@ lint: setup
 test-unit: setup
 	$(PY) -m pytest -q -m "not serving and not heavy" tests
 
+# One pass: the serving tests run the Python models on the container's Python 3.10 ($(PY310_VENV), the container's
+# pins) when this machine has one, else on $(PY) (the header says which).
 test: setup tools py310 lint
-	$(PY) -m pytest tests
-	@if [ -x $(PY310_VENV)/bin/python ]; then \
-		echo "make: the serving tests again, with the Python models on $(PY310_VENV) (Python 3.10, container pins)"; \
-		MODEL_PYTHON=$(PY310_VENV)/bin/python $(PY) -m pytest -m serving tests; \
-	else echo "make: no $(PY310_VENV): serving tests on Python 3.10 skipped"; fi
+	MODEL_PYTHON=$$([ -x $(PY310_VENV)/bin/python ] && echo $(PY310_VENV)/bin/python) $(PY) -m pytest tests
 
 bench: setup
 	$(PY) -m bench.run $(BENCH_ARGS)
