@@ -23,8 +23,10 @@ import numpy as np
 import orjson
 import uvloop
 
-PROXY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "model_repository", "proxy", "1")
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROXY = os.path.join(PROJECT, "model_repository", "proxy", "1")
 sys.path.insert(0, PROXY)
+sys.path.append(os.path.join(PROJECT, "model_library"))  # the proxy's library (export installs it beside the proxy)
 from errors import NotFound  # noqa: E402
 from guard import HttpGuard  # noqa: E402
 
