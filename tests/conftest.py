@@ -113,6 +113,14 @@ def import_python_model(model, path=None, **fake_attributes):
     return import_model_code(path, f"{model}_model_under_test", **fake_attributes)
 
 
+def install_proxy(repository):
+    """The proxy model in `repository` as export installs it (its code and the library's modules beside it), and
+    not a copy of the checkout's folder, which may hold an export's generated files."""
+    from exporting.repository import copy_model_code
+
+    copy_model_code("proxy", os.path.join(repository, "proxy"))
+
+
 def free_port():
     """A free port below Linux's ephemeral range (32768-60999): a port the kernel hands out (bind to 0) is one that
     a client connection of another test may take before the server binds it (seen: 'Socket ... already in use')."""

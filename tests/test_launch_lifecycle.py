@@ -4,7 +4,6 @@ says so in one line, naming the port and who holds it, and stops. The servers he
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -13,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import MODEL_PYTHON, PROJECT, free_port, port_is_free
+from conftest import MODEL_PYTHON, PROJECT, free_port, install_proxy, port_is_free
 from local_triton import launch, ports
 
 GONE_S = 10.0  # the issue's bound: after kill -9 of the launcher, nothing of the server within this
@@ -23,8 +22,7 @@ GONE_S = 10.0  # the issue's bound: after kill -9 of the launcher, nothing of th
 def tiny_repository(tmp_path_factory):
     """The proxy model (no export: it serves its HTTP port and answers no model) and `echo`, a plain Python model."""
     repository = tmp_path_factory.mktemp("tiny_repository")
-    shutil.copytree(os.path.join(PROJECT, "model_repository", "proxy"), repository / "proxy",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    install_proxy(repository)
     (repository / "echo" / "1").mkdir(parents=True)
     (repository / "echo" / "config.pbtxt").write_text(
         'backend: "python"\nmax_batch_size: 0\n'

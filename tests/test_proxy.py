@@ -2,9 +2,7 @@
 `ensemble`, the official OpenAI SDK, limits, errors, auth, the readiness gate, metrics, concurrency, shutdown."""
 import asyncio
 import base64
-import os
 import random
-import shutil
 import socket
 import time
 
@@ -14,7 +12,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import MINILM, PROJECT, free_port, port_is_free, start_server
+from conftest import MINILM, free_port, install_proxy, port_is_free, start_server
 from local_triton import launch
 
 TOLERANCE = 1e-6
@@ -346,7 +344,7 @@ def test_triton_inference_on_the_proxy_model_points_to_http(server):
 def proxy_only_repository(tmp_path_factory):
     """A repository with the proxy and no ensemble: the proxy loads, the ensemble is never ready."""
     repository = tmp_path_factory.mktemp("proxy_only")
-    shutil.copytree(os.path.join(PROJECT, "model_repository", "proxy"), repository / "proxy")
+    install_proxy(repository)
     return repository
 
 
