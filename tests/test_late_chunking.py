@@ -224,8 +224,9 @@ def test_http_route_matches_kserve(served, references):
     ({"input": [TEXT, TEXT], "spans": [[[0, 10]], [[0, 999]]]}, 400, "spans", "input[1]: spans[0] [0, 999] is out"),
     ({"input": TEXT, "spans": [[3, 3]]}, 400, "spans", "spans[0] [3, 3] is empty"),
     ({"input": TEXT, "spans": [[0, 1, 2]]}, 400, "spans", "spans[0] must be [start, end]"),
-    ({"input": TEXT}, 400, "spans", "give spans or chunk_tokens"),
-    ({"input": MULTI_SENTENCE * 3, "chunk_tokens": 50}, 400, "input", "max length of 256 tokens"),
+    ({"input": TEXT}, 400, "spans", "spans or the request parameter chunk_tokens gives the chunks: neither"),
+    ({"input": MULTI_SENTENCE * 3, "chunk_tokens": 50}, 422, "input", "input is longer than the model's max length "
+                                                                      "of 256 tokens"),  # too_long: over a limit
     # the tokenizer's parameter errors, behind the late chunking model (was a 500: found by schemathesis)
     ({"input": TEXT, "chunk_tokens": 30, "input_type": "poem"}, 400, "input_type", 'input_type "poem" is not one'),
 ])
