@@ -133,6 +133,7 @@ def main(argv=None):
     repository = os.path.abspath(args.repository)
     if args.skip_if_exported and already_exported(repository, args.name, args.model):
         print(f"export: {repository} already holds an export{f' of {args.model}' if args.model else ''}; skipped")
+        ensure_proxy(repository)  # the proxy's and supervisor's library copies follow the checkout (file copies)
         return 0
     check_name(repository, args.name)
     started = time.monotonic()

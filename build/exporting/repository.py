@@ -62,7 +62,7 @@ def templates_digest():
     digest = hashlib.sha256(repr(sorted(GPU_TOKENIZER.items())).encode() + b"\0")
     sources = glob.glob(os.path.join(SOURCE_REPOSITORY, "*", "*.template")) + [
         os.path.join(SOURCE_REPOSITORY, "embedding", "token_budget.c"), *(os.path.join(PROJECT, source)
-                                                                          for source, _ in LIBRARY)]
+                                                                          for source, _ in (*LIBRARY, TRITON_SERVER))]
     for path in sorted(sources):
         digest.update(os.path.relpath(path, SOURCE_REPOSITORY).encode() + b"\0")
         with open(path, "rb") as handle:
