@@ -282,7 +282,6 @@ class Server:
     def __init__(self, process, admin_key=None, http_port=None, address="127.0.0.1", keys_dir=None):
         self.process, self.regions, self.noted = process, set(), 0.0
         self.keys_dir = keys_dir  # keys_to_files(): lives as long as this server (a reload reads the files again)
-        self.admin_key, self.http_port, self.address = admin_key, http_port, address
         # Triton's HTTP API (the repository API is restricted: this launcher holds its key)
         self.triton = TritonHttp(address, http_port or 8000, {"admin-key": admin_key or ""})
         self.stubs = {}  # pid -> model directory, learnt while each stub lives
