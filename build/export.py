@@ -103,6 +103,9 @@ def parse_args(argv):
                         "(default: its config's matryoshka_dimensions; none: only its full size)")
     parser.add_argument("--calibration-corpus", default=CALIBRATION_CORPUS, help="texts, one per line, whose "
                         "embeddings give the int8/uint8 ranges (default: build/calibration/corpus.txt)")
+    parser.add_argument("--served-name", action="append", default=[], dest="served_names", metavar="NAME",
+                        help="another name clients may call this export by (repeatable; e.g. text-embedding-3-small "
+                             "for OpenAI tools with a fixed model name); another export's id always wins")
     parser.add_argument("--repository", default=SOURCE_REPOSITORY, help="model repository (default %(default)s)")
     parser.add_argument("--fp16", action="store_true", help="store weights in fp16 (GPU serving)")
     parser.add_argument("--external-data", action="store_true",
@@ -199,7 +202,7 @@ def main(argv=None):
             "calibration": calibration and {k: v for k, v in calibration.items() if k != "ranges"},
             "fp16": args.fp16, "token_budget_batching": token_budget, "opset": OPSET,
             "onnx": os.path.relpath(onnx_path, staging), "parity": figures,
-            "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "served_names": args.served_names, "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         install_export(staging, repository, (*names, chunks_name(args.name)), manifest, started)
     return 0
@@ -246,7 +249,8 @@ def export_cross_encoder(args, folder, config, tokenizer, repository, started):
             "model_type": config.model_type, "num_labels": labels, "outputs": ["logits", "scores"],
             "embedding_size": None, "colbert_size": None, "max_length": max_length, "fp16": args.fp16,
             "token_budget_batching": token_budget, "opset": OPSET, "onnx": os.path.relpath(onnx_path, staging),
-            "parity": figures, "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "parity": figures, "served_names": args.served_names,
+            "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         install_export(staging, repository, names, manifest, started)
     return 0
@@ -328,7 +332,7 @@ def export_clip(args, repository, started, folder=None):
             "calibration": {k: v for k, v in calibration.items() if k != "ranges"}, "fp16": False,
             "token_budget_batching": token_budget, "opset": OPSET, "parity": figures,
             "onnx": [os.path.relpath(p, staging) for p in (text_onnx, image_onnx)],
-            "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "served_names": args.served_names, "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         install_export(staging, repository, (*names[:4], *image_names), manifest, started)
     return 0

@@ -370,3 +370,74 @@ def xlmr_hf_tokenizer(xlmr_tokenizer_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(xlmr_tokenizer_dir)
+
+
+# ---------------------------------------------------------------- cross-encoders beside an embedder, served once
+# (tests/test_cross_encoder.py, and the drop-in clients of tests/test_drop_in_clients.py on the same server)
+CE_MAX_LENGTH, CE_BERT_MAX_LENGTH = 128, 64
+CE_SERVED_NAMES = {"emb": ["text-embedding-3-small"], "xr": ["rerank-v3.5"]}  # export --served-name / the setting
+
+
+def build_cross_encoder(folder, tokenizer_dir, kind="xlmr", seed=18, labels=1):
+    """A seeded random classifier saved with its tokenizer; weights scaled so that scores spread."""
+    import torch
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        XLMRobertaConfig,
+        XLMRobertaForSequenceClassification,
+    )
+
+    torch.manual_seed(seed)
+    if kind == "xlmr":
+        config = XLMRobertaConfig(vocab_size=250002, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=514, num_labels=labels)
+        model = XLMRobertaForSequenceClassification(config)
+    else:
+        config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                            intermediate_size=64, max_position_embeddings=512, num_labels=labels)
+        model = BertForSequenceClassification(config)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 2:
+                parameter.normal_(0.0, 0.3)
+    model.eval().save_pretrained(folder)
+    for name in os.listdir(tokenizer_dir):
+        if name.startswith(("tokenizer", "special_tokens", "vocab")):
+            shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(folder, name))
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def xlmr_ce(tmp_path_factory, xlmr_tokenizer_dir):
+    return build_cross_encoder(tmp_path_factory.mktemp("xlmr_ce"), xlmr_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def bert_ce(tmp_path_factory, minilm_model_dir):
+    return build_cross_encoder(tmp_path_factory.mktemp("bert_ce"), minilm_model_dir, kind="bert", labels=2)
+
+
+@pytest.fixture(scope="session")
+def ce_embedder(tmp_path_factory, xlmr_tokenizer_dir):
+    return tiny_xlmr(tmp_path_factory.mktemp("embedder"), xlmr_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def ce_repository(tmp_path_factory, xlmr_ce, bert_ce, ce_embedder):
+    """Two rerankers and an embedder side by side, all named exports (no default export): `emb` with a served name
+    given at export."""
+    repository = tmp_path_factory.mktemp("cross_encoders") / "repository"
+    export(repository, "--model", xlmr_ce, "--name", "xr", "--max-length", str(CE_MAX_LENGTH))
+    export(repository, "--model", bert_ce, "--name", "bert2", "--max-length", str(CE_BERT_MAX_LENGTH))
+    export(repository, "--model", str(ce_embedder), "--name", "emb", "--max-length", str(CE_MAX_LENGTH),
+           *(f"--served-name={name}" for name in CE_SERVED_NAMES["emb"]))
+    return repository
+
+
+@pytest.fixture(scope="session")
+def ce_server(ce_repository, tmp_path_factory):
+    """`emb` the default model; `xr`'s served names from the setting (PROXY_SERVED_MODEL_NAMES)."""
+    names = ",".join(f"{name}=xr" for name in CE_SERVED_NAMES["xr"])
+    yield from serve_until_done(ce_repository, tmp_path_factory.mktemp("ce_server"),
+                                {"PROXY_DEFAULT_MODEL": "emb", "PROXY_SERVED_MODEL_NAMES": names})

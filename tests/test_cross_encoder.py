@@ -14,7 +14,6 @@ MiniLM's tokenizer: token types), exported beside a tiny XLM-R embedder into one
 """
 import json
 import os
-import shutil
 import subprocess
 import sys
 import urllib.error
@@ -23,11 +22,11 @@ import urllib.request
 import numpy as np
 import pytest
 
-from conftest import PROJECT, export, serve_until_done, tiny_xlmr
+from conftest import CE_BERT_MAX_LENGTH as BERT_MAX_LENGTH
+from conftest import CE_MAX_LENGTH as MAX_LENGTH
+from conftest import PROJECT
 from triton_clients import PROTOCOLS, VARIED_TEXTS, client, raw_bytes_grpc, url_for
 
-MAX_LENGTH = 128
-BERT_MAX_LENGTH = 64
 TOLERANCE = 1e-5
 QUERY = "What is the capital of France?"
 # 100 documents of mixed lengths: VARIED_TEXTS (53, two far over the max length) and 47 more of 1 to ~200 tokens.
@@ -36,62 +35,6 @@ WORDS = ["paris", "france", "capital", "city", "river", "seine", "museum", "louv
 DOCUMENTS = VARIED_TEXTS + [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(1 + (i * 37) % 160))
                             for i in range(47)]
 LONG_QUERY = "Where is the capital of France and what is its history? " * 12  # over 3/4 of MAX_LENGTH tokens
-
-
-def build_cross_encoder(folder, tokenizer_dir, kind="xlmr", seed=18, labels=1):
-    """A seeded random classifier saved with its tokenizer; weights scaled so that scores spread."""
-    import torch
-    from transformers import (
-        BertConfig,
-        BertForSequenceClassification,
-        XLMRobertaConfig,
-        XLMRobertaForSequenceClassification,
-    )
-
-    torch.manual_seed(seed)
-    if kind == "xlmr":
-        config = XLMRobertaConfig(vocab_size=250002, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=514, num_labels=labels)
-        model = XLMRobertaForSequenceClassification(config)
-    else:
-        config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                            intermediate_size=64, max_position_embeddings=512, num_labels=labels)
-        model = BertForSequenceClassification(config)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() == 2:
-                parameter.normal_(0.0, 0.3)
-    model.eval().save_pretrained(folder)
-    for name in os.listdir(tokenizer_dir):
-        if name.startswith(("tokenizer", "special_tokens", "vocab")):
-            shutil.copyfile(os.path.join(tokenizer_dir, name), os.path.join(folder, name))
-    return str(folder)
-
-
-@pytest.fixture(scope="module")
-def xlmr_ce(tmp_path_factory, xlmr_tokenizer_dir):
-    return build_cross_encoder(tmp_path_factory.mktemp("xlmr_ce"), xlmr_tokenizer_dir)
-
-
-@pytest.fixture(scope="module")
-def bert_ce(tmp_path_factory, minilm_model_dir):
-    return build_cross_encoder(tmp_path_factory.mktemp("bert_ce"), minilm_model_dir, kind="bert", labels=2)
-
-
-@pytest.fixture(scope="module")
-def repository(tmp_path_factory, xlmr_ce, bert_ce, xlmr_tokenizer_dir):
-    """Two rerankers and an embedder side by side."""
-    repository = tmp_path_factory.mktemp("cross_encoders") / "repository"
-    export(repository, "--model", xlmr_ce, "--name", "xr", "--max-length", str(MAX_LENGTH))
-    export(repository, "--model", bert_ce, "--name", "bert2", "--max-length", str(BERT_MAX_LENGTH))
-    embedder = tiny_xlmr(tmp_path_factory.mktemp("embedder"), xlmr_tokenizer_dir)
-    export(repository, "--model", str(embedder), "--name", "emb", "--max-length", str(MAX_LENGTH))
-    return repository
-
-
-@pytest.fixture(scope="module")
-def ce_server(repository, tmp_path_factory):
-    yield from serve_until_done(repository, tmp_path_factory.mktemp("ce_server"), {"PROXY_DEFAULT_MODEL": "emb"})
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +95,8 @@ def rerank(protocol, server, query, documents, model="xr_rerank"):
 
 
 # ---------------------------------------------------------------- export
-def test_export_recognizes_cross_encoders_and_checks_parity(repository):
+def test_export_recognizes_cross_encoders_and_checks_parity(ce_repository):
+    repository = ce_repository
     import onnx
 
     for name, labels in (("xr", 1), ("bert2", 2)):
@@ -353,7 +297,7 @@ def test_proxy_reranks_by_model_kind(ce_server, references):
     status, embedder = post(ce_server, "/v1/rerank", {"model": "emb", "query": QUERY, "documents": DOCUMENTS[:5]})
     assert status == 200 and set(embedder["results"][0]["scores"]) == {"dense"}, embedder
     with urllib.request.urlopen(ce_server.proxy_url + "/v1/models", timeout=30) as response:
-        kinds = {m["id"]: m["kind"] for m in json.load(response)["data"]}
+        kinds = {m["id"]: m["kind"] for m in json.load(response)["data"] if "root" not in m}  # not served names
     assert kinds == {"xr": "cross-encoder", "bert2": "cross-encoder", "emb": "embedding"}
 
 

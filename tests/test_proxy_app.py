@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.join(PROJECT, "model_repository", "proxy", "1"))
 import errors  # noqa: E402
 import guard  # noqa: E402
 import model_errors  # noqa: E402
+import route_helpers  # noqa: E402
 import service as proxy_service  # noqa: E402
 
 import app as proxy_app  # noqa: E402
@@ -53,6 +54,9 @@ class Card:
     pretrained: str | None = None
     prompts: tuple = (("query", "query: "),)  # registry.Card's form: ((name, text), ...)
     default_prompt_name: str | None = None
+    pooling: str | None = "mean"
+    num_labels: int | None = None
+    served_names: tuple = ()
 
 
 def stable_hash(text):
@@ -141,9 +145,12 @@ class FakeService:
             if mode in card.outputs:
                 modes[:, column] = dense * (column + 1)
         words = [len(t.split()) + 2 for t in documents]
-        return SimpleNamespace(scores=dense, mode_scores=modes, tokens=sum(words) + len(query.split()) + 2,
+        cross = card.kind == "cross-encoder"  # its classifier's logits, and their sigmoid as the scores
+        logits = dense * 4 if cross else None
+        return SimpleNamespace(scores=1 / (1 + np.exp(-logits)) if cross else dense,
+                               mode_scores=None if cross else modes, tokens=sum(words) + len(query.split()) + 2,
                                query_truncated=len(query.split()) + 2 > card.max_length,
-                               truncated=np.array(words) > card.max_length, inference_ms=1.0)
+                               truncated=np.array(words) > card.max_length, inference_ms=1.0, logits=logits)
 
     async def chunk_embed(self, card, texts, spans, parameters):
         """One chunk per span (or one for the text with chunk_tokens); vectors per chunk text."""
@@ -193,8 +200,14 @@ def client():
 
 
 def error_of(response, status, *words):
+    """The error body's fields, in OpenAI's shape or (TEI's routes) TEI's, ours beside: {error, error_type, code,
+    param}."""
     assert response.status_code == status, response.text
     error = response.json()["error"]
+    if isinstance(error, str):
+        body = response.json()
+        assert set(body) == {"error", "error_type", "code", "param"} and body["error_type"], body
+        error = {"message": error, "type": body["error_type"], "param": body["param"], "code": body["code"]}
     assert set(error) == {"message", "type", "param", "code"} and error["message"] and error["type"]
     for word in words:
         assert word in error["message"], error["message"]
@@ -255,7 +268,8 @@ def test_encode_returns_any_combination(client):
 def test_embed_sparse_is_teis_shape(client):
     result = client.post("/embed_sparse", json={"inputs": ["a b"], "model": "fake-m3"}).json()
     assert isinstance(result, list) and set(result[0][0]) == {"index", "value"} and len(result[0]) == 2
-    error_of(client.post("/embed_sparse", json={"inputs": "x"}), 400, "sparse")  # the default model is dense only
+    error = error_of(client.post("/embed_sparse", json={"inputs": "x"}), 422, "sparse")  # the default: dense only
+    assert error["type"] == "Validation"  # TEI's route, TEI's status and shape
 
 
 def test_rerank_orders_by_the_models_scores(client):
@@ -398,7 +412,7 @@ def test_direct_routes_never_skip_a_routers_own_gates():
     from fastapi import APIRouter, Depends
 
     app = proxy_app.create_app(settings(), FakeService(), Metrics())
-    for router in (APIRouter(dependencies=[Depends(proxy_app.user_key)]), APIRouter(prefix="/v2")):
+    for router in (APIRouter(dependencies=[Depends(route_helpers.user_key)]), APIRouter(prefix="/v2")):
         with pytest.raises(ValueError, match="no prefix and no dependencies"):
             direct.DirectRoutes(app, router)
     assert ("POST", "/v1/embeddings") in direct.DirectRoutes(app, proxy_app.router).routes

@@ -2,41 +2,54 @@
 through BLS, tests pass a fake). No Triton import here. The server runs create_server_app: the plain routes' requests
 go to their functions directly (direct.py), the others through FastAPI.
 
-Routes: GET /health (ready), /health/live; OpenAI POST /v1/embeddings, GET /v1/models[/{id}]; seed API
-POST /v1/embedding; bge-m3: POST /v1/encode, TEI's POST /embed_sparse; POST /v1/rerank (the export's rerank model);
-POST /v1/chunk_embeddings (late chunking); CLIP exports: images in /v1/embeddings, seed API POST /infer (images.py
-turns the items into bytes);
+Routes here: GET /health (ready), /health/live; OpenAI POST /v1/embeddings, GET /v1/models[/{id}] (also without
+/v1, as Infinity's clients post); seed API POST /v1/embedding; bge-m3: POST /v1/encode; POST /v1/chunk_embeddings
+(late chunking); CLIP exports: images in /v1/embeddings, seed API POST /infer (images.py turns the items into bytes);
+Cohere's routes (embed, rerank, /v1/rerank included) in routes_cohere.py, TEI's in routes_tei.py;
 admin POST /v1/models/{id}/load|unload, seed API POST /load_clip_model, /unload_clip_model, /delete_clip_model;
 GET /metrics; /docs, /openapi.json. The app's state: settings, service, metrics (create_app).
 """
-import base64
-import hmac
 import time
-import uuid
-from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Protocol
 
 import images
-import model_errors
 import numpy as np
-import orjson
+import routes_cohere
+import routes_tei
 from direct import DirectRoutes
-from errors import ServiceError, rename_field
+from errors import ServiceError
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from guard import HttpGuard
-from http_errors import ApiError, validation_error
+from http_errors import ApiError, dialect, validation_error
+from route_helpers import (
+    ERRORS,
+    QUANTIZED,
+    USER,
+    OrjsonRoute,
+    admin_key,
+    as_list,
+    check_texts,
+    client_indices,
+    embed,
+    embed_images,
+    json_response,
+    need,
+    need_images,
+    select,
+    timing_headers,
+    usage,
+    vector_rows,
+)
 from starlette.exceptions import HTTPException
 from starlette.responses import PlainTextResponse, Response
 
 import schemas
 from metrics import MetricsMiddleware
 
-MODES = ("dense", "sparse", "colbert")  # the rerank model's mode_scores columns
 UNKNOWN_MODEL_LABEL = "(unknown)"  # the metrics' model label of an admin request for an id no export has
 
 
@@ -73,175 +86,11 @@ class Service(Protocol):
     async def unload(self, model_id): ...
 
 
-class OrjsonRequest(Request):
-    """Bodies are parsed with orjson: faster, and deep nesting is a JSONDecodeError (a 400), not a RecursionError."""
-
-    async def json(self):
-        if not hasattr(self, "_json"):
-            self._json = orjson.loads(await self.body())
-        return self._json
-
-
-class OrjsonRoute(APIRoute):
-    def get_route_handler(self):
-        handler = super().get_route_handler()
-
-        async def handle(request):
-            return await handler(OrjsonRequest(request.scope, request.receive))
-        return handle
-
-
-def json_response(content, headers=None):
-    return Response(orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY), 200, headers, "application/json")
-
-
-# ---------------------------------------------------------------- gates (route dependencies: checked before the body
-# is validated, so a caller without the key learns nothing about the request schema)
-def authorize(request, key, what="API"):
-    """`Authorization: Bearer <key>`; the scheme is case-insensitive (RFC 9110)."""
-    if not key:
-        return
-    scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
-        raise ApiError(401, f"missing or wrong {what} key: send 'Authorization: Bearer <key>'", "invalid_api_key",
-                       headers={"WWW-Authenticate": "Bearer"})
-
-
-# async: FastAPI runs a plain `def` dependency in a worker thread, a thread round trip on every request (~0.3 ms).
-async def user_key(request: Request):
-    authorize(request, request.app.state.settings.api_key)
-
-
-async def admin_key(request: Request):
-    if not request.app.state.settings.admin_api_key:
-        raise ApiError(403, "the admin routes are off: set ADMIN_API_KEY (or ADMIN_API_KEY_FILE) to use them",
-                       "admin_disabled")
-    authorize(request, request.app.state.settings.admin_api_key, "admin")
-
-
-ERRORS = {status: {"model": schemas.ErrorResponse} for status in (400, 401, 404, 413, 415, 422, 429, 503, 504)}
 ADMIN = {"dependencies": [Depends(admin_key)], "response_model": schemas.AdminResult,
          "responses": {status: {"model": schemas.ErrorResponse} for status in (401, 403, 404, 409, 422, 503)}}
 CLIP_ADMIN = {**ADMIN, "response_model": schemas.ClipAdminResult}
 EXPORT_CLIP = "python build/export.py --open-clip ViT-B-32 --pretrained laion2b_s34b_b79k --name <name>"
-USER = [Depends(user_key)]
 router = APIRouter(route_class=OrjsonRoute)
-
-
-# ---------------------------------------------------------------- helpers of the routes
-def select(request, model):
-    card = request.app.state.service.resolve(model)
-    request.scope["state"]["model"] = card.id
-    return card
-
-
-def check_texts(request, texts, param, count=True):
-    """What HTTP's own limits say of a list of texts: how many per request (`count`: the proxy cuts them into the
-    BLS model's pieces; not for rerank, whose model counts its documents), characters per text, JSON's lone
-    surrogates. The texts' own rules (empty, bytes, tokens) are the tokenizer's: its error names param[i]."""
-    settings = request.app.state.settings
-    if count and len(texts) > settings.max_inputs_per_request:
-        raise ApiError(422, f"{len(texts)} inputs is over the limit of {settings.max_inputs_per_request} per request "
-                            f"(setting max_inputs_per_request)", "too_many_inputs", param)
-    for i, text in enumerate(texts):
-        if len(text) > settings.max_input_chars:
-            raise ApiError(422, f"{param}[{i}] has {len(text)} characters, over the limit of "
-                                f"{settings.max_input_chars} (setting max_input_chars)", "input_too_long", param,
-                           field=f"{param}[{i}]")
-        if not text.isascii():
-            unicode_text(text, f"{param}[{i}]", param)
-    return texts
-
-
-def unicode_text(text, where, param):
-    """A 400 naming the text when it holds a lone surrogate (JSON's "\\ud800": valid JSON, not valid Unicode)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ApiError(400, f"{where} is not valid Unicode: a lone surrogate at character {error.start}",
-                       "invalid_text", param, field=where) from None
-
-
-def need(card, output, route, param="model"):
-    """A 400 when the model lacks `output`; `param`: the client's field that asked for it (default: the model)."""
-    if output not in card.outputs:
-        raise ApiError(400, f"model '{card.id}' serves {', '.join(card.outputs)}, not {output} (needed by {route}); "
-                            f"export it with --outputs {output}", "output_not_served", param)
-
-
-async def embed(request, card, texts, outputs, param, truncate, parameters=None):
-    result = await request.app.state.service.embed(card, texts, outputs, param, parameters)
-    if not truncate and result.truncated.any():
-        i = int(np.argmax(result.truncated))
-        raise ApiError(422, f"{param}[{i}] is longer than the model's maximum of {card.max_length} tokens (truncate "
-                            f"is false)", "context_length_exceeded", param, field=f"{param}[{i}]")
-    request.app.state.metrics.observe_embedding(card.id, len(texts), int(result.tokens.sum()),
-                                                int(result.truncated.sum()))
-    return result
-
-
-@contextmanager
-def client_indices(param, indices):
-    """Errors about `param[i]` of a part of the inputs (the texts of a list mixing texts and images) name the
-    client's index instead: indices[i]."""
-    try:
-        yield
-    except (ApiError, ServiceError) as error:
-        name, i = model_errors.split_field(error.field or "")
-        if name == param and i is not None and i < len(indices):
-            rename_field(error, f"{param}[{indices[i]}]")
-        raise
-
-
-@contextmanager
-def client_fields(renames):
-    """The models name their own fields (`dimensions`); a route whose client sent another name (Cohere's
-    `output_dimension`) answers in the client's terms: the error's param and the field its message leads with."""
-    try:
-        yield
-    except (ApiError, ServiceError) as error:
-        if error.param in renames:
-            name, i = model_errors.split_field(error.field or "")
-            if name == error.param:
-                rename_field(error, renames[name] + ("" if i is None else f"[{i}]"))
-            error.param = renames[error.param]
-        raise
-
-
-def need_images(card):
-    if not card.image:
-        raise ApiError(400, f"model '{card.id}' serves text only: images need a CLIP export (one with an image "
-                            f"model)", "images_not_served", "model")
-
-
-async def embed_images(request, card, pictures, param, indices=None):
-    vectors, inference_ms = await request.app.state.service.embed_images(card, pictures, param, indices)
-    request.app.state.metrics.observe_embedding(card.id, len(pictures), 0, 0)
-    return np.ascontiguousarray(vectors, dtype=np.float32), inference_ms
-
-
-def usage(tokens):
-    return {"prompt_tokens": int(tokens), "total_tokens": int(tokens)}
-
-
-def timing_headers(truncated, inference_ms):
-    # TEI sends the same: ms spent in Triton; the rest of a request's latency is the proxy's own.
-    return {"X-Truncated-Inputs": str(int(truncated)), "X-Inference-Time": f"{inference_ms:.3f}"}
-
-
-def vector_rows(result, kind):
-    """The vectors of one embedding type: numpy rows (orjson writes them as lists), or base64 little-endian
-    float32 strings."""
-    if kind == "base64":
-        return [base64.b64encode(row.astype("<f4", copy=False).tobytes()).decode("ascii") for row in result.dense]
-    return np.ascontiguousarray(result.dense, dtype=np.float32) if kind == "float" else result.quantized[kind]
-
-
-QUANTIZED = ("int8", "uint8", "binary", "ubinary")
-
-
-def as_list(value):
-    return [value] if isinstance(value, str) else value
 
 
 # ---------------------------------------------------------------- health
@@ -261,6 +110,7 @@ async def live(request: Request):
 
 
 # ---------------------------------------------------------------- embeddings
+@router.post("/embeddings", dependencies=USER, response_model=schemas.EmbeddingsResponse, responses=ERRORS)
 @router.post("/v1/embeddings", dependencies=USER, response_model=schemas.EmbeddingsResponse, responses=ERRORS)
 async def embeddings(request: Request, body: schemas.EmbeddingsRequest):
     """OpenAI-compatible embeddings (`encoding_format` float, base64 little-endian float32, or int8 / uint8 / binary
@@ -306,25 +156,6 @@ async def embeddings(request: Request, body: schemas.EmbeddingsRequest):
     data = [{"object": "embedding", "index": i, "embedding": rows[i], "truncated": flags[i]} for i in range(len(items))]
     return json_response({"object": "list", "data": data, "model": card.id, "usage": usage(tokens)},
                          timing_headers(truncated, inference_ms))
-
-
-@router.post("/v2/embed", dependencies=USER, response_model=schemas.CohereEmbedResponse, responses=ERRORS)
-async def cohere_embed(request: Request, body: schemas.CohereEmbedRequest):
-    """Cohere's embed v2: `texts`, `input_type`, `embedding_types` (several at once), `output_dimension`."""
-    card = select(request, body.model)
-    need(card, "dense", "/v2/embed")
-    kinds = list(dict.fromkeys(body.embedding_types))
-    parameters = {"dimensions": body.output_dimension, "input_type": body.input_type, "prompt_name": body.prompt_name}
-    with client_fields({"dimensions": "output_dimension"}):
-        result = await embed(request, card, check_texts(request, body.texts, "texts"),
-                             ("dense", *(k for k in kinds if k in QUANTIZED)), "texts", body.truncate == "END",
-                             parameters)
-    tokens = int(result.tokens.sum())
-    return json_response({"id": str(uuid.uuid4()), "embeddings": {kind: vector_rows(result, kind) for kind in kinds},
-                          "texts": body.texts, "meta": {"api_version": {"version": "2"},
-                                                        "billed_units": {"input_tokens": tokens}},
-                          "response_type": "embeddings_by_type"},
-                         timing_headers(result.truncated.sum(), result.inference_ms))
 
 
 @router.post("/v1/embedding", dependencies=USER, response_model=list[schemas.SeedResult], responses=ERRORS)
@@ -421,59 +252,6 @@ def colbert_options(card, body, wanted):
     return tuple(kind if w == "colbert" else w for w in wanted), {"colbert_pool_factor": body.colbert_pool_factor}
 
 
-@router.post("/embed_sparse", dependencies=USER, response_model=list[list[schemas.SparseEntry]], responses=ERRORS)
-async def embed_sparse(request: Request, body: schemas.EmbedSparseRequest):
-    """TEI's sparse route: `[[{"index": token id, "value": weight}, ...], ...]` per input."""
-    texts = check_texts(request, as_list(body.inputs), "inputs")
-    if not texts:
-        raise ApiError(400, "'inputs' must not be empty", "invalid_input", "inputs")
-    card = select(request, body.model)
-    need(card, "sparse", "/embed_sparse")
-    result = await embed(request, card, texts, ("sparse",), "inputs", body.truncate)
-    return json_response([[{"index": int(t), "value": float(w)} for t, w in zip(*pair)] for pair in result.sparse],
-                         timing_headers(result.truncated.sum(), result.inference_ms))
-
-
-@router.post("/v1/rerank", dependencies=USER, response_model=schemas.RerankResponse, responses=ERRORS)
-async def rerank(request: Request, body: schemas.RerankRequest):
-    """Scores each document against the query with the export's rerank model, by the model's kind: a cross-encoder's
-    relevance (CrossEncoder.predict, FlagReranker.compute_score normalized); for an embedding model bge-m3's
-    combined score, as FlagEmbedding's compute_score ('colbert+sparse+dense' with `weights`; models without
-    sparse/ColBERT outputs use what they serve)."""
-    settings = request.app.state.settings
-    documents = [d if isinstance(d, str) else d.text for d in body.documents]
-    unicode_text(body.query, "query", "query")
-    if len(body.query) > settings.max_input_chars:
-        raise ApiError(422, f"query has {len(body.query)} characters, over the limit of {settings.max_input_chars} "
-                            f"(setting max_input_chars)", "input_too_long", "query", field="query")
-    check_texts(request, documents, "documents", count=False)  # the rerank model counts them (max_documents)
-    card = select(request, body.model)
-    if card.rerank is None:
-        raise ApiError(400, f"model '{card.id}' has no rerank model", "output_not_served", "model")
-    served = [mode for mode in MODES if mode in card.outputs]
-    if card.kind == "cross-encoder":
-        if body.weights is not None:
-            raise ApiError(400, f"weights: model '{card.id}' is a cross-encoder; weights are for bge-m3's modes",
-                           "invalid_value", "weights")
-    elif not served:
-        raise ApiError(400, f"model '{card.id}' serves none of dense, sparse, colbert", "output_not_served")
-    result = await request.app.state.service.rerank(card, body.query, documents, body.weights or (1.0, 1.0, 1.0))
-    if not body.truncate and (result.query_truncated or result.truncated.any()):
-        what = "query" if result.query_truncated else f"documents[{int(np.argmax(result.truncated))}]"
-        raise ApiError(422, f"{what} is longer than the model's maximum of {card.max_length} tokens (truncate is "
-                            f"false)", "context_length_exceeded", what.split("[")[0])
-    truncated = int(result.query_truncated) + int(result.truncated.sum())
-    request.app.state.metrics.observe_embedding(card.id, 1 + len(documents), result.tokens, truncated)
-    scores = result.scores.tolist()
-    order = sorted(range(len(documents)), key=lambda i: -scores[i])[:body.top_n or len(documents)]
-    results = [{"index": i, "relevance_score": scores[i],
-                **({"scores": {mode: float(result.mode_scores[i, MODES.index(mode)]) for mode in served}}
-                   if result.mode_scores is not None else {}),
-                **({"document": {"text": documents[i]}} if body.return_documents else {})} for i in order]
-    return json_response({"results": results, "model": card.id, "usage": usage(result.tokens)},
-                         timing_headers(truncated, result.inference_ms))
-
-
 @router.post("/v1/chunk_embeddings", dependencies=USER, response_model=schemas.ChunkEmbeddingsResponse,
              responses=ERRORS)
 async def chunk_embeddings(request: Request, body: schemas.ChunkEmbeddingsRequest):
@@ -513,22 +291,29 @@ async def chunk_embeddings(request: Request, body: schemas.ChunkEmbeddingsReques
 
 
 # ---------------------------------------------------------------- models
-def card_json(card):
-    return {"id": card.id, "object": "model", "created": card.created, "owned_by": "triton-embed",
+def card_json(card, name=None):
+    """An export's model card; under one of its served names (`name`), that name with `root` the export's id."""
+    return {"id": name or card.id, "object": "model", "created": card.created, "owned_by": "triton-embed",
             "embedding_size": card.embedding_size, "max_input_tokens": card.max_length,
             "outputs": list(card.outputs), "source": card.source, "kind": card.kind,
-            "prompts": dict(card.prompts), "default_prompt_name": card.default_prompt_name}
+            "prompts": dict(card.prompts), "default_prompt_name": card.default_prompt_name,
+            **({"root": card.id} if name and name != card.id else {})}
 
 
+@router.get("/models", dependencies=USER, response_model=schemas.ModelList, responses=ERRORS)
 @router.get("/v1/models", dependencies=USER, response_model=schemas.ModelList, responses=ERRORS)
 async def models(request: Request):
-    """The models loaded now (a model exported or loaded after start-up appears here)."""
-    return json_response({"object": "list", "data": [card_json(c) for c in request.app.state.service.cards()]})
+    """The models loaded now (a model exported or loaded after start-up appears here), each also under its served
+    names (export --served-name, setting served_model_names)."""
+    return json_response({"object": "list", "data": [card_json(c, name) for c in request.app.state.service.cards()
+                                                     for name in (c.id, *c.served_names)]})
 
 
+@router.get("/models/{model_id:path}", dependencies=USER, response_model=schemas.ModelCard, responses=ERRORS)
 @router.get("/v1/models/{model_id:path}", dependencies=USER, response_model=schemas.ModelCard, responses=ERRORS)
 async def model(request: Request, model_id: str):
-    return json_response(card_json(select(request, model_id)))
+    card = select(request, model_id)
+    return json_response(card_json(card, model_id if model_id in card.served_names else None))
 
 
 async def admin(request, model_id, action):
@@ -616,21 +401,25 @@ async def swagger_ui():
 
 
 # ---------------------------------------------------------------- the app
-async def on_api_error(_request, error):
-    return error.response()
+async def on_api_error(request, error):
+    return error.response(dialect(request.scope))
 
 
-async def on_service_error(_request, error):
-    return ApiError.of(error).response()
+async def on_service_error(request, error):
+    return ApiError.of(error).response(dialect(request.scope))
 
 
-async def on_validation_error(_request, error):
-    return validation_error(error).response()
+async def on_validation_error(request, error):
+    return validation_error(error).response(dialect(request.scope))
 
 
-async def on_http_error(_request, error):
+async def on_http_error(request, error):
     code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code)
-    return ApiError(error.status_code, str(error.detail), code, headers=getattr(error, "headers", None)).response()
+    return ApiError(error.status_code, str(error.detail), code,
+                    headers=getattr(error, "headers", None)).response(dialect(request.scope))
+
+
+ROUTERS = (router, routes_cohere.router, routes_tei.router)  # this module's, Cohere's and TEI's routes
 
 
 def create_app(settings, service: Service, metrics):
@@ -639,7 +428,8 @@ def create_app(settings, service: Service, metrics):
                   description="Text embeddings served by Triton: OpenAI-compatible embeddings, bge-m3's sparse and "
                               "ColBERT outputs, reranking, and the seed API.")
     app.state.settings, app.state.service, app.state.metrics = settings, service, metrics
-    app.include_router(router)
+    for routes in ROUTERS:
+        app.include_router(routes)
     for kind, handler in ((ApiError, on_api_error), (ServiceError, on_service_error),
                           (RequestValidationError, on_validation_error), (HTTPException, on_http_error)):
         app.add_exception_handler(kind, handler)
@@ -653,4 +443,4 @@ def create_server_app(settings, service: Service, metrics):
     """The ASGI app the server runs: the metrics outermost, the gate (guard.py), then the routes: the plain ones
     directly (direct.py), the others through FastAPI."""
     app = create_app(settings, service, metrics)
-    return MetricsMiddleware(HttpGuard(DirectRoutes(app, router), settings, service), metrics, app)
+    return MetricsMiddleware(HttpGuard(DirectRoutes(app, *ROUTERS), settings, service), metrics, app)

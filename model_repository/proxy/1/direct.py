@@ -45,14 +45,19 @@ def plain_route(route):
 
 
 class DirectRoutes:
-    """ASGI app in front of a FastAPI app: the plain routes of `router` (included in the app as it is) answered
-    directly, the rest passed on."""
+    """ASGI app in front of a FastAPI app: the plain routes of `routers` (included in the app as they are)
+    answered directly, the rest passed on."""
 
-    def __init__(self, app, router):
-        # A router's own prefix or dependencies (an auth gate!) are applied by FastAPI at include time: never skipped.
-        if router.prefix or router.dependencies:
-            raise ValueError("direct routes: the router must have no prefix and no dependencies of its own")
+    def __init__(self, app, *routers):
         self.app, self.routes = app, {}
+        for router in routers:
+            # A router's own prefix or dependencies (an auth gate!) are applied by FastAPI at include time: never
+            # skipped.
+            if router.prefix or router.dependencies:
+                raise ValueError("direct routes: the router must have no prefix and no dependencies of its own")
+            self.add(router)
+
+    def add(self, router):
         for route in router.routes:
             plain = plain_route(route)
             if plain is not None:

@@ -3,7 +3,7 @@ import asyncio
 import time
 
 from admission import REQUEST_COST, WorkGate
-from http_errors import ApiError
+from http_errors import ApiError, dialect
 
 ADMIN_PATHS = ("/v1/models/", "/load_clip_model", "/unload_clip_model", "/delete_clip_model")  # not admitted
 
@@ -41,17 +41,17 @@ class HttpGuard:
         if scope["method"] in ("GET", "HEAD", "OPTIONS"):  # probes, metrics, model lists: answered while draining
             return await self.run(scope, receive, send, None)
         if self.service.draining:
-            return await self.refuse(send, ApiError(503, "the server is shutting down", "shutting_down",
+            return await self.refuse(scope, send, ApiError(503, "the server is shutting down", "shutting_down",
                                                     headers={"Retry-After": "1", "Connection": "close"}))
         live, why = self.service.live()
         if not live:  # the supervisor restarts this server: a request served now would be cut by the restart
-            return await self.refuse(send, ApiError(503, f"the server is being restarted ({why})", "restarting",
+            return await self.refuse(scope, send, ApiError(503, f"the server is being restarted ({why})", "restarting",
                                                     headers={"Retry-After": "2", "Connection": "close"}))
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.run(scope, receive, send, None)
         inference = not scope["path"].startswith(ADMIN_PATHS)
         if inference and self.admitted >= self.settings.max_concurrent_requests:
-            return await self.refuse(send, ApiError(
+            return await self.refuse(scope, send, ApiError(
                 429, f"the server is busy: {self.admitted} requests in progress, the limit is "
                      f"{self.settings.max_concurrent_requests} (setting max_concurrent_requests); retry", "overloaded",
                 headers={"Retry-After": "1", "Connection": "close"}))
@@ -61,19 +61,19 @@ class HttpGuard:
         if inference and declared.isdigit():  # chunked bodies: admitted once their size is known
             ticket = self.gate.admit(REQUEST_COST + int(declared))
             if ticket is None:
-                return await self.refuse(send, self.busy(REQUEST_COST + int(declared)))
+                return await self.refuse(scope, send, self.busy(REQUEST_COST + int(declared)))
         self.admitted += inference
         try:
             try:
                 body = await self.read_body(headers, receive)
             except ApiError as error:
-                return await self.refuse(send, error)
+                return await self.refuse(scope, send, error)
             except ConnectionError:
                 return  # client left while sending: nothing to answer
             if inference and ticket is None:
                 ticket = self.gate.admit(REQUEST_COST + len(body))
                 if ticket is None:
-                    return await self.refuse(send, self.busy(REQUEST_COST + len(body)))
+                    return await self.refuse(scope, send, self.busy(REQUEST_COST + len(body)))
             return await self.run(scope, receive, released_when_answered(send, ticket) if ticket else send, body)
         finally:
             self.admitted -= inference
@@ -150,6 +150,6 @@ class HttpGuard:
             watcher.cancel()
 
     @staticmethod
-    async def refuse(send, error):
-        response = error.response()
+    async def refuse(scope, send, error):
+        response = error.response(dialect(scope))
         await response({"type": "http"}, None, send)

@@ -1,5 +1,5 @@
-"""HTTP errors in OpenAI's shape {"error": {"message", "type", "param", "code"}}, and the status of each of the
-service's error kinds (errors.py)."""
+"""HTTP errors in OpenAI's shape {"error": {"message", "type", "param", "code"}} (on TEI's routes in TEI's,
+{"error", "error_type"}, with TEI's statuses), and the status of each of the service's error kinds (errors.py)."""
 import errors
 import orjson
 from starlette.responses import Response
@@ -8,6 +8,12 @@ ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "inval
                408: "timeout_error", 429: "rate_limit_error", 503: "service_unavailable", 504: "timeout_error"}
 STATUS = {errors.InvalidInput: 400, errors.OverLimit: 422, errors.NotFound: 404, errors.Conflict: 409,
           errors.LoadFailed: 422, errors.Overloaded: 429, errors.Unavailable: 503, errors.Timeout: 504}
+# Hugging Face TEI's routes answer errors in TEI's shape (routes_tei.py); a route may set its request's
+# scope["state"]["dialect"] (/rerank speaks Cohere's shape too).
+TEI_PATHS = frozenset({"/", "/embed", "/embed_sparse", "/rerank", "/info"})
+# TEI's error_type per status; TEI answers every validation error 422, an over-large batch 413, a backend error 424.
+TEI_ERROR_TYPES = {401: "Unauthorized", 403: "Unauthorized", 404: "NotFound", 408: "Validation", 413: "Validation",
+                   415: "Validation", 422: "Validation", 429: "Overloaded", 503: "Unhealthy", 504: "Backend"}
 MAX_MESSAGE_CHARS = 1000  # an error that quotes a client's value (a 1 MB model id) is cut: no 1 MB error back
 
 
@@ -25,12 +31,23 @@ class ApiError(Exception):
         headers = {"Retry-After": str(error.retry_after)} if error.retry_after else None
         return cls(STATUS.get(type(error), 500), error.message, error.code, error.param, headers, error.field)
 
-    def response(self):
-        kind = ERROR_TYPES.get(self.status, "server_error" if self.status >= 500 else "invalid_request_error")
+    def response(self, dialect="openai"):
         message = self.message if len(self.message) <= MAX_MESSAGE_CHARS else \
             f"{self.message[:MAX_MESSAGE_CHARS]}... ({len(self.message)} characters, cut)"
+        if dialect == "tei":  # TEI's two fields, then ours (code, param) for clients that read them
+            status = 413 if self.code == "too_many_inputs" else 422 if self.status == 400 else \
+                424 if self.status == 500 else self.status
+            body = {"error": unicode(message), "error_type": TEI_ERROR_TYPES.get(status, "Backend"),
+                    "code": self.code, "param": unicode(self.param)}
+            return Response(orjson.dumps(body), status, self.headers, "application/json")
+        kind = ERROR_TYPES.get(self.status, "server_error" if self.status >= 500 else "invalid_request_error")
         body = {"error": {"message": unicode(message), "type": kind, "param": unicode(self.param), "code": self.code}}
         return Response(orjson.dumps(body), self.status, self.headers, "application/json")
+
+
+def dialect(scope):
+    """The error shape a request's answer takes: the route's choice, else TEI's on TEI's paths, else OpenAI's."""
+    return (scope.get("state") or {}).get("dialect") or ("tei" if scope.get("path") in TEI_PATHS else "openai")
 
 
 def unicode(text):

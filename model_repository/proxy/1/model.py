@@ -43,6 +43,7 @@ SETTINGS = {
     "host": ("PROXY_HOST", str),
     "port": ("PROXY_PORT", int),
     "default_model": ("PROXY_DEFAULT_MODEL", str),
+    "served_model_names": ("PROXY_SERVED_MODEL_NAMES", str),
     "max_inputs_per_request": ("PROXY_MAX_INPUTS_PER_REQUEST", int),
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", int),
     "max_input_chars": ("PROXY_MAX_INPUT_CHARS", int),

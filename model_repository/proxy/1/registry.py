@@ -5,7 +5,7 @@ import glob
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from errors import NotFound, Unavailable
 
@@ -36,6 +36,10 @@ class Card:
     # the prompts its tokenizer prepends (prompt_name / input_type), as export.json lists them: ((name, text), ...)
     prompts: tuple[tuple[str, str], ...] = ()
     default_prompt_name: str | None = None
+    pooling: str | None = None  # embedding exports: mean, cls, last... (TEI's /info)
+    num_labels: int | None = None  # cross-encoder exports: the classifier's labels
+    # more names clients may call it by (export --served-name, setting served_model_names); never another's id
+    served_names: tuple[str, ...] = ()
 
     @property
     def models(self):
@@ -57,9 +61,21 @@ def read_card(repository, name):
                     manifest.get("chunks_model"), manifest.get("image_model"),
                     manifest.get("image_preprocess_model"), manifest.get("image_encoder_model"),
                     manifest.get("architecture"), manifest.get("pretrained"),
-                    tuple(sorted((manifest.get("prompts") or {}).items())), manifest.get("default_prompt_name"))
+                    tuple(sorted((manifest.get("prompts") or {}).items())), manifest.get("default_prompt_name"),
+                    manifest.get("pooling"), manifest.get("num_labels"), tuple(manifest.get("served_names") or ()))
     except (OSError, ValueError, KeyError):
         return None
+
+
+def served_names(setting):
+    """The setting served_model_names, `name=export-id,name=export-id...` -> {export id: (names...)}."""
+    names = {}
+    for item in filter(None, (part.strip() for part in (setting or "").split(","))):
+        name, _, model_id = item.partition("=")
+        if not name.strip() or not model_id.strip():
+            raise ValueError(f"served_model_names: {item!r} is not name=export-id")
+        names.setdefault(model_id.strip(), []).append(name.strip())
+    return {model_id: tuple(found) for model_id, found in names.items()}
 
 
 class Registry:
@@ -72,6 +88,7 @@ class Registry:
         self.loaded_by_admin, self.unloaded_by_admin = set(), set()
         self.failed = ""  # set by the readiness thread when BLS threads are stranded on dead stubs: not live
         self.draining = False
+        self.setting_names = served_names(getattr(settings, "served_model_names", ""))
         self.scan()
         if "*" in self.startup:  # what the server loaded at start: the exports there now (later ones wait for a load)
             self.startup = set(self.cards_by_name)
@@ -82,6 +99,10 @@ class Registry:
             card = read_card(self.repository, os.path.basename(os.path.dirname(os.path.dirname(manifest))))
             if card is not None:
                 cards[card.name] = card
+        taken = {name for card in cards.values() for name in (card.id, card.name)}
+        for name, card in cards.items():  # a served name that is another export's id or name is never used
+            names = (*card.served_names, *self.setting_names.get(card.id, ()))
+            cards[name] = replace(card, served_names=tuple(dict.fromkeys(n for n in names if n not in taken)))
         self.cards_by_name, self.scanned = cards, time.monotonic()
         return cards
 
@@ -89,6 +110,9 @@ class Registry:
         for _ in range(2):
             for card in self.cards_by_name.values():
                 if model_id in (card.id, card.name):
+                    return card
+            for card in self.cards_by_name.values():
+                if model_id in card.served_names:
                     return card
             if time.monotonic() - self.scanned < RESCAN_S:
                 return None

@@ -119,6 +119,51 @@ class RerankRequest(Request):
     truncate: bool = True
 
 
+class TeiEmbedRequest(Request):
+    """Hugging Face TEI's /embed (and / for an embedding model)."""
+    inputs: Text | list[Text]
+    normalize: bool = Field(True, description="the vectors are L2-normalized in the model's graph: false is a 422")
+    truncate: bool | None = Field(None, description="true: cut an input over the max tokens; false or none (TEI's "
+                                                    "default): such an input is a 422")
+    truncation_direction: Literal["Right", "Left", "right", "left"] = Field(
+        "Right", description="Right only: the tokenizer keeps a text's first tokens")
+    prompt_name: str | None = None
+    dimensions: Count | None = None
+    model: str | None = Field(None, description="this server's: which export (TEI serves one); default: the default")
+
+
+class TeiRerankRequest(Request):
+    """TEI's /rerank (and / for a cross-encoder export)."""
+    query: Text
+    texts: list[Text] = Field(min_length=1)
+    raw_scores: bool = Field(False, description="true: a cross-encoder's logits; bge-m3's combined score is raw")
+    return_text: bool = False
+    truncate: bool | None = Field(None, description="as /embed's")
+    truncation_direction: Literal["Right", "Left", "right", "left"] = "Right"
+    model: str | None = None
+
+
+class CohereRerankRequest(Request):
+    """Cohere's v2 rerank (also the v1 SDK's fields: `return_documents`, document objects)."""
+    query: Text
+    documents: list[Text | RerankDocument] = Field(min_length=1)
+    model: str | None = None
+    top_n: Count | None = None
+    max_tokens_per_doc: Count | None = Field(None, description="at least the model's max tokens: documents are cut "
+                                                               "there (a smaller value is a 422)")
+    return_documents: bool = False
+
+
+class CohereV1EmbedRequest(Request):
+    """Cohere's v1 embed: `embeddings_floats` without `embedding_types`, `embeddings_by_type` with them."""
+    texts: list[Text] = Field(min_length=1)
+    model: str | None = None
+    input_type: str | None = None
+    embedding_types: list[Literal["float", "base64", "int8", "uint8", "binary", "ubinary"]] | None = None
+    truncate: Literal["NONE", "START", "END"] = Field("END", description="START is not served (422)")
+    prompt_name: str | None = None
+
+
 class ChunkEmbeddingsRequest(Request):
     """`POST /v1/chunk_embeddings`: late chunking, one vector per chunk of each text from one forward pass."""
     input: Text | list[Text] = Field(description="a text or a list of texts (each at most the model's max tokens)")

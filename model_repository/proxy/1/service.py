@@ -55,6 +55,7 @@ class RerankResult:
     query_truncated: bool
     truncated: np.ndarray
     inference_ms: float
+    logits: np.ndarray | None = None  # a cross-encoder's scores before its sigmoid (TEI's raw_scores); else None
 
 
 def encoded(texts, param):
@@ -183,7 +184,7 @@ class Service:
         result = await self.infer(card, card.rerank, inputs, names, None)
         return RerankResult(result["scores"], None if cross else result["mode_scores"], int(result["num_tokens"][0]),
                             bool(result["query_truncated"][0]), result["truncated"].astype(bool),
-                            (time.perf_counter() - started) * 1000)
+                            (time.perf_counter() - started) * 1000, result["logits"] if cross else None)
 
     async def chunk_embed(self, card, texts, spans, parameters):
         """Late chunking, one call to the export's late chunking model per text (all at once). spans: per text,

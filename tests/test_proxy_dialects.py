@@ -1,0 +1,172 @@
+"""TEI's and Cohere's routes (issue 38) on the proxy app over the fake service (tests/test_proxy_app.py's): each
+answers in its dialect's shape with what the other routes answer for the same texts, refuses what it cannot serve
+with a 4xx naming the field, and TEI's routes answer errors in TEI's shape and statuses. The real clients against the
+real server: tests/test_drop_in_clients.py."""
+import numpy as np
+import pytest
+from test_proxy_app import Card, error_of, make_client
+
+
+@pytest.fixture
+def client():
+    client = make_client()
+    client.service.models["fake-xe"] = Card("fake-xe", "fake-xe", ("logits", "scores"), kind="cross-encoder",
+                                            num_labels=1)
+    return client
+
+
+def openai_vectors(client, texts, **extra):
+    response = client.post("/v1/embeddings", json={"input": texts, **extra})
+    assert response.status_code == 200, response.text
+    return np.array([item["embedding"] for item in response.json()["data"]], dtype=np.float32)
+
+
+def test_tei_embed_gives_the_openai_routes_vectors(client):
+    texts = ["a b", "c d e"]
+    expected = openai_vectors(client, texts)
+    for body in ({"inputs": texts}, {"inputs": texts, "normalize": True, "truncate": True,
+                                     "truncation_direction": "Right"}):
+        response = client.post("/embed", json=body)
+        assert response.status_code == 200, response.text
+        assert np.array_equal(np.array(response.json(), dtype=np.float32), expected)
+    single = client.post("/embed", json={"inputs": "a b"}).json()
+    assert len(single) == 1 and np.array_equal(np.array(single[0], dtype=np.float32), expected[0])
+    assert client.service.calls[-1][2] == ("dense",)
+
+
+def test_tei_root_answers_as_the_served_models_kind(client):
+    expected = openai_vectors(client, ["a b"])
+    embedded = client.post("/", json={"inputs": "a b"})  # huggingface_hub's feature_extraction
+    assert embedded.status_code == 200 and np.array_equal(np.array(embedded.json(), dtype=np.float32), expected)
+    reranked = client.post("/", json={"model": "fake-xe", "query": "q", "texts": ["a", "b"]})
+    assert reranked.status_code == 200 and {tuple(sorted(r)) for r in reranked.json()} == {("index", "score")}
+
+
+def test_tei_errors_are_teis_shape_and_status(client):
+    long = " ".join(["w"] * 20)  # over the fake model's 16 tokens
+    error = error_of(client.post("/embed", json={"inputs": ["ok", long]}), 422, "inputs[1]")  # truncate: TEI's false
+    assert (error["type"], error["code"]) == ("Validation", "context_length_exceeded")
+    assert client.post("/embed", json={"inputs": ["ok", long], "truncate": True}).status_code == 200
+    for body, field in (({"inputs": "x", "normalize": False}, "normalize"),
+                        ({"inputs": "x", "truncation_direction": "Left"}, "truncation_direction"),
+                        ({"inputs": []}, "inputs"), ({"inputs": ["ok", " "]}, "inputs")):
+        assert error_of(client.post("/embed", json=body), 422)["param"] == field, body
+    too_many = error_of(client.post("/embed", json={"inputs": ["x"] * 17}), 413)  # max_inputs_per_request 16
+    assert too_many["code"] == "too_many_inputs"
+    assert error_of(client.post("/embed", json={"inputs": "x", "model": "nope"}), 404)["type"] == "NotFound"
+    assert error_of(client.post("/embed", content=b"{no", headers={"content-type": "application/json"}),
+                    422)["code"] == "invalid_json"
+    keyed = make_client(api_key="s3cret")
+    assert error_of(keyed.post("/embed", json={"inputs": "x"}), 401)["type"] == "Unauthorized"
+
+
+def test_tei_rerank_orders_by_score_and_names_texts(client):
+    texts = ["red apple", "green tree", "apple pie"]
+    cohere = client.post("/v1/rerank", json={"query": "apple", "documents": texts}).json()["results"]
+    tei = client.post("/rerank", json={"query": "apple", "texts": texts, "return_text": True}).json()
+    assert [r["index"] for r in tei] == [r["index"] for r in cohere]
+    assert [r["score"] for r in tei] == pytest.approx([r["relevance_score"] for r in cohere])
+    assert [r["text"] for r in tei] == [texts[r["index"]] for r in tei]
+    error = error_of(client.post("/rerank", json={"query": "q", "texts": ["a", " "]}), 422, "texts[1]")
+    assert (error["param"], error["type"]) == ("texts", "Validation")
+
+
+def test_tei_rerank_raw_scores_are_a_cross_encoders_logits(client):
+    body = {"model": "fake-xe", "query": "apple", "texts": ["red apple", "green tree"]}
+    scores = {r["index"]: r["score"] for r in client.post("/rerank", json=body).json()}
+    raw = {r["index"]: r["score"] for r in client.post("/rerank", json={**body, "raw_scores": True}).json()}
+    for i in scores:
+        assert scores[i] == pytest.approx(1 / (1 + np.exp(-raw[i])), rel=1e-6)
+
+
+def test_unversioned_rerank_speaks_cohere_with_documents(client):
+    body = {"query": "apple", "documents": ["red apple", "green tree"], "top_n": 1}
+    answer = client.post("/rerank", json=body)
+    assert answer.status_code == 200 and len(answer.json()["results"]) == 1
+    error = client.post("/rerank", json={**body, "documents": ["a", ""]})
+    assert error.status_code == 400 and error.json()["error"]["param"] == "documents"  # /v1/rerank's answer
+
+
+def test_tei_info(client):
+    info = client.get("/info").json()
+    assert info["model_id"] == "fake/source" and info["model_type"] == {"embedding": {"pooling": "mean"}}
+    assert info["max_input_length"] == 16 and info["max_client_batch_size"] == 16
+    assert client.get("/info?model=fake-xe").json()["model_type"] == {
+        "reranker": {"id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}}
+
+
+def test_cohere_v1_embed_floats_and_by_type(client):
+    texts = ["a b", "c"]
+    expected = openai_vectors(client, texts)
+    floats = client.post("/v1/embed", json={"texts": texts}).json()
+    assert floats["response_type"] == "embeddings_floats" and floats["meta"]["api_version"]["version"] == "1"
+    assert np.array_equal(np.array(floats["embeddings"], dtype=np.float32), expected)
+    by_type = client.post("/v1/embed", json={"texts": texts, "embedding_types": ["float"]}).json()
+    assert by_type["response_type"] == "embeddings_by_type"
+    assert np.array_equal(np.array(by_type["embeddings"]["float"], dtype=np.float32), expected)
+    assert error_of(client.post("/v1/embed", json={"texts": texts, "truncate": "START"}), 400)["param"] == "truncate"
+
+
+def test_cohere_v2_rerank(client):
+    texts = ["red apple", "green tree", "apple pie"]
+    v1 = client.post("/v1/rerank", json={"query": "apple", "documents": texts}).json()["results"]
+    v2 = client.post("/v2/rerank", json={"model": "fake-dense", "query": "apple", "documents": texts, "top_n": 2,
+                                         "max_tokens_per_doc": 4096}).json()
+    assert [(r["index"], r["relevance_score"]) for r in v2["results"]] == \
+        [(r["index"], r["relevance_score"]) for r in v1[:2]]
+    assert set(v2["results"][0]) == {"index", "relevance_score"} and v2["meta"]["api_version"]["version"] == "2"
+    error = error_of(client.post("/v2/rerank", json={"query": "q", "documents": ["a"], "max_tokens_per_doc": 8}),
+                     400, "16 tokens")
+    assert error["param"] == "max_tokens_per_doc"
+
+
+def test_unversioned_openai_routes(client):
+    assert np.array_equal(openai_vectors(client, ["a"]), np.array(
+        [d["embedding"] for d in client.post("/embeddings", json={"input": ["a"]}).json()["data"]], dtype=np.float32))
+    assert client.get("/models").json() == client.get("/v1/models").json()
+    assert client.get("/models/fake-m3").json()["id"] == "fake-m3"
+
+
+def test_served_names_are_listed_and_resolve_to_their_export(client):
+    card = client.service.models["fake-m3"]
+    client.service.models["fake-m3"] = Card(**{**card.__dict__, "served_names": ("text-embedding-3-small",)})
+    client.service.resolve = lambda model, resolve=client.service.resolve: resolve(
+        "fake-m3" if model == "text-embedding-3-small" else model)
+    listed = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
+    assert listed["text-embedding-3-small"]["root"] == "fake-m3" and "root" not in listed["fake-m3"]
+    assert client.get("/v1/models/text-embedding-3-small").json()["id"] == "text-embedding-3-small"
+    assert np.array_equal(openai_vectors(client, ["a"], model="text-embedding-3-small"),
+                          openai_vectors(client, ["a"], model="fake-m3"))
+
+
+def test_new_routes_are_in_the_openapi_document(client):
+    paths = set(client.get("/openapi.json").json()["paths"])
+    assert {"/embed", "/", "/rerank", "/info", "/embed_sparse", "/v1/embed", "/v2/embed", "/v2/rerank", "/v1/rerank",
+            "/embeddings", "/models", "/models/{model_id}"} <= paths
+
+
+def test_registry_served_names_never_shadow_an_export(tmp_path):
+    """Names from export.json (--served-name) and from the setting served_model_names resolve to their export; one
+    that is another export's id or name is dropped, so that id keeps naming its own export."""
+    import json
+    from types import SimpleNamespace
+
+    import registry
+
+    def manifest(name, model_id, served):
+        folder = tmp_path / name / "1"
+        folder.mkdir(parents=True)
+        (folder / "export.json").write_text(json.dumps({
+            "id": model_id, "name": name, "tokenizer_model": f"{name}_t", "encoder_model": f"{name}_e",
+            "bls_model": f"{name}_b", "rerank_model": f"{name}_r", "outputs": ["dense"], "max_length": 8,
+            "model": model_id, "served_names": served}))
+    manifest("a", "org/a", ["alias-a", "org/b"])
+    manifest("b", "org/b", [])
+    settings = SimpleNamespace(load_models="*", default_model="",
+                               served_model_names="text-embedding-3-small=org/a, b=org/a")
+    found = registry.Registry(str(tmp_path), settings)
+    assert found.find("alias-a").id == found.find("text-embedding-3-small").id == "org/a"
+    assert found.find("org/b").id == "org/b" and found.find("b").id == "org/b"  # an export's name wins
+    assert found.find("a").served_names == ("alias-a", "text-embedding-3-small")
+    with pytest.raises(ValueError, match="name=export-id"):
+        registry.served_names("alias-only")
