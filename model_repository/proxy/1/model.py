@@ -1,13 +1,16 @@
 """The proxy model: an HTTP server inside Triton (one container ships) that translates HTTP to Triton calls on the
 exports' models, in-process through BLS. This file is the Triton glue: settings, and the parts beside it wired up:
-  app.py        the routes (OpenAI, seed API, bge-m3 outputs, rerank, admin) over the Service protocol
+  app.py        the app, and its routes (OpenAI, seed API, bge-m3 outputs, late chunking, admin) over the Service
+                protocol; routes_cohere.py (Cohere's embed and rerank), routes_tei.py (TEI's API); route_helpers.py
+                what the routes share (key gates, model lookup, HTTP's own limits, the embed and rerank calls)
   service.py    the service: BLS calls to each export's BLS, ensemble and rerank models; admin load/unload
   registry.py   the exports (cards) and their models' readiness;  triton_server.py  Triton's HTTP API (library)
   readiness.py  keeps readiness current; calls on a model that stops being ready fail at once
   guard.py      admission, body limits, disconnects;  server.py  uvicorn in its own thread
   direct.py     the plain routes' requests without FastAPI's request pipeline
   images.py     images over HTTP (CLIP exports): base64, data URIs, URL fetching and their limits
-  errors.py, http_errors.py  the service's error kinds and their HTTP answers;  metrics.py, schemas.py
+  errors.py, http_errors.py  the service's error kinds and their HTTP answers (OpenAI's shape; TEI's on its
+                routes);  metrics.py, schemas.py
 Dead stubs are the supervisor model's job (model_repository/supervisor), not this one's.
 """
 import json

@@ -3,29 +3,13 @@ v1 (POST /v1/embed), rerank v2 (POST /v2/rerank) and v1 (POST /v1/rerank, this s
 v1 shape with bge-m3's per-mode scores and weights). Cohere's SDK (ClientV2 / Client with base_url) posts to these."""
 import uuid
 
+import route_helpers as shared
 from fastapi import APIRouter, Request
 from http_errors import ApiError
-from route_helpers import (
-    ERRORS,
-    MODES,
-    QUANTIZED,
-    USER,
-    OrjsonRoute,
-    check_texts,
-    client_fields,
-    embed,
-    json_response,
-    need,
-    score_documents,
-    select,
-    timing_headers,
-    usage,
-    vector_rows,
-)
 
 import schemas
 
-router = APIRouter(route_class=OrjsonRoute)
+router = APIRouter(route_class=shared.OrjsonRoute)
 
 
 async def embed_by_type(request, body, route, kinds, dimensions=None):
@@ -33,42 +17,44 @@ async def embed_by_type(request, body, route, kinds, dimensions=None):
     if body.truncate == "START":
         raise ApiError(400, "truncate START is not served: the tokenizer keeps a text's first tokens (use END or "
                             "NONE)", "invalid_value", "truncate")
-    card = select(request, body.model)
-    need(card, "dense", route)
+    card = shared.select(request, body.model)
+    shared.need(card, "dense", route)
     parameters = {"dimensions": dimensions, "input_type": body.input_type, "prompt_name": body.prompt_name}
-    with client_fields({"dimensions": "output_dimension"}):
-        result = await embed(request, card, check_texts(request, body.texts, "texts"),
-                             ("dense", *(k for k in kinds if k in QUANTIZED)), "texts", body.truncate == "END",
-                             parameters)
-    return ({kind: vector_rows(result, kind) for kind in kinds}, int(result.tokens.sum()),
-            timing_headers(result.truncated.sum(), result.inference_ms))
+    with shared.client_fields({"dimensions": "output_dimension"}):
+        texts = shared.check_texts(request, body.texts, "texts")
+        outputs = ("dense", *(k for k in kinds if k in shared.QUANTIZED))
+        result = await shared.embed(request, card, texts, outputs, "texts", body.truncate == "END", parameters)
+    return ({kind: shared.vector_rows(result, kind) for kind in kinds}, int(result.tokens.sum()),
+            shared.timing_headers(result.truncated.sum(), result.inference_ms))
 
 
-@router.post("/v2/embed", dependencies=USER, response_model=schemas.CohereEmbedResponse, responses=ERRORS)
+@router.post("/v2/embed", dependencies=shared.USER, response_model=schemas.CohereEmbedResponse,
+             responses=shared.ERRORS)
 async def cohere_embed(request: Request, body: schemas.CohereEmbedRequest):
     """Cohere's embed v2: `texts`, `input_type`, `embedding_types` (several at once), `output_dimension`."""
     embeddings, tokens, headers = await embed_by_type(request, body, "/v2/embed",
                                                       list(dict.fromkeys(body.embedding_types)),
                                                       body.output_dimension)
-    return json_response({"id": str(uuid.uuid4()), "embeddings": embeddings, "texts": body.texts,
-                          "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}},
-                          "response_type": "embeddings_by_type"}, headers)
+    return shared.json_response({"id": str(uuid.uuid4()), "embeddings": embeddings, "texts": body.texts,
+                                 "meta": {"api_version": {"version": "2"}, "billed_units": {"input_tokens": tokens}},
+                                 "response_type": "embeddings_by_type"}, headers)
 
 
-@router.post("/v1/embed", dependencies=USER, response_model=dict, responses=ERRORS)
+@router.post("/v1/embed", dependencies=shared.USER, response_model=dict, responses=shared.ERRORS)
 async def cohere_embed_v1(request: Request, body: schemas.CohereV1EmbedRequest):
     """Cohere's embed v1: without `embedding_types`, `embeddings` is the float vectors (`embeddings_floats`); with
     them, one list per type (`embeddings_by_type`), as v2's."""
     kinds = list(dict.fromkeys(body.embedding_types or ["float"]))
     embeddings, tokens, headers = await embed_by_type(request, body, "/v1/embed", kinds)
     by_type = body.embedding_types is not None
-    return json_response({"id": str(uuid.uuid4()), "embeddings": embeddings if by_type else embeddings["float"],
-                          "texts": body.texts, "meta": {"api_version": {"version": "1"},
-                                                        "billed_units": {"input_tokens": tokens}},
-                          "response_type": "embeddings_by_type" if by_type else "embeddings_floats"}, headers)
+    return shared.json_response({"id": str(uuid.uuid4()), "embeddings": embeddings if by_type else embeddings["float"],
+                                 "texts": body.texts, "meta": {"api_version": {"version": "1"},
+                                                               "billed_units": {"input_tokens": tokens}},
+                                 "response_type": "embeddings_by_type" if by_type else "embeddings_floats"}, headers)
 
 
-@router.post("/v1/rerank", dependencies=USER, response_model=schemas.RerankResponse, responses=ERRORS)
+@router.post("/v1/rerank", dependencies=shared.USER, response_model=schemas.RerankResponse,
+             responses=shared.ERRORS)
 async def rerank(request: Request, body: schemas.RerankRequest):
     """Scores each document against the query with the export's rerank model, by the model's kind: a cross-encoder's
     relevance (CrossEncoder.predict, FlagReranker.compute_score normalized); for an embedding model bge-m3's
@@ -79,35 +65,35 @@ async def rerank(request: Request, body: schemas.RerankRequest):
 
 async def rerank_v1_answer(request, body):
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
-    card, result, served, truncated = await score_documents(request, body.model, body.query, documents, body.weights,
-                                                            body.truncate)
+    card, result, served, truncated = await shared.score_documents(request, body.model, body.query, documents,
+                                                                   body.weights, body.truncate)
     scores = result.scores.tolist()
     order = sorted(range(len(documents)), key=lambda i: -scores[i])[:body.top_n or len(documents)]
     results = [{"index": i, "relevance_score": scores[i],
-                **({"scores": {mode: float(result.mode_scores[i, MODES.index(mode)]) for mode in served}}
+                **({"scores": {mode: float(result.mode_scores[i, shared.MODES.index(mode)]) for mode in served}}
                    if result.mode_scores is not None else {}),
                 **({"document": {"text": documents[i]}} if body.return_documents else {})} for i in order]
-    return json_response({"id": str(uuid.uuid4()), "results": results, "model": card.id, "usage": usage(result.tokens),
-                          "meta": {"api_version": {"version": "1"}, "billed_units": {"search_units": 1}}},
-                         timing_headers(truncated, result.inference_ms))
+    answer = {"id": str(uuid.uuid4()), "results": results, "model": card.id, "usage": shared.usage(result.tokens),
+              "meta": {"api_version": {"version": "1"}, "billed_units": {"search_units": 1}}}
+    return shared.json_response(answer, shared.timing_headers(truncated, result.inference_ms))
 
 
-@router.post("/v2/rerank", dependencies=USER, response_model=dict, responses=ERRORS)
+@router.post("/v2/rerank", dependencies=shared.USER, response_model=dict, responses=shared.ERRORS)
 async def cohere_rerank_v2(request: Request, body: schemas.CohereRerankRequest):
     """Cohere's rerank v2: `query`, `documents`, `top_n`, `max_tokens_per_doc` -> `results` [{index,
     relevance_score}] best first, and `meta`. Documents are cut at the model's max tokens (max_tokens_per_doc may not
     ask for fewer)."""
-    card = select(request, body.model)
+    card = shared.select(request, body.model)
     if body.max_tokens_per_doc is not None and body.max_tokens_per_doc < card.max_length:
         raise ApiError(400, f"max_tokens_per_doc {body.max_tokens_per_doc} is not served: documents are cut at the "
                             f"model's max of {card.max_length} tokens (send at least that, or leave it out)",
                        "invalid_value", "max_tokens_per_doc")
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
-    _, result, _, truncated = await score_documents(request, body.model, body.query, documents)
+    _, result, _, truncated = await shared.score_documents(request, body.model, body.query, documents)
     scores = result.scores.tolist()
     order = sorted(range(len(documents)), key=lambda i: -scores[i])[:body.top_n or len(documents)]
     results = [{"index": i, "relevance_score": scores[i],
                 **({"document": {"text": documents[i]}} if body.return_documents else {})} for i in order]
-    return json_response({"id": str(uuid.uuid4()), "results": results,
-                          "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}}},
-                         timing_headers(truncated, result.inference_ms))
+    answer = {"id": str(uuid.uuid4()), "results": results,
+              "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}}}
+    return shared.json_response(answer, shared.timing_headers(truncated, result.inference_ms))

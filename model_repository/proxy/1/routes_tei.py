@@ -4,37 +4,19 @@ huggingface_hub's InferenceClient posts), /embed_sparse, /rerank (TEI's `texts`,
 /v1/rerank), GET /info. Errors in TEI's shape and statuses (http_errors.TEI_PATHS). TEI serves one model; here a
 body's `model` picks an export, else the default one."""
 import numpy as np
+import route_helpers as shared
 import routes_cohere
 from direct import DirectRoutes
 from fastapi import APIRouter, Request
 from http_errors import ApiError
 from pydantic import TypeAdapter
-from route_helpers import (
-    ERRORS,
-    USER,
-    OrjsonRoute,
-    as_list,
-    check_texts,
-    client_fields,
-    embed,
-    json_response,
-    need,
-    score_documents,
-    select,
-    timing_headers,
-)
 
 import schemas
 
-router = APIRouter(route_class=OrjsonRoute)
+router = APIRouter(route_class=shared.OrjsonRoute)
 EMBED, RERANK, COHERE_RERANK = (TypeAdapter(kind) for kind in (schemas.TeiEmbedRequest, schemas.TeiRerankRequest,
                                                                   schemas.RerankRequest))
 VERSION = "triton-embed 2.0 (TEI API 1.9)"
-
-
-async def body_as(request, adapter):
-    """The request's JSON body validated as `adapter`'s type, with the errors FastAPI would give (422 here)."""
-    return DirectRoutes.validated(await DirectRoutes.json_body(request), adapter)
 
 
 def served_as_tei(body):
@@ -48,7 +30,7 @@ def served_as_tei(body):
                        "invalid_value", "normalize")
 
 
-@router.post("/embed", dependencies=USER, response_model=list[list[float]], responses=ERRORS)
+@router.post("/embed", dependencies=shared.USER, response_model=list[list[float]], responses=shared.ERRORS)
 async def tei_embed(request: Request, body: schemas.TeiEmbedRequest):
     """TEI's embed: `inputs` (a text or a list) -> one vector per input. `truncate` false or absent (TEI's
     default): an input over the model's max tokens is a 422."""
@@ -57,31 +39,32 @@ async def tei_embed(request: Request, body: schemas.TeiEmbedRequest):
 
 async def embed_answer(request, body):
     served_as_tei(body)
-    texts = check_texts(request, as_list(body.inputs), "inputs")
+    texts = shared.check_texts(request, shared.as_list(body.inputs), "inputs")
     if not texts:
         raise ApiError(422, "`inputs` cannot be empty", "invalid_input", "inputs")
-    card = select(request, body.model)
-    need(card, "dense", "/embed")
+    card = shared.select(request, body.model)
+    shared.need(card, "dense", "/embed")
     parameters = {"dimensions": body.dimensions, "prompt_name": body.prompt_name}
-    result = await embed(request, card, texts, ("dense",), "inputs", bool(body.truncate), parameters)
-    return json_response(np.ascontiguousarray(result.dense, dtype=np.float32),
-                         timing_headers(result.truncated.sum(), result.inference_ms))
+    result = await shared.embed(request, card, texts, ("dense",), "inputs", bool(body.truncate), parameters)
+    headers = shared.timing_headers(result.truncated.sum(), result.inference_ms)
+    return shared.json_response(np.ascontiguousarray(result.dense, dtype=np.float32), headers)
 
 
-@router.post("/embed_sparse", dependencies=USER, response_model=list[list[schemas.SparseEntry]], responses=ERRORS)
+@router.post("/embed_sparse", dependencies=shared.USER, response_model=list[list[schemas.SparseEntry]],
+             responses=shared.ERRORS)
 async def embed_sparse(request: Request, body: schemas.EmbedSparseRequest):
     """TEI's sparse route: `[[{"index": token id, "value": weight}, ...], ...]` per input."""
-    texts = check_texts(request, as_list(body.inputs), "inputs")
+    texts = shared.check_texts(request, shared.as_list(body.inputs), "inputs")
     if not texts:
         raise ApiError(422, "`inputs` cannot be empty", "invalid_input", "inputs")
-    card = select(request, body.model)
-    need(card, "sparse", "/embed_sparse")
-    result = await embed(request, card, texts, ("sparse",), "inputs", body.truncate)
-    return json_response([[{"index": int(t), "value": float(w)} for t, w in zip(*pair)] for pair in result.sparse],
-                         timing_headers(result.truncated.sum(), result.inference_ms))
+    card = shared.select(request, body.model)
+    shared.need(card, "sparse", "/embed_sparse")
+    result = await shared.embed(request, card, texts, ("sparse",), "inputs", body.truncate)
+    rows = [[{"index": int(t), "value": float(w)} for t, w in zip(*pair)] for pair in result.sparse]
+    return shared.json_response(rows, shared.timing_headers(result.truncated.sum(), result.inference_ms))
 
 
-@router.post("/rerank", dependencies=USER, response_model=list[dict], responses=ERRORS)
+@router.post("/rerank", dependencies=shared.USER, response_model=list[dict], responses=shared.ERRORS)
 async def tei_rerank(request: Request):
     """TEI's rerank: `query`, `texts`, `raw_scores`, `return_text`, `truncate` -> `[{index, score, text?}]`, best
     first. A body with Cohere's `documents` instead is answered as POST /v1/rerank (Infinity's and Cohere's clients
@@ -95,33 +78,33 @@ async def tei_rerank(request: Request):
 
 async def rerank_answer(request, body):
     served_as_tei(body)
-    with client_fields({"documents": "texts"}):
-        card, result, _, truncated = await score_documents(request, body.model, body.query, body.texts, None,
-                                                           bool(body.truncate))
+    with shared.client_fields({"documents": "texts"}):
+        _, result, _, truncated = await shared.score_documents(request, body.model, body.query, body.texts, None,
+                                                               bool(body.truncate))
     scores = result.logits if body.raw_scores and result.logits is not None else result.scores
     scores = [float(s) for s in scores]
     order = sorted(range(len(scores)), key=lambda i: -scores[i])
-    return json_response([{"index": i, "score": scores[i], **({"text": body.texts[i]} if body.return_text else {})}
-                          for i in order], timing_headers(truncated, result.inference_ms))
+    ranked = [{"index": i, "score": scores[i], **({"text": body.texts[i]} if body.return_text else {})} for i in order]
+    return shared.json_response(ranked, shared.timing_headers(truncated, result.inference_ms))
 
 
-@router.post("/", dependencies=USER, responses=ERRORS)
+@router.post("/", dependencies=shared.USER, responses=shared.ERRORS)
 async def tei_root(request: Request):
     """As TEI answers at its root, by the served model's kind: an embedding model's /embed, a cross-encoder's
     /rerank (huggingface_hub's InferenceClient(base_url).feature_extraction posts here)."""
     body = await DirectRoutes.json_body(request)
     model = body.get("model") if isinstance(body, dict) and isinstance(body.get("model"), str) else None
-    card = select(request, model)
+    card = shared.select(request, model)
     if card.kind == "cross-encoder":
         return await rerank_answer(request, DirectRoutes.validated(body, RERANK))
     return await embed_answer(request, DirectRoutes.validated(body, EMBED))
 
 
-@router.get("/info", dependencies=USER, response_model=dict, responses=ERRORS)
+@router.get("/info", dependencies=shared.USER, response_model=dict, responses=shared.ERRORS)
 async def info(request: Request, model: str | None = None):
     """TEI's info for the default export (or `?model=`): its id, type (pooling, or a cross-encoder's labels), max
     input length, this server's limits, prompts and version."""
-    card = select(request, model)
+    card = shared.select(request, model)
     settings = request.app.state.settings
     if card.kind == "cross-encoder":
         labels = {str(i): f"LABEL_{i}" for i in range(card.num_labels or 1)}
@@ -129,7 +112,7 @@ async def info(request: Request, model: str | None = None):
             "id2label": labels, "label2id": {label: int(i) for i, label in labels.items()}}}
     else:
         kind = {"embedding": {"pooling": card.pooling or "cls"}}
-    return json_response({
+    return shared.json_response({
         "model_id": card.source, "model_sha": None, "model_dtype": "float32", "model_type": kind,
         "prompts": dict(card.prompts) or None, "default_prompt_name": card.default_prompt_name,
         "max_concurrent_requests": settings.max_concurrent_requests, "max_input_length": card.max_length,
