@@ -13,7 +13,10 @@ OPERATIONS = [("GET", "/health"), ("GET", "/health/live"), ("POST", "/v1/embeddi
               ("GET", "/v1/models/{model_id}"), ("POST", "/v1/models/{model_id}/load"),
               ("POST", "/v1/models/{model_id}/unload"), ("GET", "/metrics"), ("POST", "/v2/embed"),
               ("POST", "/v1/chunk_embeddings"), ("POST", "/infer"), ("POST", "/load_clip_model"),
-              ("POST", "/unload_clip_model"), ("POST", "/delete_clip_model")]
+              ("POST", "/unload_clip_model"), ("POST", "/delete_clip_model"),
+              # Cohere's and TEI's routes, and the unversioned aliases (issue 38)
+              ("POST", "/v1/embed"), ("POST", "/v2/rerank"), ("POST", "/embed"), ("POST", "/"), ("POST", "/rerank"),
+              ("GET", "/info"), ("POST", "/embeddings"), ("GET", "/models"), ("GET", "/models/{model_id}")]
 
 
 @pytest.fixture(scope="module")
