@@ -215,6 +215,17 @@ def start_server_once(repository, log_dir, extra_env, extra_args):
     return server
 
 
+# A test server's stop: SIGTERM, then SIGKILL after STOP_S. Triton waits up to its exit timeout (30 s) for every
+# model to unload; found in the suite: after a module's traffic a rerank model (`rerank`, `xr_rerank`) or an image
+# preprocessing model loaded a second before sometimes never finishes unloading, and each such module paid the full
+# 30 s. Tests of the drain itself (test_faults, test_launch*) stop their servers with launch.stop's own timeout.
+STOP_S = 10
+
+
+def stop_server(running):
+    launch.stop(running.process, timeout_s=STOP_S)
+
+
 def serve_until_done(repository, log_dir, extra_env=None):
     """A module fixture's body: a server once its proxy is healthy, stopped afterwards whatever happened."""
     running = start_server(repository, log_dir, extra_env=extra_env)
@@ -222,7 +233,7 @@ def serve_until_done(repository, log_dir, extra_env=None):
         wait_for_proxy(running)
         yield running
     finally:
-        launch.stop(running.process)
+        stop_server(running)
 
 
 def wait_for_proxy(server, timeout_s=60):
@@ -262,7 +273,7 @@ def server(minilm_repository, tmp_path_factory):
     running = start_server(minilm_repository, tmp_path_factory.mktemp("minilm_server"))
     wait_for_proxy(running)
     yield running
-    launch.stop(running.process)
+    stop_server(running)
 
 
 # ---------------------------------------------------------------- the XLM-R (bge-m3) tokenizer and tiny models
@@ -328,7 +339,7 @@ def xlmr_server(xlmr_repository, tmp_path_factory):
     """The tiny XLM-R repository (CLS pooling, external-data ONNX, XLM-R tokenizer) served by tritonserver."""
     running = start_server(xlmr_repository, tmp_path_factory.mktemp("xlmr_server"))
     yield running
-    launch.stop(running.process)
+    stop_server(running)
 
 
 def tiny_sentence_transformer(folder, minilm_model_dir, seed, prompts=None, default_prompt_name=None, max_length=64,

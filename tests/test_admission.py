@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from conftest import launch, start_server, wait_for_proxy
+from conftest import start_server, stop_server, wait_for_proxy
 from triton_clients import VARIED_TEXTS, cosine, infer
 
 CLIENTS = 48
@@ -32,7 +32,7 @@ def bounded_server(minilm_repository, tmp_path_factory):
                            extra_env={"PROXY_MAX_CONCURRENT_REQUESTS": "4"})
     wait_for_proxy(running)
     yield running
-    launch.stop(running.process)
+    stop_server(running)
 
 
 @pytest.fixture(scope="module")

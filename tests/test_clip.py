@@ -1,11 +1,13 @@
-"""CLIP (issue 19): an open_clip ViT-B-32 and a Hugging Face CLIP folder exported beside each other and served once.
+"""CLIP (issue 19): an open_clip ViT-S-32 and a Hugging Face CLIP folder exported beside each other and served once.
 KServe clients send text to NAME and encoded image bytes to NAME_image and get open_clip's (transformers') own
 vectors: token ids equal to open_clip.tokenize, text vectors to encode_text, image vectors to encode_image of
 open_clip's preprocess (EXIF rotation applied first), cosine >= 0.9999, over HTTP and gRPC. Hostile images get a
 400 naming the cause while the other requests of the moment succeed and the stub lives on.
 
 Weights are random (no hub here): the open_clip model is built with a seed and saved as a checkpoint file, which the
-export takes as --pretrained (open_clip's own checkpoint path), so the reference here has the same weights.
+export takes as --pretrained (open_clip's own checkpoint path), so the reference here has the same weights. ViT-S-32
+is ViT-B-32 (the seed API's) at half the width: the same tower, text model, tokenizer and transform, exported, loaded
+and run in a fraction of the time.
 """
 import concurrent.futures
 import io
@@ -24,7 +26,7 @@ from triton_clients import PROTOCOLS, client, url_for
 sys.path.insert(0, os.path.join(PROJECT, "build"))
 from exporting.clip import import_open_clip  # noqa: E402
 
-ARCHITECTURE = "ViT-B-32"
+ARCHITECTURE = "ViT-S-32"
 MIN_COSINE = 0.9999
 TEXTS = [
     "a photo of a cat",
@@ -74,13 +76,13 @@ def decoded(data):
 
 @pytest.fixture(scope="module")
 def open_clip_model(tmp_path_factory):
-    """(model, preprocess, tokenizer, checkpoint path): seeded random ViT-B-32 weights saved as a checkpoint."""
+    """(model, preprocess, tokenizer, checkpoint path): seeded random ViT-S-32 weights saved as a checkpoint."""
     import torch
 
     open_clip = import_open_clip()
     torch.manual_seed(19)
     model, _, preprocess = open_clip.create_model_and_transforms(ARCHITECTURE, pretrained=None)
-    path = tmp_path_factory.mktemp("open_clip") / "vit-b-32-random.pt"
+    path = tmp_path_factory.mktemp("open_clip") / "vit-s-32-random.pt"
     torch.save(model.state_dict(), path)
     return model.eval(), preprocess, open_clip.get_tokenizer(ARCHITECTURE), str(path)
 
@@ -212,7 +214,7 @@ def test_image_vectors_are_open_clips(clip_server, open_clip_model, protocol):
         pixels = torch.stack([preprocess(decoded(data)) for data in images.values()])
         expected = model.encode_image(pixels, normalize=True).numpy()
     got = infer(protocol, clip_server, "clip_image", "image", list(images.values()))
-    assert got.shape == expected.shape == (len(images), 512)
+    assert got.shape == expected.shape and got.shape[0] == len(images)
     worst = cosines(got, expected)
     assert worst.min() >= MIN_COSINE, dict(zip(images, worst))
 

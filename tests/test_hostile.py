@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from conftest import start_server, wait_for_proxy
+from conftest import start_server, stop_server, wait_for_proxy
 from local_triton import launch
 from triton_clients import raw_bytes_grpc
 
@@ -53,7 +53,7 @@ def hostile(minilm_repository, tmp_path_factory):
         running.grpc = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(running.grpc_url))
         yield running
     finally:
-        launch.stop(running.process)
+        stop_server(running)
 
 
 def live_stubs(server):

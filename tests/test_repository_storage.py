@@ -9,7 +9,7 @@ import stat
 import numpy as np
 import pytest
 
-from conftest import start_server, wait_for_proxy
+from conftest import start_server, stop_server, wait_for_proxy
 from local_triton import launch
 from triton_clients import infer
 
@@ -29,7 +29,7 @@ def read_only_server(minilm_repository, tmp_path_factory):
     running = start_server(mount, tmp_path_factory.mktemp("read_only_server"))
     wait_for_proxy(running)
     yield running, mount, before
-    launch.stop(running.process)
+    stop_server(running)
     for path in glob.glob(os.path.join(mount, "**"), recursive=True) + [str(mount)]:
         os.chmod(path, os.stat(path).st_mode | stat.S_IWUSR)
 

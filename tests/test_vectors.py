@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from conftest import PROJECT, export, start_server, tiny_sentence_transformer
-from local_triton import launch
+from conftest import PROJECT, export, start_server, stop_server, tiny_sentence_transformer
 from triton_clients import PROTOCOLS, VARIED_TEXTS, client, outputs, text_input, url_for
 
 sys.path.insert(0, os.path.join(PROJECT, "build"))
@@ -77,7 +76,7 @@ def e5_server(e5_dir, tmp_path_factory):
     export(repository, "--model", str(e5_dir))
     running = start_server(repository, tmp_path_factory.mktemp("e5_server"))
     yield running
-    launch.stop(running.process)
+    stop_server(running)
 
 
 def test_export_calibrates_each_width_on_the_shipped_corpus(e5_server, e5):
