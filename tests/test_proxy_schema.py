@@ -29,10 +29,11 @@ def test_document_lists_the_tested_operations(proxy_schema):
     assert listed == set(OPERATIONS)
 
 
-# Negative cases exist only where there is something to break: the request bodies (and the seed's query).
+# Negative cases exist only where there is something to break: the request bodies (and the seed's query). TEI's / and
+# /rerank pick their body's type themselves (either of two), so the document gives them no body to break.
 CASES = [(method, path, GenerationMode.POSITIVE) for method, path in OPERATIONS] + [
     (method, path, GenerationMode.NEGATIVE) for method, path in OPERATIONS
-    if method == "POST" and not path.endswith(("/load", "/unload", "_clip_model"))]
+    if method == "POST" and not path.endswith(("/load", "/unload", "_clip_model")) and path not in ("/", "/rerank")]
 
 
 @pytest.mark.parametrize("method, path, mode", CASES)

@@ -12,8 +12,9 @@ STATUS = {errors.InvalidInput: 400, errors.OverLimit: 422, errors.NotFound: 404,
 # scope["state"]["dialect"] (/rerank speaks Cohere's shape too).
 TEI_PATHS = frozenset({"/", "/embed", "/embed_sparse", "/rerank", "/info"})
 # TEI's error_type per status; TEI answers every validation error 422, an over-large batch 413, a backend error 424.
-TEI_ERROR_TYPES = {401: "Unauthorized", 403: "Unauthorized", 404: "NotFound", 408: "Validation", 413: "Validation",
-                   415: "Validation", 422: "Validation", 429: "Overloaded", 503: "Unhealthy", 504: "Backend"}
+TEI_ERROR_TYPES = {401: "Unauthorized", 403: "Unauthorized", 404: "NotFound", 405: "Validation", 408: "Validation",
+                   413: "Validation", 415: "Validation", 422: "Validation", 429: "Overloaded", 503: "Unhealthy",
+                   504: "Backend"}
 MAX_MESSAGE_CHARS = 1000  # an error that quotes a client's value (a 1 MB model id) is cut: no 1 MB error back
 
 

@@ -19,12 +19,6 @@ EMBED, RERANK, COHERE_RERANK = (TypeAdapter(kind) for kind in (schemas.TeiEmbedR
 VERSION = "triton-embed 2.0 (TEI API 1.9)"
 
 
-def body_schema(*kinds):
-    """The OpenAPI request body of a route that picks its body's type itself: any of `kinds`."""
-    schemas_ = [{k: v for k, v in kind.model_json_schema(ref_template="#/components/schemas/{model}").items()
-                 if k != "$defs"} for kind in kinds]
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": {"anyOf": schemas_}}}}}
-
 
 def served_as_tei(body):
     """What TEI refuses or this server cannot do, named by field (422, TEI's Validation)."""
@@ -71,8 +65,7 @@ async def embed_sparse(request: Request, body: schemas.EmbedSparseRequest):
     return shared.json_response(rows, shared.timing_headers(result.truncated.sum(), result.inference_ms))
 
 
-@router.post("/rerank", dependencies=shared.USER, response_model=list[dict], responses=shared.ERRORS,
-             openapi_extra=body_schema(schemas.TeiRerankRequest, schemas.RerankRequest))
+@router.post("/rerank", dependencies=shared.USER, response_model=list[dict], responses=shared.ERRORS)
 async def tei_rerank(request: Request):
     """TEI's rerank: `query`, `texts`, `raw_scores`, `return_text`, `truncate` -> `[{index, score, text?}]`, best
     first. A body with Cohere's `documents` instead is answered as POST /v1/rerank (Infinity's and Cohere's clients
@@ -96,8 +89,7 @@ async def rerank_answer(request, body):
     return shared.json_response(ranked, shared.timing_headers(truncated, result.inference_ms))
 
 
-@router.post("/", dependencies=shared.USER, responses=shared.ERRORS,
-             openapi_extra=body_schema(schemas.TeiEmbedRequest, schemas.TeiRerankRequest))
+@router.post("/", dependencies=shared.USER, responses=shared.ERRORS)
 async def tei_root(request: Request):
     """As TEI answers at its root, by the served model's kind: an embedding model's /embed, a cross-encoder's
     /rerank (huggingface_hub's InferenceClient(base_url).feature_extraction posts here)."""
