@@ -186,6 +186,11 @@ def as_list(value):
 MODES = ("dense", "sparse", "colbert")  # the rerank model's mode_scores columns
 
 
+def best_first(scores, top_n=None):
+    """The indices of `scores`, best first; the first top_n (None: all)."""
+    return sorted(range(len(scores)), key=lambda i: -scores[i])[:top_n or len(scores)]
+
+
 async def score_documents(request, model, query, documents, weights=None, truncate=True):
     """The export's rerank model over (query, documents), for every rerank dialect: the checks that are HTTP's
     own, the model's kind, the call and its metrics -> (card, result, the modes served, how many texts were cut)."""

@@ -63,16 +63,23 @@ async def rerank(request: Request, body: schemas.RerankRequest):
     return await rerank_v1_answer(request, body)
 
 
+def ranked(result, documents, top_n, return_documents, served=()):
+    """Cohere's results, best first: index, relevance_score, the per-mode scores of `served` (bge-m3's modes; v1
+    only), the document when asked."""
+    scores = result.scores.tolist()
+    modes = served if result.mode_scores is not None else ()
+    return [{"index": i, "relevance_score": scores[i],
+             **({"scores": {mode: float(result.mode_scores[i, shared.MODES.index(mode)]) for mode in modes}}
+                if modes else {}),
+             **({"document": {"text": documents[i]}} if return_documents else {})}
+            for i in shared.best_first(scores, top_n)]
+
+
 async def rerank_v1_answer(request, body):
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
     card, result, served, truncated = await shared.score_documents(request, body.model, body.query, documents,
                                                                    body.weights, body.truncate)
-    scores = result.scores.tolist()
-    order = sorted(range(len(documents)), key=lambda i: -scores[i])[:body.top_n or len(documents)]
-    results = [{"index": i, "relevance_score": scores[i],
-                **({"scores": {mode: float(result.mode_scores[i, shared.MODES.index(mode)]) for mode in served}}
-                   if result.mode_scores is not None else {}),
-                **({"document": {"text": documents[i]}} if body.return_documents else {})} for i in order]
+    results = ranked(result, documents, body.top_n, body.return_documents, served)
     answer = {"id": str(uuid.uuid4()), "results": results, "model": card.id, "usage": shared.usage(result.tokens),
               "meta": {"api_version": {"version": "1"}, "billed_units": {"search_units": 1}}}
     return shared.json_response(answer, shared.timing_headers(truncated, result.inference_ms))
@@ -90,10 +97,6 @@ async def cohere_rerank_v2(request: Request, body: schemas.CohereRerankRequest):
                        "invalid_value", "max_tokens_per_doc")
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
     _, result, _, truncated = await shared.score_documents(request, body.model, body.query, documents)
-    scores = result.scores.tolist()
-    order = sorted(range(len(documents)), key=lambda i: -scores[i])[:body.top_n or len(documents)]
-    results = [{"index": i, "relevance_score": scores[i],
-                **({"document": {"text": documents[i]}} if body.return_documents else {})} for i in order]
-    answer = {"id": str(uuid.uuid4()), "results": results,
+    answer = {"id": str(uuid.uuid4()), "results": ranked(result, documents, body.top_n, body.return_documents),
               "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}}}
     return shared.json_response(answer, shared.timing_headers(truncated, result.inference_ms))

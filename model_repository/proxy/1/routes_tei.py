@@ -84,7 +84,7 @@ async def rerank_answer(request, body):
                                                                bool(body.truncate))
     scores = result.logits if body.raw_scores and result.logits is not None else result.scores
     scores = [float(s) for s in scores]
-    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    order = shared.best_first(scores)
     ranked = [{"index": i, "score": scores[i], **({"text": body.texts[i]} if body.return_text else {})} for i in order]
     return shared.json_response(ranked, shared.timing_headers(truncated, result.inference_ms))
 
