@@ -26,7 +26,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 EXPORT_ARGS = --repository $(REPOSITORY) $(if $(MODEL),--model "$(MODEL)") $(if $(NAME),--name "$(NAME)") \
 	$(if $(OPEN_CLIP),--open-clip "$(OPEN_CLIP)") $(if $(PRETRAINED),--pretrained "$(PRETRAINED)")
 
-.PHONY: setup tools py310 export serve test test-unit lint bench clean
+.PHONY: setup tools py310 export serve embed test test-unit lint bench clean
 
 setup: $(VENV)/.installed
 
@@ -70,6 +70,13 @@ export: setup
 serve: setup
 	$(PY) build/export.py $(EXPORT_ARGS) --skip-if-exported
 	$(PY) -m local_triton.launch --model-repository $(REPOSITORY)
+
+# Embed a corpus through the running server (`make serve`, the same GRPC_PORT): INPUT=corpus.jsonl (.parquet, .csv,
+# .txt) OUTPUT=vectors.parquet (or .npy), MODEL= another export (its name, id or served name), EMBED_ARGS= the rest
+# (python -m bulk_embed --help). Killed, the same command goes on where it stopped.
+embed: setup
+	@[ -n "$(INPUT)" ] && [ -n "$(OUTPUT)" ] || { echo "make embed: give INPUT=corpus.jsonl OUTPUT=vectors.parquet"; exit 2; }
+	$(PY) -m bulk_embed "$(INPUT)" "$(OUTPUT)" --repository $(REPOSITORY) $(if $(MODEL),--model "$(MODEL)") $(EMBED_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -99,6 +99,17 @@ def targets(run):
                     "detail": f"{_num(rows[0].get('requests_per_s'))} vs {_num(rows[1].get('requests_per_s'))} "
                               f"single-text requests/s (2-layer 64-wide XLM-R; best of {floor['rounds']} rounds; "
                               f"RATE_LIMIT={floor.get('rate_limit', 'on')})"})
+    bulk = run.get("bulk")
+    if bulk:  # issue 39: the bulk command, fed like the ceiling, and its memory
+        out.append({"target": f"bulk: make embed / onnxruntime ceiling ({bulk['texts']} mixed texts)",
+                    "wanted": f"≥ {bulk['target']}", "value": bulk["ratio"], "ok": bulk["ratio"] >= bulk["target"],
+                    "detail": f"{_num(bulk['bulk_texts_per_s'])} vs {_num(bulk['ceiling_texts_per_s'])} texts/s "
+                              f"(batch {bulk['ceiling_batch_size']}, full pass)"})
+        small, large = sorted(bulk["memory"], key=int)
+        out.append({"target": f"bulk: peak RSS at {large} / {small} rows", "wanted": f"≤ {bulk['memory_limit']}",
+                    "value": bulk["memory_ratio"], "ok": bulk["memory_ratio"] <= bulk["memory_limit"],
+                    "detail": f"{_num(bulk['memory'][large]['peak_rss_mib'])} vs "
+                              f"{_num(bulk['memory'][small]['peak_rss_mib'])} MiB"})
     for target in out:
         target["status"] = "not measured" if target["value"] is None else "met" if target["ok"] else "missed"
     return out
@@ -277,6 +288,10 @@ def markdown(run, plot_names):
                 "export's `<name>_rerank` model over KServe gRPC and the proxy's `/v1/rerank`, against onnxruntime "
                 "in-process on the same pairs (same tokenization, sorted by length) at its best batch size. Random "
                 "weights, max length 512.", "", table(run["rerank"]), ""]
+    if run.get("bulk"):
+        from bench.bulk import section as bulk_section
+
+        out += bulk_section(run["bulk"])
     if run.get("images"):
         from bench.images import section
 

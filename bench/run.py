@@ -27,7 +27,9 @@ Steps, in one process:
   9. CLIP images (bench/images.py): an open_clip ViT-B-32's image ensemble on raw JPEGs (KServe gRPC) against
      onnxruntime in-process on the same pixels, preprocessing's share per image size, retrieval sanity against
      open_clip, in their own server;
-  10. the report: targets (ratios to each workload's ceiling), tables, plots (bench/report.py).
+  10. the report: targets (ratios to each workload's ceiling), tables, plots (bench/report.py);
+  11. bulk embedding (bench/bulk.py): the bulk command (`make embed`) on 10,000 mixed texts against the onnxruntime
+      ceiling on the same texts, and its memory at 10,000 and 100,000 rows, on the step-4 server.
 """
 import argparse
 import json
@@ -44,7 +46,7 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
-from bench import baselines, breakdown, common, loadgen, overhead, report  # noqa: E402
+from bench import baselines, breakdown, bulk, common, loadgen, overhead, report  # noqa: E402
 from bench import corpus as corpus_lib  # noqa: E402
 from bench import images as images_bench  # noqa: E402
 from bench import rerank as rerank_bench  # noqa: E402
@@ -373,6 +375,7 @@ def parse_args(argv):
                         "near-zero-cost model's ensemble against an echo ensemble, bench/overhead.py)")
     parser.add_argument("--rerank-sizes", help="step 8's cross-encoder shapes, comma-separated (minilm, m3: 24 "
                         "layers, slow on 2 cores); default minilm, none with --short; empty: leave the step out")
+    parser.add_argument("--no-bulk", action="store_true", help="leave out step 11 (the bulk command)")
     parser.add_argument("--no-images", action="store_true", help="leave out step 9 (CLIP images: an open_clip "
                         "export's image ensemble against onnxruntime in-process, bench/images.py)")
     parser.add_argument("--images-architecture", default=images_bench.ARCHITECTURE,
@@ -419,13 +422,15 @@ def main(argv=None):
         micro = breakdown.micro_benchmarks(args, scratch, workloads["queries"])
     ports = common.free_ports()
     server, server_env = start_server(args, scratch, ports)
-    probe, times, one_in_flight = None, None, None
+    probe, times, one_in_flight, bulk_run = None, None, None, None
     try:
         run_workloads(args, ports, workloads, manifest)
         one_in_flight = one_in_flight_rounds(args, ports, workloads)
         probe = measure_padding(args, ports, workloads)
         if micro:
             times = breakdown.measure(args, ports, server.pid, workloads["queries"], micro, ADMIN_KEY, progress)
+        if not args.no_bulk:
+            bulk_run = bulk.measure(os.path.join(args.work_dir, "bulk"), scratch, ports["grpc"], args.short, progress)
     finally:
         common.stop_server(server)
     with open(os.path.join(args.work_dir, "tritonserver.log"), encoding="utf-8", errors="replace") as handle:
@@ -447,7 +452,7 @@ def main(argv=None):
         "repository": os.path.relpath(source, PROJECT) if source.startswith(PROJECT) else source,
         "bench_owned_export": owned, "encoder_threads": threads, "probe": probe, "breakdown": times, "overhead": floor,
         "one_in_flight": one_in_flight,
-        "rerank": reranking, "images": pictures,
+        "rerank": reranking, "images": pictures, "bulk": bulk_run,
         "client_tokenize_us": baselines.client_tokenization_cost(
             tokenizer, [t["text"] for t in workloads[next(iter(workloads))]["texts"][:200]], 0.5),
         "workloads": {name: {k: w.get(k) for k in ("info", "ceiling", "ceiling_sweep", "grouped", "results")}

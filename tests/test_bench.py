@@ -22,10 +22,13 @@ def test_short_benchmark_produces_report(minilm_repository, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "Targets (issues 8 and 15)" in result.stdout  # make bench prints the ratios
     assert "serving floor: tiny-model ensemble / echo ensemble" in result.stdout
+    assert "bulk: make embed / onnxruntime ceiling (200 mixed texts)" in result.stdout  # step 11, the bulk command
+    assert "bulk: peak RSS at 2400 / 600 rows" in result.stdout
 
     report = (output / "benchmarks.md").read_text()
     for heading in ("## Targets", "## Workloads", "## Where one short request's time goes", "## Every level",
-                    "## onnxruntime ceiling sweeps", "## Method, machine, settings"):
+                    "## onnxruntime ceiling sweeps", "## Method, machine, settings",
+                    "## Bulk embedding (`make embed`)"):
         assert heading in report, heading
     assert "stand-in's share" in report
     for png in ("bench_throughput.png", "bench_p99_latency.png"):

@@ -426,3 +426,25 @@ def test_hybrid_search_doc_snippets_run(m3_server):
         result = subprocess.run([sys.executable, "-c", _for_server(code, m3_server)], capture_output=True, text=True,
                                 timeout=120, cwd=PROJECT)
         assert result.returncode == 0, code + result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("door", ["grpc", "http"])
+def test_bulk_command_writes_all_three_outputs(m3_server, reference, door, tmp_path):
+    """`make embed`'s command on the bge-m3 export: dense, sparse and ColBERT columns in the corpus's order, through
+    KServe (NAME_bls) or the HTTP front (/v1/encode), equal to FlagEmbedding's."""
+    import pyarrow.parquet as pq
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"t{i}", "text": t}) + "\n" for i, t in enumerate(M3_TEXTS)))
+    output = tmp_path / "v.parquet"
+    via = ["--http", m3_server.proxy_url] if door == "http" else ["--grpc-url", m3_server.grpc_url]
+    result = subprocess.run([sys.executable, "-m", "bulk_embed", str(corpus), str(output), "--model", NAME,
+                             "--repository", str(m3_server.repository), "--outputs", "float,sparse,colbert", *via],
+                            cwd=PROJECT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    table = pq.read_table(output)
+    assert table.column("id").to_pylist() == [f"t{i}" for i in range(len(M3_TEXTS))]
+    assert sum(table.column("truncated").to_pylist()) == 2
+    compare(f"make embed ({door})", reference, np.array(table.column("embedding").to_pylist(), np.float32),
+            list(zip(table.column("sparse_indices").to_pylist(), table.column("sparse_values").to_pylist())),
+            [np.array(v, np.float32) for v in table.column("colbert").to_pylist()])

@@ -1,0 +1,137 @@
+"""Embed a corpus into a file a vector store loads: `make embed INPUT=corpus.jsonl OUTPUT=vectors.parquet`.
+
+    python -m bulk_embed corpus.jsonl vectors.parquet                 # the default export, KServe gRPC :8001
+    python -m bulk_embed passages.parquet out.parquet --model NAME --outputs float,int8 --dimensions 512
+    python -m bulk_embed lines.txt vectors.npy                          # an .npy matrix + vectors.ids.jsonl
+    API_KEY=... python -m bulk_embed corpus.jsonl out.parquet --http http://host:8080
+
+Killed (kill -9 included) and started again with the same arguments, it goes on where it stopped; rows the server
+refuses are listed with their ids in OUTPUT's `.rejects.jsonl`. See bulk_embed/job.py for how it is fed.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if PROJECT not in sys.path:
+    sys.path.insert(0, PROJECT)
+
+from bulk_embed import corpus, job, store  # noqa: E402
+from bulk_embed.doors import KINDS, QUANTIZED, HttpDoor, JobError, KServeDoor  # noqa: E402
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m bulk_embed", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("input", help="the corpus: .jsonl, .parquet, .csv, .tsv, or text (one per line)")
+    parser.add_argument("output", help=".parquet (id, embedding, ... per row) or .npy (+ .ids.jsonl)")
+    parser.add_argument("--format", choices=corpus.FORMATS, help="the input's format (default: by its extension)")
+    parser.add_argument("--id-field", default="id", help="the id's field or column ('': row numbers); default id")
+    parser.add_argument("--text-field", default="text", help="the text's field or column; default text")
+    parser.add_argument("--model",
+                        help="the export: its name, model id or a served name (default: the default export)")
+    parser.add_argument("--outputs", default="float",
+                        help=f"what to write, comma-separated: {', '.join(KINDS)} (default float)")
+    parser.add_argument("--dimensions", type=int, help="a Matryoshka width the export serves")
+    parser.add_argument("--prompt-name", help="a prompt of the export (prompts.json), e.g. query / passage")
+    parser.add_argument("--input-type", help="Cohere's input_type, mapped to a prompt by the export")
+    parser.add_argument("--colbert-pool-factor", type=int, help="compact ColBERT: token pooling factor")
+    parser.add_argument("--no-truncate", dest="truncate", action="store_false",
+                        help="refuse texts over the model's max length (to the rejects file) instead of cutting them")
+    parser.add_argument("--grpc-url", default=f"127.0.0.1:{os.environ.get('GRPC_PORT', '8001')}",
+                        help="KServe gRPC of `make serve` (default 127.0.0.1:$GRPC_PORT, 8001)")
+    parser.add_argument("--http", metavar="URL", help="go through the HTTP front instead (key: API_KEY)")
+    parser.add_argument("--repository", default=os.path.join(PROJECT, "model_repository"),
+                        help="the model repository, to find an export by model id or served name (gRPC)")
+    parser.add_argument("--in-flight", type=int, help="requests in flight (default: from the server's instances)")
+    parser.add_argument("--window", type=int, default=4096,
+                        help="rows sorted together (memory bound; resuming needs the same value); default 4096")
+    parser.add_argument("--max-wait", type=float, default=600.0,
+                        help="seconds one request may spend waiting out overload or a restart before the job stops")
+    parser.add_argument("--restart", action="store_true", help="discard an unfinished job's parts and start over")
+    args = parser.parse_args(argv)
+    args.kinds = [k.strip() for k in args.outputs.split(",") if k.strip()]
+    unknown = [k for k in args.kinds if k not in KINDS]
+    if unknown or not args.kinds:
+        parser.error(f"--outputs: {', '.join(unknown) or 'nothing'} is not one of {', '.join(KINDS)}")
+    if sum(k.startswith("colbert") for k in args.kinds) > 1:
+        parser.error("--outputs: one ColBERT type at a time")
+    args.format = args.format or corpus.guess_format(args.input)
+    args.output_format = "npy" if args.output.endswith(".npy") else "parquet"
+    if args.output_format == "npy" and (len(args.kinds) != 1 or args.kinds[0] not in ("float", *QUANTIZED)):
+        parser.error(".npy holds one vector per row: --outputs float, int8, uint8, binary or ubinary, alone")
+    if args.window < 1 or (args.in_flight is not None and args.in_flight < 1):
+        parser.error("--window and --in-flight must be at least 1")
+    if not os.path.isfile(args.input):
+        parser.error(f"no such file: {args.input}")
+    return args
+
+
+def bls_model(repository, model):
+    """(the BLS model (many texts per request) of the export `model` names, its max length or None): from the
+    repository's export.json files when it can read them (an id or a served name), else `model` taken as the
+    ensemble's name."""
+    exports = []
+    for path in glob.glob(os.path.join(repository, "*", "1", "export.json")):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                exports.append(json.load(handle))
+        except (OSError, ValueError):
+            continue
+    exports.sort(key=lambda e: e.get("name", ""))
+    if model is None:  # the proxy's rule: `ensemble`, else the first by name (of those that embed texts)
+        embedders = [e for e in exports if e.get("kind", "embedding") != "cross-encoder"]
+        chosen = next((e for e in embedders if e.get("name") == "ensemble"), embedders[0] if embedders else None)
+    else:
+        chosen = next((e for e in exports if model in (e.get("id"), e.get("name"))), None) or \
+            next((e for e in exports if model in (e.get("served_names") or ())), None)
+    if chosen is not None:
+        return chosen["bls_model"], chosen.get("max_length")
+    name = model or "ensemble"
+    return ("ensemble_bls" if name == "ensemble" else f"{name}_bls"), None
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    parameters = {"dimensions": args.dimensions, "prompt_name": args.prompt_name, "input_type": args.input_type,
+                  "colbert_pool_factor": args.colbert_pool_factor}
+    if args.http:
+        door, target = HttpDoor(args.http, args.model, args.kinds, parameters), args.model or "(default)"
+    else:
+        target, max_length = bls_model(args.repository, args.model)
+        door = KServeDoor(args.grpc_url, target, args.kinds, parameters, max_length)
+    try:
+        limits = door.limits()
+    except JobError as error:
+        raise SystemExit(f"embed: {error}") from None
+    args.in_flight = args.in_flight or limits.in_flight
+    stat = os.stat(args.input)
+    settings = {"input": os.path.abspath(args.input), "input_bytes": stat.st_size, "input_mtime_ns": stat.st_mtime_ns,
+                "format": args.format, "id_field": args.id_field, "text_field": args.text_field,
+                "window": args.window, "model": target, "outputs": args.kinds, "truncate": args.truncate,
+                **parameters}
+    work = store.Job(os.path.abspath(args.output), settings, restart=args.restart)
+    source = argparse.Namespace(path=args.input, format=args.format, id_field=args.id_field,
+                                text_field=args.text_field)
+    door_name = f"HTTP {args.http}" if args.http else f"KServe gRPC {args.grpc_url}"
+    print(f"embed: {args.input} -> {args.output} through {target} ({door_name}), {args.in_flight} requests in "
+          f"flight of up to {limits.max_texts} texts", file=sys.stderr, flush=True)
+    try:
+        summary = job.run(door, limits, source, work, args)
+    except JobError as error:
+        raise SystemExit(f"embed: stopped: {error}. Finished windows are kept in {work.folder}: the same command "
+                         f"goes on from there") from None
+    except KeyboardInterrupt:
+        print(f"\nembed: interrupted; the same command goes on from {work.folder}", file=sys.stderr)
+        return 130
+    rejects = f", {summary['rejected']} rejected (listed in {work.rejects_path})" if summary["rejected"] else ""
+    print(f"embed: done: {summary['embedded']} rows in {args.output}{rejects}, {summary['truncated']} truncated "
+          f"this run; {summary['texts_per_s']:.1f} texts/s, {summary['tokens_per_s']:.0f} tokens/s over "
+          f"{summary['seconds']:.1f} s", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
