@@ -96,16 +96,18 @@ class KServeDoor:
         """The BLS model's texts per request, the tokenizer's byte and token limits, the encoder's instances."""
         try:
             bls = self.config(self.model)
-        except Retry as error:
-            raise JobError(f"{self.model}: {error.reason}") from None
-        parameters = {k: v.get("string_value", "") for k, v in bls.get("parameters", {}).items()}
-        missing = [t for t in self.tensors if t not in {o["name"] for o in bls.get("output", ())}]
-        if missing:
-            served = ", ".join(o["name"] for o in bls.get("output", ()))
-            raise JobError(f"{self.model} has no output {', '.join(missing)} (it serves {served}): ask for another "
-                           f"--outputs, or --model another export")
-        tokenizer = self.config(parameters["tokenizer_model"])
-        encoder = self.config(parameters["encoder_model"])
+            parameters = {k: v.get("string_value", "") for k, v in bls.get("parameters", {}).items()}
+            missing = [t for t in self.tensors if t not in {o["name"] for o in bls.get("output", ())}]
+            if missing:
+                served = ", ".join(o["name"] for o in bls.get("output", ()))
+                raise JobError(f"{self.model} has no output {', '.join(missing)} (it serves {served}): ask for "
+                               f"another --outputs, or --model another export")
+            if "tokenizer_model" not in parameters or "encoder_model" not in parameters:
+                raise JobError(f"{self.model} is not an export's BLS model (no tokenizer_model / encoder_model)")
+            tokenizer = self.config(parameters["tokenizer_model"])
+            encoder = self.config(parameters["encoder_model"])
+        except Retry as error:  # not there, or no server: said once, before any work
+            raise JobError(error.reason) from None
         settings = {k: v.get("string_value", "") for k, v in tokenizer.get("parameters", {}).items()}
         encoders = sum(int(group.get("count", 1)) for group in encoder.get("instance_group", ()) or [{}])
         return Limits(int(bls.get("max_batch_size") or 256), int(settings.get("max_request_bytes") or 4 << 20),

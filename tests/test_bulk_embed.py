@@ -215,6 +215,16 @@ def test_bls_model_found_by_id_name_or_served_name(tmp_path):
     assert bls_model(str(tmp_path / "nowhere"), "other") == ("other_bls", None)
 
 
+def test_no_server_is_one_line_and_a_failure(tmp_path):
+    write_corpus(tmp_path / "c.jsonl", ["a text"])
+    result = subprocess.run([sys.executable, "-m", "bulk_embed", str(tmp_path / "c.jsonl"), str(tmp_path / "o.parquet"),
+                             "--grpc-url", "127.0.0.1:1", "--repository", str(tmp_path)], cwd=PROJECT,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("embed: model ensemble_bls: failed to connect")
+    assert not (tmp_path / "o.parquet.parts").exists()  # nothing was started
+
+
 # ---------------------------------------------------------------- the real command, the real server
 def command(corpus_path, output, server, *extra):
     return [sys.executable, "-m", "bulk_embed", str(corpus_path), str(output), "--grpc-url", server.grpc_url,
