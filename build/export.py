@@ -247,6 +247,8 @@ def export_cross_encoder(args, folder, config, tokenizer, repository, started):
             "id": args.name, "kind": "cross-encoder", "name": names[0], "tokenizer_model": names[1],
             "encoder_model": names[2], "bls_model": names[3], "rerank_model": names[4], "model": args.model,
             "model_type": config.model_type, "num_labels": labels, "outputs": ["logits", "scores"],
+            # the classifier's label names (TEI's /predict and /info answer with them)
+            "labels": [str((config.id2label or {}).get(i, f"LABEL_{i}")) for i in range(labels)],
             "embedding_size": None, "colbert_size": None, "max_length": max_length, "fp16": args.fp16,
             "token_budget_batching": token_budget, "opset": OPSET, "onnx": os.path.relpath(onnx_path, staging),
             "parity": figures, "served_names": args.served_names,

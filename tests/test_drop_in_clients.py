@@ -1,17 +1,20 @@
 """Clients nobody here wrote, pointed at the HTTP front as their own docs say to point them at a server of their kind
-(issue 38), against the real server: huggingface_hub's InferenceClient and LlamaIndex's TextEmbeddingsInference
-(TEI's API), Cohere's SDK v2 and v1 (embed and rerank), the OpenAI SDK with a hard-coded model name (a served name).
-Every vector and score is compared with the same models called directly over KServe gRPC.
+(issue 38), against the real server: huggingface_hub's InferenceClient, LlamaIndex's TextEmbeddingsInference and
+LangChain's HuggingFaceEndpointEmbeddings (TEI's API), Cohere's SDK v2 and v1 (embed and rerank), the OpenAI SDK
+with a hard-coded model name (a served name); then TEI's other routes in their raw shapes. Every vector and score is
+compared with the same models called directly over KServe gRPC.
 
 The server is the cross-encoder one (tests/conftest.py ce_server): named exports only, `emb` (a tiny XLM-R embedder,
 the default, served also as text-embedding-3-small by its export) beside the cross-encoders `xr` (served also as
 rerank-v3.5 by the setting) and `bert2`."""
+import os
+
 import httpx
 import numpy as np
 import pytest
 
 from conftest import CE_SERVED_NAMES
-from triton_clients import cosine, infer, url_for
+from triton_clients import client, cosine, infer, text_input, url_for
 
 TEXTS = ["The capital of France is Paris.", "Der Eiffelturm steht in Paris.", "寿司は日本の料理です。",
          "a", "Rivers flow to the sea " * 8, "print('hello')  # code is text too"]
@@ -64,6 +67,15 @@ def test_llama_index_tei_embedding(proxy, direct_vectors):
     embedder = TextEmbeddingsInference(model_name="emb", base_url=proxy, timeout=60, embed_batch_size=4)
     assert_same_vectors(embedder.get_text_embedding_batch(TEXTS), direct_vectors, "LlamaIndex TEI batch")
     assert_same_vectors([embedder.get_query_embedding(TEXTS[0])], direct_vectors[:1], "LlamaIndex TEI query")
+
+
+def test_langchain_huggingface_endpoint_embeddings(proxy, direct_vectors):
+    """LangChain's TEI client: HuggingFaceEndpointEmbeddings(model=<the server's URL>) posts to the root."""
+    from langchain_huggingface import HuggingFaceEndpointEmbeddings
+
+    embedder = HuggingFaceEndpointEmbeddings(model=proxy, huggingfacehub_api_token="unused")
+    assert_same_vectors(embedder.embed_documents(TEXTS), direct_vectors, "LangChain embed_documents")
+    assert_same_vectors([embedder.embed_query(TEXTS[1])], direct_vectors[1:2], "LangChain embed_query")
 
 
 def test_cohere_v2_embed_and_rerank_by_served_names(ce_server, proxy, direct_vectors):
@@ -133,3 +145,128 @@ def test_tei_raw_shapes_and_errors(proxy, direct_vectors):
     assert empty.json()["error"].startswith("inputs[1]") and empty.json()["param"] == "inputs"
     root = httpx.post(proxy + "/", json={"model": "xr", "query": QUERY, "texts": TEXTS[:2]}, timeout=60)
     assert root.status_code == 200 and {r["index"] for r in root.json()} == {0, 1}  # a cross-encoder: /rerank
+
+
+# ---------------------------------------------------------------- TEI's other routes (issue 38's rest)
+def emb_tokenizer(ce_server):
+    """emb's own tokenizer.json, as Hugging Face's fast tokenizer reads it (no truncation)."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(tokenizer_file=os.path.join(ce_server.repository, "emb_tokenizer", "1",
+                                                               "tokenizer.json"))
+
+
+def test_tei_tokenize_and_decode_as_hugging_face_tokenizes(ce_server, proxy):
+    """/tokenize lists every token (not truncated: the long text passes emb's 128 tokens) with the text of its bytes;
+    /decode gives back what Hugging Face's decode gives."""
+    hf = emb_tokenizer(ce_server)
+    texts = TEXTS + ["Über die Brücke — 東京 🚀 " * 30]
+    answer = httpx.post(proxy + "/tokenize", json={"inputs": texts}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    for text, tokens in zip(texts, answer.json()):
+        expected = hf(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+        assert [t["id"] for t in tokens] == expected["input_ids"], text[:30]
+        assert [t["special"] for t in tokens] == [bool(m) for m in expected["special_tokens_mask"]]
+        data = text.encode("utf-8")
+        for token, (start, stop), special in zip(tokens, expected["offset_mapping"], expected["special_tokens_mask"]):
+            if special:
+                assert token["start"] is None and token["text"] == hf.convert_ids_to_tokens(token["id"])
+            else:  # TEI's offsets count bytes; Hugging Face's count characters
+                assert (token["start"], token["stop"]) == (len(text[:start].encode()), len(text[:stop].encode()))
+                assert token["text"] == data[token["start"]:token["stop"]].decode("utf-8", "replace")
+    assert len(answer.json()[-1]) > 128  # not cut to max_length
+    plain = httpx.post(proxy + "/tokenize", json={"inputs": TEXTS[0], "add_special_tokens": False}, timeout=60).json()
+    assert [t["id"] for t in plain[0]] == hf(TEXTS[0], add_special_tokens=False)["input_ids"]
+
+    ids = [hf(text)["input_ids"] for text in texts]
+    decoded = httpx.post(proxy + "/decode", json={"ids": ids}, timeout=60).json()
+    assert decoded == [hf.decode(row, skip_special_tokens=True) for row in ids]
+    kept = httpx.post(proxy + "/decode", json={"ids": ids[0], "skip_special_tokens": False}, timeout=60).json()
+    assert kept == [hf.decode(ids[0], skip_special_tokens=False)]
+    bert = httpx.post(proxy + "/decode", json={"ids": [101, 7592, 102], "model": "bert2"}, timeout=60).json()
+    assert bert == ["hello"]  # another export's own vocabulary
+
+
+def test_tei_embed_all_is_the_encoders_token_vectors(ce_server, proxy, direct_vectors):
+    """/embed_all: one vector per token (special tokens included); emb pools by CLS, so each text's first token
+    vector, normalized, is its /embed vector."""
+    hf = emb_tokenizer(ce_server)
+    answer = httpx.post(proxy + "/embed_all", json={"inputs": TEXTS}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    for i, (text, vectors) in enumerate(zip(TEXTS, answer.json())):
+        vectors = np.asarray(vectors, dtype=np.float32)
+        assert vectors.shape == (len(hf(text)["input_ids"]), direct_vectors.shape[1]), text[:30]
+        assert cosine(vectors[:1], direct_vectors[i:i + 1]).min() >= MIN_COSINE
+    one = httpx.post(proxy + "/embed_all", json={"inputs": TEXTS[1]}, timeout=60).json()  # alone: no padding
+    assert np.allclose(one[0], answer.json()[1], atol=1e-5)
+    long = httpx.post(proxy + "/embed_all", json={"inputs": TEXTS[4] * 40}, timeout=60)
+    assert long.status_code == 422 and long.json()["error_type"] == "Validation"  # TEI's default: not cut
+    cut = httpx.post(proxy + "/embed_all", json={"inputs": TEXTS[4] * 40, "truncate": True}, timeout=60).json()
+    assert len(cut[0]) == 128
+    refused = httpx.post(proxy + "/embed_all", json={"inputs": "x", "model": "xr"}, timeout=60)
+    assert refused.status_code == 422 and refused.json()["param"] == "model", refused.text
+
+
+def direct_classifier(server, model, texts, firsts=None):
+    """A cross-encoder's BLS model over KServe gRPC: (logits, scores) [n, labels]; firsts: each pair's first text."""
+    import tritonclient.grpc as grpcclient
+
+    connection = client("grpc", url_for(server, "grpc"))
+    try:
+        inputs = [text_input("grpc", texts)]
+        if firsts is not None:
+            query = grpcclient.InferInput("query", [len(firsts), 1], "BYTES")
+            query.set_data_from_numpy(np.array([[t.encode()] for t in firsts], dtype=np.object_))
+            inputs.append(query)
+        result = connection.infer(f"{model}_bls", inputs, outputs=[grpcclient.InferRequestedOutput(n)
+                                                                   for n in ("logits", "scores")])
+        return result.as_numpy("logits"), result.as_numpy("scores")
+    finally:
+        connection.close()
+
+
+def test_tei_predict_on_a_classifier_and_a_reranker(ce_server, proxy):
+    """/predict: every label's score, best first, equal to the cross-encoder's BLS model over KServe; a pair is the
+    rerank model's (query, document) pair."""
+    logits, scores = direct_classifier(ce_server, "bert2", TEXTS[:3])
+    answer = httpx.post(proxy + "/predict", json={"model": "bert2", "inputs": [[t] for t in TEXTS[:3]]}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    for row, expected in zip(answer.json(), scores):
+        assert [p["label"] for p in row] == [f"LABEL_{k}" for k in np.argsort(-expected, kind="stable")]
+        assert [p["score"] for p in row] == pytest.approx(sorted(expected.tolist(), reverse=True), abs=1e-6)
+    single = httpx.post(proxy + "/predict", json={"model": "bert2", "inputs": TEXTS[0], "raw_scores": True},
+                        timeout=60).json()
+    assert {p["label"]: p["score"] for p in single} == pytest.approx(
+        {f"LABEL_{k}": float(v) for k, v in enumerate(logits[0])}, abs=1e-6)
+    pair_logits, pair_scores = direct_classifier(ce_server, "bert2", [TEXTS[1]], [QUERY])
+    mixed = httpx.post(proxy + "/predict", json={"model": "bert2", "inputs": [[TEXTS[0]], [QUERY, TEXTS[1]]]},
+                       timeout=60).json()
+    assert max(p["score"] for p in mixed[0]) == pytest.approx(float(scores[0].max()), abs=1e-6)
+    assert max(p["score"] for p in mixed[1]) == pytest.approx(float(pair_scores[0].max()), abs=1e-6)
+
+    expected = direct_scores(ce_server, QUERY, TEXTS)  # xr: one label, its rerank model's scores
+    pairs = httpx.post(proxy + "/predict", json={"model": "xr", "inputs": [[QUERY, t] for t in TEXTS]},
+                       timeout=60).json()
+    assert [row[0]["score"] for row in pairs] == pytest.approx(expected.tolist(), abs=1e-6)
+    assert {row[0]["label"] for row in pairs} == {"LABEL_0"}
+    refused = httpx.post(proxy + "/predict", json={"inputs": "x"}, timeout=60)  # emb, the default: no classifier
+    assert refused.status_code == 422 and refused.json()["param"] == "model", refused.text
+    bad = httpx.post(proxy + "/predict", json={"model": "bert2", "inputs": [["a"], ["", "b"]]}, timeout=60)
+    assert bad.status_code == 422 and bad.json()["error"].startswith("inputs[1]"), bad.text
+
+
+def test_tei_similarity_and_huggingface_hub_sentence_similarity(ce_server, proxy, direct_vectors):
+    """/similarity (and huggingface_hub's sentence_similarity, which posts to the root) = the cosine of the
+    vectors /embed gives."""
+    from huggingface_hub import InferenceClient
+
+    expected = (direct_vectors[1:] @ direct_vectors[0]).tolist()
+    answer = httpx.post(proxy + "/similarity", json={"inputs": {"source_sentence": TEXTS[0],
+                                                                "sentences": TEXTS[1:]}}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == pytest.approx(expected, abs=1e-5)
+    hub = InferenceClient(base_url=proxy).sentence_similarity(TEXTS[0], other_sentences=TEXTS[1:])
+    assert hub == pytest.approx(expected, abs=1e-5)
+    empty = httpx.post(proxy + "/similarity", json={"inputs": {"source_sentence": "a", "sentences": ["b", " "]}},
+                       timeout=60)
+    assert empty.status_code == 422 and empty.json()["error"].startswith("inputs.sentences[1]"), empty.text

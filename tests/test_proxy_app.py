@@ -57,6 +57,7 @@ class Card:
     pooling: str | None = "mean"
     num_labels: int | None = None
     served_names: tuple = ()
+    labels: tuple = ()
 
 
 def stable_hash(text):
@@ -128,7 +129,7 @@ class FakeService:
                                   (param, 0, indices))
         return np.stack([fake_vectors(image.hex()) for image in images]), 2.0
 
-    async def rerank(self, card, query, documents, weights):
+    async def rerank(self, card, query, documents, weights, parameters=None):
         """Scores: the dense dot product; per mode: dense, and weight-scaled stand-ins for the others the card
         serves (the scoring itself is the rerank model's: tests/test_rerank.py, tests/test_m3.py)."""
         self.calls.append((card.id, [query, *documents], tuple(weights)))
@@ -151,6 +152,40 @@ class FakeService:
                                mode_scores=None if cross else modes, tokens=sum(words) + len(query.split()) + 2,
                                query_truncated=len(query.split()) + 2 > card.max_length,
                                truncated=np.array(words) > card.max_length, inference_ms=1.0, logits=logits)
+
+    async def tokenize(self, card, texts, param, parameters):
+        """A token per word (bytes counted), between two special tokens; the tokenizer's empty-text error."""
+        self.calls.append((card.id, list(texts), "tokenize", parameters))
+        rows = []
+        for i, text in enumerate(texts):
+            if not text.strip():
+                raise model_error("invalid_input", f"text[{i}]", "is empty", card, (param, 0))
+            tokens, at = [SimpleNamespace(id=0, text="<s>", special=True, start=None, stop=None)], 0
+            for word in text.split(" "):
+                start = len(text[:text.index(word, at)].encode()) if word else at
+                tokens.append(SimpleNamespace(id=stable_hash(word) % 1000, text=word, special=False, start=start,
+                                              stop=start + len(word.encode())))
+                at = text.index(word, at) + len(word) if word else at
+            rows.append(tokens + [SimpleNamespace(id=2, text="</s>", special=True, start=None, stop=None)])
+        return rows
+
+    async def decode(self, card, ids, param, parameters):
+        """Each row's ids joined by spaces; an id over 999 is the tokenizer's error for its row."""
+        self.calls.append((card.id, ids, "decode", parameters))
+        for i, row in enumerate(ids):
+            if any(token > 999 for token in row):
+                raise model_error("invalid_value", f"{param}[{i}]", "holds an id outside the vocabulary", card, None)
+        return [" ".join(map(str, row)) for row in ids]
+
+    async def predict(self, card, inputs, param, parameters=None):
+        """Per input one logit per label from its texts' vectors; scores their softmax (sigmoid for one)."""
+        self.calls.append((card.id, list(inputs), "predict"))
+        labels = card.num_labels or 1
+        logits = np.array([[float(fake_vectors(" | ".join(item))[k]) * 4 for k in range(labels)] for item in inputs],
+                          dtype=np.float32)
+        scores = 1 / (1 + np.exp(-logits)) if labels == 1 else np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+        words = np.array([sum(len(t.split()) for t in item) + 3 for item in inputs])
+        return logits, scores, int(words.sum()), words > card.max_length, 1.0
 
     async def chunk_embed(self, card, texts, spans, parameters):
         """One chunk per span (or one for the text with chunk_tokens); vectors per chunk text."""

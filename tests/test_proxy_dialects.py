@@ -170,3 +170,59 @@ def test_registry_served_names_never_shadow_an_export(tmp_path):
     assert found.find("a").served_names == ("alias-a", "text-embedding-3-small")
     with pytest.raises(ValueError, match="name=export-id"):
         registry.served_names("alias-only")
+
+
+# ---------------------------------------------------------------- TEI's /predict, /similarity, /tokenize, /decode
+def test_tei_predict_reads_texts_pairs_and_batches(client):
+    """A string is one input, a list of strings one input of one or two texts, a list of lists a batch; every label
+    comes back, best first, named as the export recorded (LABEL_i where it did not)."""
+    client.service.models["fake-cls"] = Card("fake-cls", "fake-cls", ("logits", "scores"), kind="cross-encoder",
+                                             num_labels=3, labels=("neg", "neutral", "pos"))
+    one = client.post("/predict", json={"model": "fake-cls", "inputs": "a b"})
+    assert one.status_code == 200, one.text
+    assert sorted(p["label"] for p in one.json()) == ["neg", "neutral", "pos"]
+    assert [p["score"] for p in one.json()] == sorted((p["score"] for p in one.json()), reverse=True)
+    assert abs(sum(p["score"] for p in one.json()) - 1) < 1e-5  # softmax over the labels
+    assert client.service.calls[-1][1] == [("a b",)]
+    pair = client.post("/predict", json={"model": "fake-cls", "inputs": ["q", "d"]}).json()
+    assert isinstance(pair[0], dict) and client.service.calls[-1][1] == [("q", "d")]
+    batch = client.post("/predict", json={"model": "fake-xe", "inputs": [["a"], ["q", "d"]], "raw_scores": True})
+    assert batch.status_code == 200 and [len(row) for row in batch.json()] == [1, 1]
+    assert batch.json()[0][0]["label"] == "LABEL_0"
+    assert client.service.calls[-1][1] == [("a",), ("q", "d")]
+    assert error_of(client.post("/predict", json={"model": "fake-cls", "inputs": [["a", "b", "c"]]}), 422,
+                    "inputs[0]")["param"] == "inputs"
+    assert error_of(client.post("/predict", json={"inputs": "a"}), 422)["param"] == "model"  # an embedding model
+    assert error_of(client.post("/predict", json={"model": "fake-cls", "inputs": [["a"], ["x" * 201, "d"]]}),
+                    422, "inputs[1]")["code"] == "input_too_long"
+    root = client.post("/", json={"model": "fake-cls", "inputs": "a b"})  # a classifier's root: /predict
+    assert root.status_code == 200 and root.json() == one.json()
+
+
+def test_tei_similarity_is_the_rerank_models_dense_score(client):
+    expected = [float(np.dot(openai_vectors(client, ["s"])[0], v)) for v in openai_vectors(client, ["a", "b c"])]
+    body = {"inputs": {"source_sentence": "s", "sentences": ["a", "b c"]}, "parameters": {"prompt_name": "query"}}
+    response = client.post("/similarity", json=body)
+    assert response.status_code == 200, response.text
+    assert np.allclose(response.json(), expected, atol=1e-6)
+    assert client.service.calls[-1] == ("fake-dense", ["s", "a", "b c"], (1.0, 0.0, 0.0))
+    assert client.post("/", json=body).json() == response.json()  # sentence_similarity posts to the root
+    error = error_of(client.post("/similarity", json={"inputs": {"source_sentence": "s", "sentences": ["a", " "]}}),
+                     422, "inputs.sentences[1]")
+    assert error["param"] == "inputs.sentences"
+    assert error_of(client.post("/similarity", json={"model": "fake-xe", **body}), 422)["param"] == "model"
+
+
+def test_tei_tokenize_and_decode_answer_in_teis_shape(client):
+    tokens = client.post("/tokenize", json={"inputs": "héllo world"})
+    assert tokens.status_code == 200, tokens.text
+    assert [(t["text"], t["special"], t["start"], t["stop"]) for t in tokens.json()[0]] == [
+        ("<s>", True, None, None), ("héllo", False, 0, 6), ("world", False, 7, 12), ("</s>", True, None, None)]
+    assert client.service.calls[-1][3] == {"add_special_tokens": True, "prompt_name": None}
+    assert error_of(client.post("/tokenize", json={"inputs": ["a", " "]}), 422, "inputs[1]")["param"] == "inputs"
+    assert client.post("/decode", json={"ids": [1, 2]}).json() == ["1 2"]
+    assert client.post("/decode", json={"ids": [[1], [2, 3]], "skip_special_tokens": False}).json() == ["1", "2 3"]
+    assert client.service.calls[-1][3] == {"skip_special_tokens": False}
+    assert error_of(client.post("/decode", json={"ids": [[1], [1000]]}), 422, "ids[1]")["param"] == "ids"
+    assert error_of(client.post("/decode", json={"ids": [[1]] * 17}), 413)["code"] == "too_many_inputs"
+    assert error_of(client.post("/decode", json={"ids": [-1]}), 422)["param"] == "ids"

@@ -16,7 +16,9 @@ OPERATIONS = [("GET", "/health"), ("GET", "/health/live"), ("POST", "/v1/embeddi
               ("POST", "/unload_clip_model"), ("POST", "/delete_clip_model"),
               # Cohere's and TEI's routes, and the unversioned aliases (issue 38)
               ("POST", "/v1/embed"), ("POST", "/v2/rerank"), ("POST", "/embed"), ("POST", "/"), ("POST", "/rerank"),
-              ("GET", "/info"), ("POST", "/embeddings"), ("GET", "/models"), ("GET", "/models/{model_id}")]
+              ("GET", "/info"), ("POST", "/embeddings"), ("GET", "/models"), ("GET", "/models/{model_id}"),
+              ("POST", "/embed_all"), ("POST", "/predict"), ("POST", "/similarity"), ("POST", "/tokenize"),
+              ("POST", "/decode")]
 
 
 @pytest.fixture(scope="module")

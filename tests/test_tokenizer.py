@@ -370,3 +370,58 @@ def test_gpu_grouping_keeps_a_requests_mixed_texts_in_one_run():
         cpu = pbtxt.parameters(handle.read())
     assert runs(cpu) > 2
     assert runs(GPU_TOKENIZER) == 1
+
+
+# ---------------------------------------------------------------- the tokenizer's other tasks: tokenize and decode
+def _tokenize_inputs(protocol, texts, ids=None):
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    if ids is None:
+        return [text_input(protocol, texts)]
+    tensor = (httpclient if protocol == "http" else grpcclient).InferInput("token_ids", list(ids.shape), "INT64")
+    tensor.set_data_from_numpy(ids)
+    return [tensor]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_tokenize_and_decode_tasks_over_kserve(served, protocol):
+    """Asked for `token_text`, the tokenizer lists every token, not truncated, with its special flag and bytes;
+    given `token_ids` (-1 pads a row), it decodes them as Hugging Face does. An id outside the vocabulary is that
+    row's 400, and the model serves on."""
+    server, hf, max_length, _, _ = served
+    texts = [VARIED_TEXTS[0], "Größe — 東京 " * 80]  # the second passes max_length
+    connection = client(protocol, url_for(server, protocol))
+    try:
+        names = ("input_ids", "token_text", "token_special", "byte_offsets", "num_tokens", "truncated")
+        result = connection.infer("tokenizer", _tokenize_inputs(protocol, texts), outputs=outputs(protocol, names))
+        for row, text in enumerate(texts):
+            expected = hf(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+            n = int(result.as_numpy("num_tokens")[row, 0])
+            assert result.as_numpy("input_ids")[row, :n].tolist() == expected["input_ids"]
+            assert (result.as_numpy("input_ids")[row, n:] == -1).all()
+            assert result.as_numpy("token_special")[row, :n].tolist() == [bool(m) for m in
+                                                                          expected["special_tokens_mask"]]
+            data, spans = text.encode(), result.as_numpy("byte_offsets")[row]
+            for k, ((start, stop), special) in enumerate(zip(expected["offset_mapping"],
+                                                             expected["special_tokens_mask"])):
+                if not special:
+                    assert spans[k].tolist() == [len(text[:start].encode()), len(text[:stop].encode())]
+                    assert result.as_numpy("token_text")[row, k] == data[spans[k, 0]:spans[k, 1]]
+        assert int(result.as_numpy("num_tokens")[1, 0]) > max_length
+        assert not result.as_numpy("truncated").any()
+
+        rows = [hf(text)["input_ids"] for text in texts]
+        ids = np.full((2, max(map(len, rows))), -1, dtype=np.int64)
+        for i, row in enumerate(rows):
+            ids[i, :len(row)] = row
+        decoded = connection.infer("tokenizer", _tokenize_inputs(protocol, None, ids),
+                                   outputs=outputs(protocol, ["decoded"])).as_numpy("decoded").reshape(-1)
+        assert [d.decode() for d in decoded] == [hf.decode(row, skip_special_tokens=True) for row in rows]
+        ids[1, 0] = 10**9
+        with pytest.raises(Exception, match=r"token_ids\[1\] holds 1000000000, not a token id"):
+            connection.infer("tokenizer", _tokenize_inputs(protocol, None, ids), outputs=outputs(protocol, ["decoded"]))
+        again = infer(protocol, None, texts[:1], model="tokenizer", names=TOKENIZER_OUTPUTS, connection=connection)
+        assert again["input_ids"][0, :int(again["num_tokens"][0, 0])].tolist() == rows[0]
+    finally:
+        connection.close()

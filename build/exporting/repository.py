@@ -178,6 +178,9 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
         bls_outputs += [f'  {{ name: "{n}", data_type: {t}, dims: [ -1, '
                         f'{-(-colbert_dim // 8) if n.endswith("binary") else colbert_dim} ] }}'
                         for n, t in COLBERT_OUTPUTS]
+    # The encoder's token vectors (TEI's /embed_all), padded like ColBERT's; sent only when asked for by name.
+    bls_outputs += [f'  {{ name: "{n}", data_type: {t}, dims: [ {triton_dims(d, hidden_size, None)} ] }}'
+                    for family in encoder_only for n, t, d in OUTPUT_TENSORS[family]]
     with open(os.path.join(staging, bls, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render(os.path.join(SOURCE_REPOSITORY, "ensemble_bls", "config.pbtxt.template"),
                             tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(bls_outputs),

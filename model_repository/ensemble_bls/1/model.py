@@ -4,7 +4,8 @@ order, computed without padding every text to the longest one.
 One request: the tokenizer (BLS) tokenizes all its texts at once and, asked for `length_group`, says which rows
 share a padded width (its grouping.py, the same cost model as for the ensemble); each group goes to the encoder as
 its own request, all at once; the rows come back in the request's order. Outputs with a per-token dimension
-(sparse, ColBERT) are padded to the request's longest row, as the ensemble returns them. Errors are the steps'
+(sparse, ColBERT, and `token_embeddings`: the encoder's last hidden state, sent only when asked for by name) are
+padded to the request's longest row, as the ensemble returns them. Errors are the steps'
 own (the tokenizer's `text[i] ...` carry the request's row numbers). Settings: config.pbtxt, read once here.
 
 Vectors for a store (request parameters and outputs): `dimensions` (a width from vectors.json, which export writes:
@@ -42,6 +43,7 @@ VECTORS = {"embedding", *QUANTIZED}  # their -1 dimension is the request's width
 PROMPT_PARAMETERS = ("prompt_name", "input_type")
 COLBERT_TYPES = {"colbert_vectors_fp16": "fp16", "colbert_vectors_int8": "int8", "colbert_vectors_binary": "binary"}
 COLBERT_SOURCES = ["colbert_vectors", "colbert_length"]  # what the compact forms are computed from
+ON_REQUEST = {"token_embeddings"}  # outputs sent only when asked for by name (a request naming none gets the rest)
 
 
 def quantize(vectors, precision, ranges):
@@ -63,7 +65,7 @@ class TritonPythonModel(model_common.RequestModel):
         self.tokenizer_model = parameters["tokenizer_model"]
         self.encoder_model = parameters["encoder_model"]
         # per output: which dimensions (after the row) follow the padded width: those grow to the request's width
-        self.outputs = [o["name"] for o in config["output"]]
+        self.outputs = [o["name"] for o in config["output"] if o["name"] not in ON_REQUEST]
         self.variable_dims = {o["name"]: [i for i, d in enumerate(o["dims"]) if int(d) == -1] for o in config["output"]
                               if o["name"] not in VECTORS and o["name"] not in COLBERT_TYPES}
         self.tokenizer_outputs = TOKENIZER_OUTPUTS + [n for n in self.outputs if n == "query_truncated"]

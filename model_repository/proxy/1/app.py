@@ -58,8 +58,10 @@ class Service(Protocol):
     max_length, source, created, kind, rerank, chunks (None: none); CLIP exports: image, architecture, pretrained
     (image None: text only). exports(): every export, loaded or not. embed_images -> vectors [n, d], inference_ms.
     embed -> dense [n, d] | None, sparse [(ids, weights)] | None, colbert [[m, c]] |
-    None, tokens [n], truncated [n], inference_ms. rerank -> scores [n], mode_scores [n, 3] | None, tokens,
-    query_truncated, truncated [n], inference_ms. Failures raise errors.ServiceError kinds."""
+    None, tokens [n], truncated [n], inference_ms, token_vectors [[m, d]] | None. rerank -> scores [n],
+    mode_scores [n, 3] | None, tokens, query_truncated, truncated [n], inference_ms. predict (cross-encoders) ->
+    logits [n, labels], scores [n, labels], tokens, truncated [n], inference_ms. tokenize -> per text [Token(id,
+    text, special, start, stop)]; decode -> [text]. Failures raise errors.ServiceError kinds."""
 
     draining: bool
 
@@ -77,7 +79,13 @@ class Service(Protocol):
 
     async def embed_images(self, card, images, param, indices=None): ...
 
-    async def rerank(self, card, query, documents, weights): ...
+    async def rerank(self, card, query, documents, weights, parameters=None): ...
+
+    async def predict(self, card, inputs, param, parameters=None): ...
+
+    async def tokenize(self, card, texts, param, parameters): ...
+
+    async def decode(self, card, ids, param, parameters): ...
 
     async def chunk_embed(self, card, texts, spans, parameters): ...
 

@@ -10,7 +10,8 @@ STATUS = {errors.InvalidInput: 400, errors.OverLimit: 422, errors.NotFound: 404,
           errors.LoadFailed: 422, errors.Overloaded: 429, errors.Unavailable: 503, errors.Timeout: 504}
 # Hugging Face TEI's routes answer errors in TEI's shape (routes_tei.py); a route may set its request's
 # scope["state"]["dialect"] (/rerank speaks Cohere's shape too).
-TEI_PATHS = frozenset({"/", "/embed", "/embed_sparse", "/rerank", "/info"})
+TEI_PATHS = frozenset({"/", "/embed", "/embed_all", "/embed_sparse", "/rerank", "/predict", "/similarity", "/tokenize",
+                       "/decode", "/info"})
 # TEI's error_type per status; TEI answers every validation error 422, an over-large batch 413, a backend error 424.
 TEI_ERROR_TYPES = {401: "Unauthorized", 403: "Unauthorized", 404: "NotFound", 405: "Validation", 408: "Validation",
                    413: "Validation", 415: "Validation", 422: "Validation", 429: "Overloaded", 503: "Unhealthy",

@@ -40,6 +40,7 @@ class Card:
     num_labels: int | None = None  # cross-encoder exports: the classifier's labels
     # more names clients may call it by (export --served-name, setting served_model_names); never another's id
     served_names: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()  # cross-encoder exports: the classifier's label names, in its order
 
     @property
     def models(self):
@@ -62,7 +63,8 @@ def read_card(repository, name):
                     manifest.get("image_preprocess_model"), manifest.get("image_encoder_model"),
                     manifest.get("architecture"), manifest.get("pretrained"),
                     tuple(sorted((manifest.get("prompts") or {}).items())), manifest.get("default_prompt_name"),
-                    manifest.get("pooling"), manifest.get("num_labels"), tuple(manifest.get("served_names") or ()))
+                    manifest.get("pooling"), manifest.get("num_labels"), tuple(manifest.get("served_names") or ()),
+                    tuple(manifest.get("labels") or ()))
     except (OSError, ValueError, KeyError):
         return None
 

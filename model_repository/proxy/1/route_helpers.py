@@ -191,9 +191,10 @@ def best_first(scores, top_n=None):
     return sorted(range(len(scores)), key=lambda i: -scores[i])[:top_n or len(scores)]
 
 
-async def score_documents(request, model, query, documents, weights=None, truncate=True):
-    """The export's rerank model over (query, documents), for every rerank dialect: the checks that are HTTP's
-    own, the model's kind, the call and its metrics -> (card, result, the modes served, how many texts were cut)."""
+async def score_documents(request, model, query, documents, weights=None, truncate=True, parameters=None):
+    """The export's rerank model over (query, documents), for every rerank dialect (and TEI's /similarity: dense
+    weights only): the checks that are HTTP's own, the model's kind, the call and its metrics -> (card, result, the
+    modes served, how many texts were cut). parameters: the request parameters (prompt_name), passed on."""
     settings = request.app.state.settings
     unicode_text(query, "query", "query")
     if len(query) > settings.max_input_chars:
@@ -210,7 +211,7 @@ async def score_documents(request, model, query, documents, weights=None, trunca
                            "invalid_value", "weights")
     elif not served:
         raise ApiError(400, f"model '{card.id}' serves none of dense, sparse, colbert", "output_not_served")
-    result = await request.app.state.service.rerank(card, query, documents, weights or (1.0, 1.0, 1.0))
+    result = await request.app.state.service.rerank(card, query, documents, weights or (1.0, 1.0, 1.0), parameters)
     if not truncate and (result.query_truncated or result.truncated.any()):
         what = "query" if result.query_truncated else f"documents[{int(np.argmax(result.truncated))}]"
         raise ApiError(422, f"{what} is longer than the model's maximum of {card.max_length} tokens (truncate is "

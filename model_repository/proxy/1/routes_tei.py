@@ -1,8 +1,11 @@
 """Hugging Face text-embeddings-inference's HTTP API, as TEI documents it, over the same models, limits and error
-contract as the other routes: POST /embed, / (the served model's kind: /embed, or /rerank for a cross-encoder, where
-huggingface_hub's InferenceClient posts), /embed_sparse, /rerank (TEI's `texts`, or Cohere's `documents`: answered as
-/v1/rerank), GET /info. Errors in TEI's shape and statuses (http_errors.TEI_PATHS). TEI serves one model; here a
-body's `model` picks an export, else the default one."""
+contract as the other routes: POST /embed, / (the served model's kind: /embed, or /similarity for a body with
+`source_sentence`; /rerank for a one-label cross-encoder, /predict for a classifier: where huggingface_hub's
+InferenceClient posts), /embed_all (the encoder's token vectors, from the BLS model), /embed_sparse, /rerank (TEI's
+`texts`, or Cohere's `documents`: answered as /v1/rerank), /predict (the cross-encoder's BLS model), /similarity
+(the rerank model, dense weights only), /tokenize and /decode (the tokenizer model's two tasks), GET /info. Errors
+in TEI's shape and statuses (http_errors.TEI_PATHS). TEI serves one model; here a body's `model` picks an export,
+else the default one."""
 import numpy as np
 import route_helpers as shared
 import routes_cohere
@@ -14,8 +17,9 @@ from pydantic import TypeAdapter
 import schemas
 
 router = APIRouter(route_class=shared.OrjsonRoute)
-EMBED, RERANK, COHERE_RERANK = (TypeAdapter(kind) for kind in (schemas.TeiEmbedRequest, schemas.TeiRerankRequest,
-                                                                  schemas.RerankRequest))
+EMBED, RERANK, COHERE_RERANK, PREDICT, SIMILARITY = (TypeAdapter(kind) for kind in (
+    schemas.TeiEmbedRequest, schemas.TeiRerankRequest, schemas.RerankRequest, schemas.TeiPredictRequest,
+    schemas.TeiSimilarityRequest))
 VERSION = "triton-embed 2.0 (TEI API 1.9)"
 
 
@@ -91,14 +95,155 @@ async def rerank_answer(request, body):
 
 @router.post("/", dependencies=shared.USER, responses=shared.ERRORS)
 async def tei_root(request: Request):
-    """As TEI answers at its root, by the served model's kind: an embedding model's /embed, a cross-encoder's
-    /rerank (huggingface_hub's InferenceClient(base_url).feature_extraction posts here)."""
+    """As TEI answers at its root, by the served model's kind: an embedding model's /embed (or /similarity for
+    `inputs` with `source_sentence`, which TEI serves there with TASK=sentence-similarity), a one-label
+    cross-encoder's /rerank, a classifier's /predict. huggingface_hub's InferenceClient(base_url) posts here
+    (feature_extraction, sentence_similarity, text_classification)."""
     body = await DirectRoutes.json_body(request)
     model = body.get("model") if isinstance(body, dict) and isinstance(body.get("model"), str) else None
     card = shared.select(request, model)
     if card.kind == "cross-encoder":
+        if len(label_names(card)) > 1 or (isinstance(body, dict) and "texts" not in body):
+            return await predict_answer(request, DirectRoutes.validated(body, PREDICT))
         return await rerank_answer(request, DirectRoutes.validated(body, RERANK))
+    if isinstance(body, dict) and isinstance(body.get("inputs"), dict):
+        return await similarity_answer(request, DirectRoutes.validated(body, SIMILARITY))
     return await embed_answer(request, DirectRoutes.validated(body, EMBED))
+
+
+def label_names(card):
+    """A cross-encoder's label names, in its classifier's order (LABEL_i where the export recorded none)."""
+    return card.labels or tuple(f"LABEL_{i}" for i in range(card.num_labels or 1))
+
+
+def texts_of(request, inputs):
+    texts = shared.check_texts(request, shared.as_list(inputs), "inputs")
+    if not texts:
+        raise ApiError(422, "`inputs` cannot be empty", "invalid_input", "inputs")
+    return texts
+
+
+def embedding_export(card, route):
+    """A 400 for a model that is not a text embedding export (TEI: "model is not an embedding model")."""
+    if card.kind != "embedding":
+        raise ApiError(400, f"model '{card.id}' is a {card.kind} export; {route} serves text embedding exports",
+                       "output_not_served", "model")
+
+
+@router.post("/embed_all", dependencies=shared.USER, response_model=list[list[list[float]]],
+             responses=shared.ERRORS)
+async def embed_all(request: Request, body: schemas.TeiEmbedAllRequest):
+    """TEI's embed_all: per input, every token's vector (special tokens included): the encoder's last hidden state,
+    before pooling and normalization. `truncate` as /embed's."""
+    served_as_tei(body)
+    texts = texts_of(request, body.inputs)
+    card = shared.select(request, body.model)
+    embedding_export(card, "/embed_all")
+    result = await shared.embed(request, card, texts, ("tokens",), "inputs", bool(body.truncate),
+                                {"prompt_name": body.prompt_name})
+    rows = [np.ascontiguousarray(vectors, dtype=np.float32) for vectors in result.token_vectors]
+    return shared.json_response(rows, shared.timing_headers(result.truncated.sum(), result.inference_ms))
+
+
+def predict_items(inputs):
+    """TEI's predict inputs -> (one input or a batch, [(text,) or (first, second)]): a string is one text, a list
+    of strings one input of 1 or 2 texts, a list of lists a batch of such."""
+    if isinstance(inputs, str):
+        return True, [(inputs,)]
+    if not inputs:
+        raise ApiError(422, "`inputs` cannot be empty", "invalid_input", "inputs")
+    single = isinstance(inputs[0], str)
+    items = [inputs] if single else inputs
+    for i, item in enumerate(items):
+        if len(item) not in (1, 2):
+            where = "inputs" if single else f"inputs[{i}]"
+            raise ApiError(422, f"{where} holds {len(item)} texts: an input is a text or a pair [text, text]",
+                           "invalid_value", "inputs", field=where)
+    return single, [tuple(item) for item in items]
+
+
+@router.post("/predict", dependencies=shared.USER, response_model=list[dict] | list[list[dict]],
+             responses=shared.ERRORS)
+async def predict(request: Request, body: schemas.TeiPredictRequest):
+    """TEI's predict: a cross-encoder's classifier over a text or a pair of texts (or a batch of them) -> per
+    input, every label with its score, best first. A pair is (first, second) as the model reads a (query,
+    passage) pair: cut by the tokenizer's pair rule (the first to its query_max_length, then the second)."""
+    return await predict_answer(request, body)
+
+
+async def predict_answer(request, body):
+    served_as_tei(body)
+    single, items = predict_items(body.inputs)
+    shared.check_texts(request, [item[-1] for item in items], "inputs")  # the count, and each input's last text
+    pairs = [i for i, item in enumerate(items) if len(item) == 2]
+    with shared.client_indices("inputs", pairs):
+        shared.check_texts(request, [items[i][0] for i in pairs], "inputs", count=False)
+    card = shared.select(request, body.model)
+    if card.kind != "cross-encoder":
+        raise ApiError(400, f"model '{card.id}' is not a classifier: /predict serves cross-encoder exports",
+                       "output_not_served", "model")
+    logits, scores, tokens, truncated, inference_ms = await request.app.state.service.predict(card, items, "inputs")
+    if not body.truncate and truncated.any():
+        i = int(np.argmax(truncated))
+        raise ApiError(422, f"inputs[{i}] is longer than the model's maximum of {card.max_length} tokens (truncate "
+                            f"is false)", "context_length_exceeded", "inputs", field=f"inputs[{i}]")
+    request.app.state.metrics.observe_embedding(card.id, sum(len(item) for item in items), tokens,
+                                                int(truncated.sum()))
+    labels, values = label_names(card), logits if body.raw_scores else scores
+    answer = [[{"score": float(row[k]), "label": labels[k]} for k in shared.best_first([float(v) for v in row])]
+              for row in values]
+    return shared.json_response(answer[0] if single else answer,
+                                shared.timing_headers(int(truncated.sum()), inference_ms))
+
+
+@router.post("/similarity", dependencies=shared.USER, response_model=list[float], responses=shared.ERRORS)
+async def similarity(request: Request, body: schemas.TeiSimilarityRequest):
+    """TEI's similarity: the cosine similarity of `inputs.source_sentence` with each of `inputs.sentences`, from
+    the export's rerank model with only its dense score (its vectors are unit length: cosine = dot product).
+    `parameters`: truncate, truncation_direction, prompt_name (one prompt for every sentence)."""
+    return await similarity_answer(request, body)
+
+
+async def similarity_answer(request, body):
+    parameters = body.parameters or schemas.SimilarityParameters()
+    served_as_tei(parameters)
+    card = shared.select(request, body.model)
+    embedding_export(card, "/similarity")
+    shared.need(card, "dense", "/similarity")
+    with shared.client_fields({"query": "inputs.source_sentence", "documents": "inputs.sentences"}):
+        _, result, _, truncated = await shared.score_documents(
+            request, body.model, body.inputs.source_sentence, body.inputs.sentences, (1.0, 0.0, 0.0),
+            bool(parameters.truncate), {"prompt_name": parameters.prompt_name})
+    return shared.json_response([float(score) for score in result.scores],
+                                shared.timing_headers(truncated, result.inference_ms))
+
+
+@router.post("/tokenize", dependencies=shared.USER, response_model=list[list[dict]], responses=shared.ERRORS)
+async def tokenize(request: Request, body: schemas.TeiTokenizeRequest):
+    """TEI's tokenize, from the export's tokenizer model: per input, every token (not truncated; the prompt's
+    included) as {id, text, special, start, stop}; start and stop are bytes of the tokenized text, null for a
+    special token."""
+    texts = texts_of(request, body.inputs)
+    card = shared.select(request, body.model)
+    tokens = await request.app.state.service.tokenize(
+        card, texts, "inputs", {"add_special_tokens": body.add_special_tokens, "prompt_name": body.prompt_name})
+    return shared.json_response([[{"id": t.id, "text": t.text, "special": t.special, "start": t.start,
+                                   "stop": t.stop} for t in row] for row in tokens])
+
+
+@router.post("/decode", dependencies=shared.USER, response_model=list[str], responses=shared.ERRORS)
+async def decode(request: Request, body: schemas.TeiDecodeRequest):
+    """TEI's decode, from the export's tokenizer model: token ids (a list, or a list of lists) -> one text per
+    list; skip_special_tokens (default true) leaves the special tokens out."""
+    rows = [body.ids] if not body.ids or isinstance(body.ids[0], int) else body.ids
+    settings = request.app.state.settings
+    if len(rows) > settings.max_inputs_per_request:
+        raise ApiError(422, f"{len(rows)} inputs is over the limit of {settings.max_inputs_per_request} per request "
+                            f"(setting max_inputs_per_request)", "too_many_inputs", "ids")
+    card = shared.select(request, body.model)
+    texts = await request.app.state.service.decode(card, rows, "ids",
+                                                   {"skip_special_tokens": body.skip_special_tokens})
+    return shared.json_response(texts)
 
 
 @router.get("/info", dependencies=shared.USER, response_model=dict, responses=shared.ERRORS)
@@ -108,7 +253,7 @@ async def info(request: Request, model: str | None = None):
     card = shared.select(request, model)
     settings = request.app.state.settings
     if card.kind == "cross-encoder":
-        labels = {str(i): f"LABEL_{i}" for i in range(card.num_labels or 1)}
+        labels = {str(i): label for i, label in enumerate(label_names(card))}
         kind = {"reranker" if len(labels) == 1 else "classifier": {
             "id2label": labels, "label2id": {label: int(i) for i, label in labels.items()}}}
     else:

@@ -143,6 +143,58 @@ class TeiRerankRequest(Request):
     model: str | None = None
 
 
+class TeiEmbedAllRequest(Request):
+    """TEI's /embed_all: every token's vector (the encoder's last hidden state, before pooling)."""
+    inputs: Text | list[Text]
+    truncate: bool | None = Field(None, description="as /embed's")
+    truncation_direction: Literal["Right", "Left", "right", "left"] = "Right"
+    prompt_name: str | None = None
+    model: str | None = None
+
+
+class TeiPredictRequest(Request):
+    """TEI's /predict for a cross-encoder: a text, a pair [text, text], or a list of [text] / [text, text]."""
+    inputs: Text | list[Text] | list[list[Text]]
+    truncate: bool | None = Field(None, description="as /embed's")
+    truncation_direction: Literal["Right", "Left", "right", "left"] = "Right"
+    raw_scores: bool = Field(False, description="true: the classifier's logits; false: sigmoid (one label) or "
+                                                "softmax (several)")
+    model: str | None = None
+
+
+class SimilarityInput(Item):
+    source_sentence: Text
+    sentences: list[Text] = Field(min_length=1)
+
+
+class SimilarityParameters(Item):
+    truncate: bool | None = None
+    truncation_direction: Literal["Right", "Left", "right", "left"] = "Right"
+    prompt_name: str | None = None
+
+
+class TeiSimilarityRequest(Request):
+    """TEI's /similarity: the cosine similarity of source_sentence with each sentence."""
+    inputs: SimilarityInput
+    parameters: SimilarityParameters | None = None
+    model: str | None = None
+
+
+class TeiTokenizeRequest(Request):
+    """TEI's /tokenize: every token of each input (not truncated)."""
+    inputs: Text | list[Text]
+    add_special_tokens: bool = True
+    prompt_name: str | None = None
+    model: str | None = None
+
+
+class TeiDecodeRequest(Request):
+    """TEI's /decode: token ids (a list, or a list of lists) back to text."""
+    ids: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] | list[list[Annotated[int, Field(ge=0, le=INT32_MAX)]]]
+    skip_special_tokens: bool = True
+    model: str | None = None
+
+
 class CohereRerankRequest(Request):
     """Cohere's v2 rerank (also the v1 SDK's fields: `return_documents`, document objects)."""
     query: Text

@@ -28,12 +28,14 @@ TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values"
            "uint8": ("embedding_uint8",), "binary": ("embedding_binary",), "ubinary": ("embedding_ubinary",),
            "colbert_fp16": ("colbert_vectors_fp16", "colbert_length"),
            "colbert_int8": ("colbert_vectors_int8", "colbert_length"),
-           "colbert_binary": ("colbert_vectors_binary", "colbert_length")}
+           "colbert_binary": ("colbert_vectors_binary", "colbert_length"),
+           "tokens": ("token_embeddings",)}  # every token's vector (TEI's /embed_all)
 QUANTIZED = ("int8", "uint8", "binary", "ubinary")  # the BLS model's outputs (not the ensemble's)
 COLBERT_KINDS = ("colbert", "colbert_fp16", "colbert_int8", "colbert_binary")  # one of them per request
-BLS_ONLY = (*QUANTIZED, *COLBERT_KINDS[1:])
+BLS_ONLY = (*QUANTIZED, *COLBERT_KINDS[1:], "tokens")
 PER_TOKEN = ("sparse_indices", "sparse_values", "colbert_vectors", "colbert_vectors_fp16", "colbert_vectors_int8",
-             "colbert_vectors_binary")
+             "colbert_vectors_binary", "token_embeddings")
+TOKENIZE = ["input_ids", "token_text", "token_special", "byte_offsets", "num_tokens"]  # the tokenizer's task outputs
 
 
 @dataclass
@@ -45,6 +47,16 @@ class Embeddings:
     truncated: np.ndarray
     inference_ms: float
     quantized: dict = field(default_factory=dict)  # embedding type -> [rows, width] array
+    token_vectors: list | None = None  # per text [tokens, hidden]: the encoder's last hidden state
+
+
+@dataclass
+class Token:
+    id: int
+    text: str
+    special: bool
+    start: int | None  # bytes in the tokenized text (the prompt included); None for a special token
+    stop: int | None
 
 
 @dataclass
@@ -156,7 +168,82 @@ class Service:
             tokens=flat["num_tokens"].reshape(-1).astype(np.int64),
             truncated=flat["truncated"].reshape(-1).astype(bool),
             inference_ms=(time.perf_counter() - started) * 1000,
-            quantized={kind: flat[TENSORS[kind][0]] for kind in outputs if kind in QUANTIZED})
+            quantized={kind: flat[TENSORS[kind][0]] for kind in outputs if kind in QUANTIZED},
+            token_vectors=[vectors[:int(n)] for vectors, n in zip(joined["token_embeddings"],
+                                                                   flat["num_tokens"].reshape(-1))]
+            if "tokens" in outputs else None)
+
+    async def tokenize(self, card, texts, param, parameters):
+        """Every token of each text (the tokenizer model's tokenize task: not truncated) -> per text [Token]."""
+        parameters = {key: value for key, value in parameters.items() if value is not None}
+        rows, size = encoded(texts, param), self.bls_rows.get(card.bls, 1)
+        parts = await asyncio.gather(*(
+            self.infer(card, card.tokenizer, {"text": np.array(rows[first:first + size], dtype=np.object_)
+                                              .reshape(-1, 1)}, TOKENIZE, (param, first), parameters)
+            for first in range(0, len(rows), size)))
+        answer = []
+        for part in parts:
+            for ids, words, special, spans, count in zip(*(part[name] for name in TOKENIZE)):
+                answer.append([Token(int(ids[k]), words[k].decode("utf-8", "replace"), bool(special[k]),
+                                     None if special[k] else int(spans[k, 0]), None if special[k] else int(spans[k, 1]))
+                               for k in range(int(count[0]))])
+        return answer
+
+    async def decode(self, card, ids, param, parameters):
+        """Rows of token ids back to text (the tokenizer model's decode task) -> [str]; a bad row is param[i]."""
+        size = self.bls_rows.get(card.bls, 1)
+
+        async def piece(first):
+            rows = ids[first:first + size]
+            array = np.full((len(rows), max(1, max(len(row) for row in rows))), -1, dtype=np.int64)
+            for i, row in enumerate(rows):
+                array[i, :len(row)] = row
+            try:
+                return await self.infer(card, card.tokenizer, {"token_ids": array}, ["decoded"], None, parameters)
+            except InvalidInput as error:
+                name, i = model_errors.split_field(error.field or "")
+                if name == "token_ids":
+                    rename_field(error, param if i is None else f"{param}[{first + i}]")
+                    error.param = param
+                raise
+        parts = await asyncio.gather(*(piece(first) for first in range(0, len(ids), size)))
+        return [item.decode("utf-8", "replace") for part in parts for item in part["decoded"].reshape(-1)]
+
+    async def predict(self, card, inputs, param, parameters=None):
+        """A cross-encoder's classifier over texts and (first, second) pairs, through its BLS model (single texts
+        and pairs as separate calls) -> (logits [n, labels], scores [n, labels], tokens, truncated [n]), rows in
+        the order given. An input it refuses is param[i] (a pair's first text: its `query`)."""
+        started, size = time.perf_counter(), self.bls_rows.get(card.bls, 1)
+        names = ["logits", "scores", "num_tokens", "truncated"]
+
+        async def piece(indices, pairs):
+            tensors = {"text": np.array(encoded([inputs[i][-1] for i in indices], param), dtype=np.object_)
+                       .reshape(-1, 1)}
+            if pairs:
+                tensors["query"] = np.array(encoded([inputs[i][0] for i in indices], param),
+                                            dtype=np.object_).reshape(-1, 1)
+            try:
+                return indices, await self.infer(card, card.bls, tensors, names, (param, 0, indices),
+                                                 parameters)
+            except InvalidInput as error:
+                name, i = model_errors.split_field(error.field or "")
+                if name == "query" and i is not None:
+                    rename_field(error, f"{param}[{indices[i]}]")
+                    error.param = param
+                raise
+        calls = []
+        for pairs in (False, True):
+            chosen = [i for i, item in enumerate(inputs) if (len(item) == 2) == pairs]
+            calls += [piece(chosen[first:first + size], pairs) for first in range(0, len(chosen), size)]
+        parts = await asyncio.gather(*calls)
+        out = dict.fromkeys(names)
+        for indices, part in parts:
+            for name in names:
+                if out[name] is None:
+                    out[name] = np.zeros((len(inputs), *part[name].shape[1:]), dtype=part[name].dtype)
+                out[name][indices] = part[name]
+        return (out["logits"], out["scores"], int(out["num_tokens"].sum()), out["truncated"].reshape(-1).astype(bool),
+                (time.perf_counter() - started) * 1000)
 
     async def embed_images(self, card, images, param, indices=None):
         """Encoded images (bytes) through a CLIP export's image ensemble, in pieces of its max_batch_size, all at
@@ -172,8 +259,9 @@ class Service:
         vectors = np.concatenate([part["embedding"] for part in parts]).astype(np.float32, copy=False)
         return vectors, (time.perf_counter() - started) * 1000
 
-    async def rerank(self, card, query, documents, weights):
-        """A cross-encoder's rerank model: the classifier's scores (mode_scores None); else bge-m3's combined one."""
+    async def rerank(self, card, query, documents, weights, parameters=None):
+        """A cross-encoder's rerank model: the classifier's scores (mode_scores None); else bge-m3's combined one.
+        parameters: the request parameters (prompt_name: one prompt for all the texts; embedding exports)."""
         started = time.perf_counter()
         inputs = {"query": np.array(encoded([query], "query"), dtype=np.object_),
                   "documents": np.array(encoded(documents, "documents"), dtype=np.object_)}
@@ -181,7 +269,8 @@ class Service:
         if not cross:
             inputs["weights"] = np.array(weights, dtype=np.float32)
         names = ["scores", "logits" if cross else "mode_scores", "num_tokens", "query_truncated", "truncated"]
-        result = await self.infer(card, card.rerank, inputs, names, None)
+        result = await self.infer(card, card.rerank, inputs, names, None,
+                                  {key: value for key, value in (parameters or {}).items() if value is not None})
         return RerankResult(result["scores"], None if cross else result["mode_scores"], int(result["num_tokens"][0]),
                             bool(result["query_truncated"][0]), result["truncated"].astype(bool),
                             (time.perf_counter() - started) * 1000, result["logits"] if cross else None)

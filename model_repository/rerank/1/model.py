@@ -13,6 +13,7 @@ with it is never below 0. It is reproduced here, so the scores equal FlagEmbeddi
 The texts are embedded by the export's BLS model (length groups); its errors name `text[i]`, reported here as the
 query (row 0) or `documents[i - 1]`. Settings: config.pbtxt, read once here.
 """
+import json
 import os
 import sys
 
@@ -27,6 +28,7 @@ import model_errors  # noqa: E402  (the same)
 MODES = ("dense", "sparse", "colbert")
 TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values", "sparse_count"),
            "colbert": ("colbert_vectors", "colbert_length")}
+PROMPT_PARAMETERS = ("prompt_name", "input_type")  # request parameters passed on to the BLS model
 FLAG_EMBEDDING_BATCH = 256  # compute_score's default batch_size: the padding above is per batch of this many
 
 
@@ -87,9 +89,12 @@ class TritonPythonModel(model_common.RerankModel):
         weights = self.weights(request)
         query, documents = model_common.rerank_inputs(request, self.max_documents)
         deadline = model_common.Deadline(request)
+        # a prompt for every text, query and documents alike (TEI's /similarity); the BLS model checks it
+        parameters = json.loads(request.parameters() or "{}")
+        prompt = {key: parameters[key] for key in PROMPT_PARAMETERS if key in parameters}
         texts = np.concatenate([query, documents]).astype(np.object_)
         names = [name for mode in weights for name in TENSORS[mode]] + ["num_tokens", "truncated"]
-        calls = [self.pool.submit(self.embed, texts[start:start + self.texts_per_call], start, names, deadline)
+        calls = [self.pool.submit(self.embed, texts[start:start + self.texts_per_call], start, names, deadline, prompt)
                  for start in range(0, len(texts), self.texts_per_call)]
         parts = [call.result() for call in calls]
         deadline.check_answer()
@@ -114,7 +119,7 @@ class TritonPythonModel(model_common.RerankModel):
                 pb_utils.Tensor("query_truncated", truncated[:1].copy()),
                 pb_utils.Tensor("truncated", truncated[1:].copy())]
 
-    def embed(self, texts, first, names, deadline):
+    def embed(self, texts, first, names, deadline, prompt):
         """texts[first:...] of [query, *documents] -> {output: rows}, with what is left of the request's timeout;
         errors name the query or documents[i]."""
         def rename(field):  # the BLS model's text[i] is row first + i of [query, *documents]
@@ -125,4 +130,4 @@ class TritonPythonModel(model_common.RerankModel):
                 return "documents"
             return "query" if first + i == 0 else f"documents[{first + i - 1}]"
         return model_common.call(self.embedding_model, [pb_utils.Tensor("text", texts.reshape(-1, 1))], names,
-                                 deadline, rename=rename)
+                                 deadline, prompt, rename=rename)

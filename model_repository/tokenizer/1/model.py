@@ -23,6 +23,10 @@ the model's default prompt. Token counts and truncation include it.
 Cleaning (text_cleaning.json beside tokenizer.json, written for open_clip exports): "open_clip" cleans each text as
 open_clip's tokenizer does before tokenizing (ftfy, HTML unescaping, whitespace, lower case), so the ids are
 open_clip's own.
+
+Two more tasks, TEI's /tokenize and /decode, each answered alone (not grouped): a request that asks for the output
+`token_text` gets every token of its texts (not truncated; add_special_tokens, prompts as above) with its text, its
+special flag and its bytes; a request with the input `token_ids` gets its rows decoded (`decoded`).
 """
 import html
 import json
@@ -67,6 +71,8 @@ class TritonPythonModel:
         self.pad_id = self.tokenizer.padding["pad_id"]
         self.tokenizer.no_padding()  # padding is done per length group
         self.tokenizer.enable_truncation(self.max_length)
+        self.whole = None  # the same tokenizer without truncation, made by the first tokenize request
+        self.vocabulary = self.tokenizer.get_vocab_size(with_added_tokens=True)
         self.special_tokens = len(self.tokenizer.encode("").ids)  # what a text with no content becomes
         self.pair_special_tokens = self.tokenizer.num_special_tokens_to_add(True)
         self.query_max_length = int(_parameter(config, "query_max_length") or self.max_length * 3 // 4)
@@ -233,6 +239,12 @@ class TritonPythonModel:
         texts, spans = [], []
         for i, request in enumerate(requests):
             try:
+                if pb_utils.get_input_tensor_by_name(request, "token_ids") is not None:
+                    self.detokenize(request)
+                    continue
+                if "token_text" in request.requested_output_names():
+                    self.tokenize(request)
+                    continue
                 decoded, queries, shared, empty = self.decode_with_prompt(request)
                 pairs = None if queries is None else self.pairs(queries, decoded, shared)
             except ValueError as error:
@@ -309,3 +321,69 @@ class TritonPythonModel:
             text = (np.asarray(encoding.special_tokens_mask) == 0) & (spans[:, 1] > 0) & (spans[:, 1] > spans[:, 0])
             result[row, :len(spans)][text] = np.maximum(spans[text], 0)
         return result
+
+    # ---------------------------------------------------------------- TEI's /tokenize and /decode
+    @staticmethod
+    def flag(request, name, default):
+        value = json.loads(request.parameters() or "{}").get(name, default)
+        if not isinstance(value, bool):
+            raise InvalidInput(name, f"must be true or false, not {json.dumps(value)[:40]}", "invalid_value")
+        return value
+
+    def tokenize(self, request):
+        """Every token of each text, as TEI's /tokenize lists them: not truncated (a user asking how many tokens a
+        text has wants them all; max_text_bytes bounds the work), the prompt's tokens included."""
+        special = self.flag(request, "add_special_tokens", True)
+        texts, queries, _, _ = self.decode_with_prompt(request)
+        if queries is not None:
+            raise InvalidInput("query", "is not taken by tokenize: it lists the tokens of single texts",
+                               "invalid_value")
+        if self.whole is None:
+            self.whole = Tokenizer.from_str(self.tokenizer.to_str())
+            self.whole.no_truncation()
+        encodings = self.whole.encode_batch(texts, add_special_tokens=special)
+        rows, width = len(texts), max(1, max(len(e.ids) for e in encodings))
+        ids = np.full((rows, width), -1, dtype=np.int64)
+        words = np.full((rows, width), b"", dtype=np.object_)
+        specials = np.zeros((rows, width), dtype=bool)
+        spans = np.full((rows, width, 2), -1, dtype=np.int64)
+        for row, (text, encoding) in enumerate(zip(texts, encodings)):
+            data = text.encode("utf-8")
+            # each character's first byte (and the end): tokenizers' offsets count characters, TEI's bytes
+            starts = np.append(np.flatnonzero((np.frombuffer(data, np.uint8) & 0xC0) != 0x80), len(data))
+            count = len(encoding.ids)
+            ids[row, :count] = encoding.ids
+            for k, (token, (start, stop), mask) in enumerate(zip(encoding.tokens, encoding.offsets,
+                                                                 encoding.special_tokens_mask)):
+                if mask:
+                    words[row, k], specials[row, k] = token.encode("utf-8"), True
+                else:
+                    first, last = int(starts[start]), int(starts[stop])
+                    words[row, k], spans[row, k] = data[first:last], (first, last)
+        outputs = [pb_utils.Tensor("input_ids", ids), pb_utils.Tensor("token_text", words),
+                   pb_utils.Tensor("token_special", specials), pb_utils.Tensor("byte_offsets", spans),
+                   pb_utils.Tensor("num_tokens", np.array([len(e.ids) for e in encodings], np.int32).reshape(rows, 1)),
+                   pb_utils.Tensor("truncated", np.zeros((rows, 1), dtype=bool))]
+        request.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=outputs), flags=FINAL)
+
+    def detokenize(self, request):
+        """Each row of token_ids back to text (TEI's /decode); -1 pads a row, any other id outside the vocabulary is
+        refused naming its row."""
+        if pb_utils.get_input_tensor_by_name(request, "text") is not None:
+            raise InvalidInput("token_ids", "comes with text: a request either decodes token_ids or tokenizes text",
+                               "invalid_value")
+        skip = self.flag(request, "skip_special_tokens", True)
+        array = pb_utils.get_input_tensor_by_name(request, "token_ids").as_numpy()
+        if array.ndim != 2:
+            raise InvalidInput("token_ids", f"arrived with shape {list(array.shape)}, not [rows, ids]")
+        decoded = []
+        for row, ids in enumerate(array):
+            ids = ids[ids != -1]
+            bad = (ids < 0) | (ids >= self.vocabulary)
+            if bad.any():
+                raise InvalidInput(f"token_ids[{row}]", f"holds {int(ids[bad][0])}, not a token id of this model "
+                                                        f"(0 to {self.vocabulary - 1}; -1 pads a row)", "invalid_value")
+            decoded.append(self.tokenizer.decode(ids.tolist(), skip_special_tokens=skip).encode("utf-8"))
+        out = np.array(decoded + [b""], dtype=np.object_)[:-1].reshape(-1, 1)  # (+ b"": keep an object array)
+        request.get_response_sender().send(
+            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("decoded", out)]), flags=FINAL)
