@@ -73,7 +73,7 @@ class InstantService:
         return SimpleNamespace(dense=np.tile(self.vector, (n, 1)), sparse=None, colbert=None,
                                tokens=np.full(n, 9), truncated=np.zeros(n, bool), inference_ms=1.0, quantized={})
 
-    async def rerank(self, card, query, documents, weights):
+    async def rerank(self, card, query, documents, weights, parameters=None):
         n = len(documents)
         return SimpleNamespace(scores=np.linspace(1, 0, n, dtype=np.float32),
                                mode_scores=np.full((n, 3), np.nan, np.float32), tokens=9 * (n + 1),
