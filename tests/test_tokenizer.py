@@ -423,5 +423,9 @@ def test_tokenize_and_decode_tasks_over_kserve(served, protocol):
             connection.infer("tokenizer", _tokenize_inputs(protocol, None, ids), outputs=outputs(protocol, ["decoded"]))
         again = infer(protocol, None, texts[:1], model="tokenizer", names=TOKENIZER_OUTPUTS, connection=connection)
         assert again["input_ids"][0, :int(again["num_tokens"][0, 0])].tolist() == rows[0]
+        # a request naming no outputs is given all of them: still the embedding task (truncated, with a mask)
+        every = connection.infer("tokenizer", _tokenize_inputs(protocol, texts[1:]))
+        assert every.as_numpy("attention_mask") is not None and every.as_numpy("token_text") is None
+        assert int(every.as_numpy("num_tokens")[0, 0]) == max_length and every.as_numpy("truncated")[0, 0]
     finally:
         connection.close()

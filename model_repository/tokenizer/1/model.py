@@ -25,8 +25,9 @@ open_clip's tokenizer does before tokenizing (ftfy, HTML unescaping, whitespace,
 open_clip's own.
 
 Two more tasks, TEI's /tokenize and /decode, each answered alone (not grouped): a request that asks for the output
-`token_text` gets every token of its texts (not truncated; add_special_tokens, prompts as above) with its text, its
-special flag and its bytes; a request with the input `token_ids` gets its rows decoded (`decoded`).
+`token_text` (and not `attention_mask`, which only the embedding task gives) gets every token of its texts (not
+truncated; add_special_tokens, prompts as above) with its text, its special flag and its bytes; a request with the
+input `token_ids` gets its rows decoded (`decoded`).
 """
 import html
 import json
@@ -242,7 +243,9 @@ class TritonPythonModel:
                 if pb_utils.get_input_tensor_by_name(request, "token_ids") is not None:
                     self.detokenize(request)
                     continue
-                if "token_text" in request.requested_output_names():
+                wanted = request.requested_output_names()
+                # (a request naming no outputs is given all of them: it is an embedding step's, as before)
+                if "token_text" in wanted and "attention_mask" not in wanted:
                     self.tokenize(request)
                     continue
                 decoded, queries, shared, empty = self.decode_with_prompt(request)
