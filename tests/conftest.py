@@ -223,6 +223,9 @@ STOP_S = 10
 
 
 def stop_server(running):
+    from triton_clients import close_clients
+
+    close_clients()
     launch.stop(running.process, timeout_s=STOP_S)
 
 

@@ -1,5 +1,6 @@
 """Small helpers for the ensemble tests: the same calls through tritonclient.http and tritonclient.grpc."""
 import time
+import weakref
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -75,9 +76,25 @@ def url_for(server, protocol):
     return server.http_url if protocol == "http" else server.grpc_url
 
 
+OPEN_CLIENTS = weakref.WeakSet()  # closed before a test server stops (close_clients)
+
+
 def client(protocol, url, **kwargs):
     module = httpclient if protocol == "http" else grpcclient
-    return module.InferenceServerClient(url, **kwargs)
+    connection = module.InferenceServerClient(url, **kwargs)
+    OPEN_CLIENTS.add(connection)
+    return connection
+
+
+def close_clients():
+    """Close every client a test left open: at SIGTERM Triton waits (up to its exit timeout, 30 s) for the HTTP
+    connections open to it, an idle keep-alive one included, before it unloads the models."""
+    for connection in list(OPEN_CLIENTS):
+        try:
+            connection.close()
+        except Exception:  # noqa: BLE001 - already closed, or its loop gone: nothing left to close
+            pass
+    OPEN_CLIENTS.clear()
 
 
 def text_input(protocol, texts):
