@@ -174,7 +174,7 @@ def tokenizer_micro(scratch, texts):
         groups = module.plan_groups(lengths, model.multiple, model.overhead, model.min_efficiency,
                                     model.max_batch_tokens)
         t3 = time.perf_counter()
-        model.send(request, encodings, None, lengths[0], groups[0][1])
+        model.send(request, request.requested_output_names(), encodings, None, lengths[0], groups[0][1])
         t4 = time.perf_counter()
         for key, value in zip(timings, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             timings[key].append(value * 1000)

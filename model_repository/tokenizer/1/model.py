@@ -236,7 +236,8 @@ class TritonPythonModel:
         request.get_response_sender().send(pb_utils.InferenceResponse(error=error.triton_error), flags=FINAL)
 
     def execute(self, requests):
-        # single texts of all requests; per good request (index, first text, count, pairs, tokens of an empty text)
+        # single texts of all requests; per good request (index, first text, count, pairs, tokens of an empty text,
+        # its requested outputs: read once, each call crosses into the stub's C++)
         texts, spans = [], []
         for i, request in enumerate(requests):
             try:
@@ -253,14 +254,14 @@ class TritonPythonModel:
             except ValueError as error:
                 self.reject(request, error)
                 continue
-            spans.append((i, len(texts), len(decoded), pairs, empty))
+            spans.append((i, len(texts), len(decoded), pairs, empty, wanted))
             if pairs is None:
                 texts.extend(decoded)
         # encode() avoids encode_batch's thread-pool hand-off for the common single-text execute.
         encodings = self.tokenizer.encode_batch(texts) if len(texts) > 1 else [self.tokenizer.encode(t) for t in texts]
         accepted = []
-        for i, start, count, pairs, empty in spans:
-            split = "length_group" in requests[i].requested_output_names()
+        for i, start, count, pairs, empty, wanted in spans:
+            split = "length_group" in wanted
             mine, flags = pairs if pairs else (encodings[start:start + count], None)
             try:
                 self.check(mine, split, pairs is not None, empty)
@@ -268,29 +269,30 @@ class TritonPythonModel:
                 self.reject(requests[i], error)
                 continue
             if split:  # goes out at once: its caller, not the encoder's batcher, groups its rows
-                self.send_split(requests[i], mine, flags)
+                self.send_split(requests[i], wanted, mine, flags)
                 continue
-            accepted.append((i, mine, flags))
-        lengths = [[len(e.ids) for e in request_encodings] for _, request_encodings, _ in accepted]
+            accepted.append((i, wanted, mine, flags))
+        lengths = [[len(e.ids) for e in request_encodings] for _, _, request_encodings, _ in accepted]
         for group, width in plan_groups(lengths, self.multiple, self.overhead, self.min_efficiency,
                                         self.max_batch_tokens, self.power_of_two, self.max_width):
             for k in group:
-                i, request_encodings, flags = accepted[k]
-                self.send(requests[i], request_encodings, flags, lengths[k], width)
+                i, wanted, request_encodings, flags = accepted[k]
+                self.send(requests[i], wanted, request_encodings, flags, lengths[k], width)
         return None
 
-    def send_split(self, request, encodings, flags):
+    def send_split(self, request, wanted, encodings, flags):
         lengths = [len(e.ids) for e in encodings]
         groups = np.zeros((len(lengths), 2), dtype=np.int32)  # per row: (group index, the group's padded width)
         plan = plan_groups([[n] for n in lengths], self.multiple, self.split_overhead, self.min_efficiency,
                            self.max_batch_tokens, self.power_of_two, self.max_width)
         for index, (rows, width) in enumerate(plan):
             groups[rows] = (index, width)
-        self.send(request, encodings, flags, lengths, self.width(max(lengths)),
+        self.send(request, wanted, encodings, flags, lengths, self.width(max(lengths)),
                   [pb_utils.Tensor("length_group", groups)])
 
-    def send(self, request, encodings, flags, lengths, width, extra=()):
-        """flags: per pair row (query cut, pair cut); None for single texts."""
+    def send(self, request, wanted, encodings, flags, lengths, width, extra=()):
+        """wanted: the request's requested outputs; flags: per pair row (query cut, pair cut); None for single
+        texts."""
         rows = len(encodings)
         input_ids = np.full((rows, width), self.pad_id, dtype=np.int64)
         attention_mask = np.zeros((rows, width), dtype=np.int64)
@@ -305,9 +307,9 @@ class TritonPythonModel:
             pb_utils.Tensor("truncated", np.array(truncated, dtype=bool).reshape(rows, 1)),
             *extra,
         ]
-        if "offsets" in request.requested_output_names():
+        if "offsets" in wanted:
             outputs.append(pb_utils.Tensor("offsets", self.offsets(request, encodings, width)))
-        if "query_truncated" in request.requested_output_names():
+        if "query_truncated" in wanted:
             query_cut = [f[0] for f in flags] if flags else [False] * rows
             outputs.append(pb_utils.Tensor("query_truncated", np.array(query_cut, dtype=bool).reshape(rows, 1)))
         request.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=outputs), flags=FINAL)
