@@ -110,6 +110,15 @@ def targets(run):
                     "value": bulk["memory_ratio"], "ok": bulk["memory_ratio"] <= bulk["memory_limit"],
                     "detail": f"{_num(bulk['memory'][large]['peak_rss_mib'])} vs "
                               f"{_num(bulk['memory'][small]['peak_rss_mib'])} MiB"})
+    tail = run.get("tail")
+    if tail and tail.get("met") is not None:  # issue 37: direct KServe HTTP's tail with other exports loaded
+        kserve = [r for rows in tail["rounds"] for r in rows if r["door"] == "kserve_http"]
+        worst = max(kserve, key=lambda r: r["ratio"])
+        out.append({"target": "queries: KServe HTTP p99 / p50, several exports loaded, every reading",
+                    "wanted": f"≤ {tail['target']:g}", "value": worst["ratio"], "ok": tail["met"],
+                    "detail": f"worst of {len(kserve)}: round {worst['round']}, c={worst['level']}, p50 "
+                              f"{_num(worst['p50_ms'])} ms, p99 {_num(worst['p99_ms'])} ms "
+                              f"({', '.join(tail['extras'])} loaded)"})
     for target in out:
         target["status"] = "not measured" if target["value"] is None else "met" if target["ok"] else "missed"
     return out
@@ -292,6 +301,15 @@ def markdown(run, plot_names):
         from bench.bulk import section as bulk_section
 
         out += bulk_section(run["bulk"])
+    if run.get("tail"):
+        from bench.tail import table as tail_table
+
+        out += ["## The tail with several exports", "",
+                "Single queries to the default export, one text per request, through Triton's KServe HTTP (wrk), "
+                "KServe gRPC (perf_analyzer) and the HTTP front (`/v1/embeddings`, wrk), with "
+                f"{', '.join(run['tail']['extras'])} exported beside it and loaded (bench/tail.py), in interleaved "
+                f"rounds of {run['tail']['seconds']:g} s readings. Each cell: p50 / p99 ms (p99/p50); every reading, "
+                "not an average: a stall comes in some rounds only.", "", tail_table(run["tail"]), ""]
     if run.get("images"):
         from bench.images import section
 

@@ -29,7 +29,10 @@ Steps, in one process:
      open_clip, in their own server;
   10. the report: targets (ratios to each workload's ceiling), tables, plots (bench/report.py);
   11. bulk embedding (bench/bulk.py): the bulk command (`make embed`) on 10,000 mixed texts against the onnxruntime
-      ceiling on the same texts, and its memory at 10,000 and 100,000 rows, on the step-4 server.
+      ceiling on the same texts, and its memory at 10,000 and 100,000 rows, on the step-4 server;
+  12. the tail with several exports (bench/tail.py): single queries to the export through KServe HTTP, gRPC and the
+      HTTP front at 16 and 64 connections, 3 interleaved rounds, with two other exports loaded, in their own server;
+      every reading's p99/p50 is printed (target: KServe HTTP's ≤ 3).
 """
 import argparse
 import json
@@ -50,6 +53,7 @@ from bench import baselines, breakdown, bulk, common, loadgen, overhead, report 
 from bench import corpus as corpus_lib  # noqa: E402
 from bench import images as images_bench  # noqa: E402
 from bench import rerank as rerank_bench  # noqa: E402
+from bench import tail as tail_bench  # noqa: E402
 
 PERF_MODELS = {"ensemble": "ensemble", "ensemble_bls": "ensemble_bls", "client_tokenization": "embedding",
                "pytorch_baseline": "pytorch_baseline"}
@@ -376,6 +380,8 @@ def parse_args(argv):
     parser.add_argument("--rerank-sizes", help="step 8's cross-encoder shapes, comma-separated (minilm, m3: 24 "
                         "layers, slow on 2 cores); default minilm, none with --short; empty: leave the step out")
     parser.add_argument("--no-bulk", action="store_true", help="leave out step 11 (the bulk command)")
+    parser.add_argument("--no-tail", action="store_true", help="leave out step 12 (the tail with several exports; "
+                        "--short: 1 round of 2 s readings)")
     parser.add_argument("--no-images", action="store_true", help="leave out step 9 (CLIP images: an open_clip "
                         "export's image ensemble against onnxruntime in-process, bench/images.py)")
     parser.add_argument("--images-architecture", default=images_bench.ARCHITECTURE,
@@ -447,12 +453,17 @@ def main(argv=None):
     if not args.no_images:
         pictures = images_bench.measure(os.path.join(args.work_dir, "images"), args.short, args.images_architecture,
                                         progress=progress)
+    tail = None
+    if not args.no_tail:
+        tail = tail_bench.measure(os.path.join(args.work_dir, "tail"), scratch, rounds=1 if args.short else 3,
+                                  seconds=2 if args.short else 5, progress=progress)
+        progress(tail_bench.summary(tail))
     run = {
         "mode": args.mode, "command": command_line, "device": args.device, "manifest": manifest,
         "repository": os.path.relpath(source, PROJECT) if source.startswith(PROJECT) else source,
         "bench_owned_export": owned, "encoder_threads": threads, "probe": probe, "breakdown": times, "overhead": floor,
         "one_in_flight": one_in_flight,
-        "rerank": reranking, "images": pictures, "bulk": bulk_run,
+        "rerank": reranking, "images": pictures, "bulk": bulk_run, "tail": tail,
         "client_tokenize_us": baselines.client_tokenization_cost(
             tokenizer, [t["text"] for t in workloads[next(iter(workloads))]["texts"][:200]], 0.5),
         "workloads": {name: {k: w.get(k) for k in ("info", "ceiling", "ceiling_sweep", "grouped", "results")}

@@ -151,6 +151,27 @@ def test_overload_script_measures_every_route(minilm_repository, tmp_path):
     assert "0 misrouted" in result.stdout and "| clients |" in result.stdout
 
 
+def test_tail_script_measures_every_door_with_another_export_loaded(minilm_repository, tiny_xlmr_dir, tmp_path):
+    """bench/tail.py (make bench's step 12) with a tiny XLM-R exported beside MiniLM and loaded: each door read at
+    two levels, every reading's p99/p50, the table and the target's verdict printed."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.tail", "--repository", str(minilm_repository), "--extra", f"m3={tiny_xlmr_dir}",
+         "--rounds", "1", "--seconds", "1", "--levels", "2,4", "--work-dir", str(tmp_path)],
+        cwd=PROJECT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (tmp_path / "repository" / "m3" / "config.pbtxt").exists()  # exported beside the default export
+    run = json.loads((tmp_path / "results.json").read_text())
+    assert run["extras"] == ["m3"] and len(run["rounds"]) == 1
+    rows = run["rounds"][0]
+    assert sorted((r["door"], r["level"]) for r in rows) == sorted(
+        (door, level) for door in ("kserve_http", "grpc", "proxy_http") for level in (2, 4))
+    assert all(r["requests_per_s"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"] for r in rows), rows
+    assert all(r["ratio"] == r["p99_ms"] / r["p50_ms"] for r in rows)
+    assert run["met"] == all(r["ratio"] <= 3 for r in rows if r["door"] == "kserve_http")
+    assert "| Round | Connections |" in result.stdout
+    assert "tail: KServe HTTP p99/p50 at most" in result.stdout and "with m3 loaded" in result.stdout
+
+
 def test_images_benchmark_smoke(tmp_path):
     """bench/images.py --short on open_clip ViT-S-32 (the smaller tower): the export, the in-process preprocessing
     and ceiling, the served image ensemble at every level, the retrieval sanity against open_clip, the table, and
