@@ -16,7 +16,9 @@ def test_short_benchmark_produces_report(minilm_repository, tmp_path):
     output, work = tmp_path / "out", tmp_path / "work"
     result = subprocess.run(
         [sys.executable, "-m", "bench.run", "--short", "--repository", str(minilm_repository),
-         "--workloads", "queries,client-batched", "--concurrency", "1,2", "--min-window-requests", "2",
+         "--workloads", "queries,client-batched", "--corpus-size", "64", "--concurrency", "1,2",
+         "--min-window-requests", "2",  # 64 texts: client-batched is 2 requests of 32, enough to measure each stage
+         "--no-tail",  # step 12: test_tail_script_measures_every_door_with_another_export_loaded
          "--no-images", "--output", str(output), "--work-dir", str(work)],  # step 9: test_images_benchmark_smoke
         cwd=PROJECT, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
