@@ -106,9 +106,9 @@ class InvalidInput(ModelError, ValueError):
 def read_bytes(request, name, rank=None, optional=False):
     """The BYTES input `name` as a flat object array of bytes (None: absent and optional), or InvalidInput naming it
     (`name` for its shape, `name[i]` for an element). `rank`: the dimensions the model's config gives the input,
-    batch included. Why: Triton 2.48 takes a batch of 2^32 rows holding one element as a batch of 0 and hands a BLS
-    model the input without its batch dimension (a tokenizer behind a dynamic batcher gets it as one row, and nothing
-    in the model can tell)."""
+    batch included. Why: Triton 2.48 takes a batch of 2^32 rows holding one element as a batch of 0 and hands the model
+    the input without its batch dimension. (An ensemble hands its first step such a request as one row, and 2^32 + 1
+    rows wrap to 1 everywhere: nothing in a model can tell those.)"""
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
         if optional:
