@@ -112,17 +112,17 @@ def report(case, requests, fault_at, fail_fast_s=FAIL_FAST_S):
     return measured
 
 
-def stub_pid(server_pid, model):
-    for pid, (state, argv) in launch.children(server_pid).items():
-        if state != "Z" and len(argv) > 1 and f"/{model}/".encode() in argv[1]:
-            return pid
-    raise AssertionError(f"no live stub of '{model}' under tritonserver {server_pid}")
-
-
 def stub_pids(server_pid, model):
     """Every live stub of `model` (the tokenizer has two instances)."""
     return {pid for pid, (state, argv) in launch.children(server_pid).items()
             if state != "Z" and len(argv) > 1 and f"/{model}/".encode() in argv[1]}
+
+
+def stub_pid(server_pid, model):
+    """One live stub of `model` (the lowest pid)."""
+    pids = stub_pids(server_pid, model)
+    assert pids, f"no live stub of '{model}' under tritonserver {server_pid}"
+    return min(pids)
 
 
 def wait_for_log(server, text, offset=0, timeout_s=30):
