@@ -6,7 +6,9 @@
     API_KEY=... python -m bulk_embed corpus.jsonl out.parquet --http http://host:8080
 
 Killed (kill -9 included) and started again with the same arguments, it goes on where it stopped; rows the server
-refuses are listed with their ids in OUTPUT's `.rejects.jsonl`. See bulk_embed/job.py for how it is fed.
+refuses, rows that cannot be read and rows repeating an earlier row's id are listed with their ids in OUTPUT's
+`.rejects.jsonl`; blank lines are skipped. Ids keep their JSON type (6 and "6" are two ids). See bulk_embed/job.py
+for how it is fed, bulk_embed/ids.py for repeated ids, bulk_embed/store.py for the id column.
 """
 import argparse
 import glob
@@ -18,7 +20,7 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
-from bulk_embed import corpus, job, store  # noqa: E402
+from bulk_embed import corpus, ids, job, store  # noqa: E402
 from bulk_embed.doors import KINDS, QUANTIZED, HttpDoor, JobError, KServeDoor  # noqa: E402
 
 
@@ -30,6 +32,9 @@ def parse_args(argv):
     parser.add_argument("--format", choices=corpus.FORMATS, help="the input's format (default: by its extension)")
     parser.add_argument("--id-field", default="id", help="the id's field or column ('': row numbers); default id")
     parser.add_argument("--text-field", default="text", help="the text's field or column; default text")
+    parser.add_argument("--duplicates", choices=ids.MODES, default="keep-first",
+                        help="a row repeating an earlier row's id: keep-first (default) keeps the first and lists the "
+                             "others in the rejects file (duplicate_id); fail refuses the job, before any work")
     parser.add_argument("--model",
                         help="the export: its name, model id or a served name (default: the default export)")
     parser.add_argument("--outputs", default="float",
@@ -93,8 +98,16 @@ def bls_model(repository, model):
     return ("ensemble_bls" if name == "ensemble" else f"{name}_bls"), None
 
 
+JOB_LAYOUT = 2  # parts with typed ids, duplicate_id rejects, blank lines skipped: an older job folder is not resumed
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.duplicates == "fail" and corpus.has_ids(args.format, args.id_field):  # before the server, before a part
+        found = ids.first_duplicate(corpus.rows(args.input, args.format, args.id_field, args.text_field))
+        if found:
+            row, first = found
+            raise SystemExit(f"embed: {ids.refusal(row.id, row.ordinal, first, args.format)}")
     parameters = {"dimensions": args.dimensions, "prompt_name": args.prompt_name, "input_type": args.input_type,
                   "colbert_pool_factor": args.colbert_pool_factor}
     if args.http:
@@ -111,7 +124,7 @@ def main(argv=None):
     settings = {"input": os.path.abspath(args.input), "input_bytes": stat.st_size, "input_mtime_ns": stat.st_mtime_ns,
                 "format": args.format, "id_field": args.id_field, "text_field": args.text_field,
                 "window": args.window, "model": target, "outputs": args.kinds, "truncate": args.truncate,
-                **parameters}
+                "layout": JOB_LAYOUT, **parameters}
     work = store.Job(os.path.abspath(args.output), settings, restart=args.restart)
     source = argparse.Namespace(path=args.input, format=args.format, id_field=args.id_field,
                                 text_field=args.text_field)
@@ -123,11 +136,19 @@ def main(argv=None):
     except JobError as error:
         raise SystemExit(f"embed: stopped: {error}. Finished windows are kept in {work.folder}: the same command "
                          f"goes on from there") from None
+    except ids.DuplicateId as error:
+        raise SystemExit(f"embed: {error}") from None
     except KeyboardInterrupt:
         print(f"\nembed: interrupted; the same command goes on from {work.folder}", file=sys.stderr)
         return 130
-    rejects = f", {summary['rejected']} rejected (listed in {work.rejects_path})" if summary["rejected"] else ""
-    print(f"embed: done: {summary['embedded']} rows in {args.output}{rejects}, {summary['truncated']} truncated "
+    if summary["id_kind"] == "json" and args.output_format == "parquet":
+        print(f"embed: the ids mix integers and strings, so {args.output}'s id column holds each id's JSON text "
+              f"(the integer 6 as 6, the string \"6\" as \"6\"; field metadata encoding=json)", file=sys.stderr)
+    notes = [f"{summary['duplicates']} duplicate ids"] if summary["ids_checked"] else []
+    notes += [f"listed in {work.rejects_path}"] if summary["rejected"] else []
+    notes = f" ({'; '.join(notes)})" if notes else ""
+    print(f"embed: done: {summary['embedded']} rows in {args.output}, {summary['rejected']} rejected{notes}, "
+          f"{summary['truncated']} truncated "
           f"this run; {summary['texts_per_s']:.1f} texts/s, {summary['tokens_per_s']:.0f} tokens/s over "
           f"{summary['seconds']:.1f} s", file=sys.stderr, flush=True)
     return 0

@@ -8,13 +8,18 @@ padded tokens each; the server cuts each request into its own length groups, all
 Requests in flight: the encoder's instances, or --in-flight. Measured on 2 cores (MiniLM, 2,000 mixed texts, four
 interleaved runs): one request in flight 1.01-1.11x the ceiling's pass, two 0.84-0.89x (two requests' groups
 compete for the one encoder and its cores).
+
+Repeated ids (ids.py) are found here, on the main thread, as each window is read: in corpus order, so which row keeps
+an id never depends on which request comes back first. A resumed job first takes the ids of the finished windows it
+will not read again from their parts (embedded rows and rejects), then reads on; a window read again because a part
+holds it already adds its ids and is not sent, so no row is ever the duplicate of itself.
 """
 import concurrent.futures
 import sys
 import time
 from dataclasses import dataclass, field
 
-from bulk_embed import corpus
+from bulk_embed import corpus, ids
 from bulk_embed.doors import JobError, Refused, Retry
 
 INTERNAL_RETRIES = 5  # an internal error again and again is a fault, not a restart: the job stops
@@ -130,11 +135,18 @@ class Run:
         self.done = work.done_windows()
         self.windows, self.pending = {}, {}  # window number -> Window; future -> window number
         self.counts = {"rejected": 0, "truncated": 0}
+        self.fail_on_duplicates = getattr(options, "duplicates", "keep-first") == "fail"
         self.pool = concurrent.futures.ThreadPoolExecutor(options.in_flight, thread_name_prefix="embed")
 
     def go(self, source):
         size = self.options.window
         first_open = next(k for k in range(len(self.done) + 1) if k not in self.done)
+        self.format = source.format
+        self.seen = ids.SeenIds() if corpus.has_ids(source.format, source.id_field) else None
+        if self.seen is not None:  # the finished windows before the first open one are not read again
+            for window in range(first_open):
+                pairs = self.work.window_ids(window)
+                self.seen.first_rows([i for _, i in pairs], [r for r, _ in pairs])
         self.progress = Progress(corpus.count(source.path, source.format),
                                  sum(self.done.values()) + self.work.rejected_count())
         try:
@@ -143,6 +155,8 @@ class Run:
                                    skip=first_open * size):
                 if row.ordinal // size != number:
                     self.start_window(number, buffer)
+                    for empty in range(number + 1, row.ordinal // size):  # blank lines only: an empty part
+                        self.start_window(empty, [])
                     buffer, number = [], row.ordinal // size
                 buffer.append(row)
             if buffer:
@@ -156,18 +170,26 @@ class Run:
         self.pool.shutdown()
         elapsed = self.progress.close()
         summary = {**self.counts, "rejected": self.work.rejected_count(),
+                   "duplicates": self.work.duplicate_count(), "ids_checked": self.seen is not None,
                    "embedded": sum(self.work.done_windows().values()), "seconds": elapsed,
                    "texts_per_s": self.progress.texts / elapsed if elapsed else 0.0,
                    "tokens_per_s": self.progress.tokens / elapsed if elapsed else 0.0}
-        self.work.finish(self.options.output_format)
+        summary["id_kind"] = self.work.finish(self.options.output_format)
         return summary
 
     def start_window(self, number, rows):
         """Queue one window's requests (none if a part holds it already), never more than --in-flight at once."""
+        repeated = ids.duplicates(self.seen, rows) if self.seen is not None else []
         if number in self.done:
             return
-        unreadable = [reject(row, "invalid_input", row.problem) for row in rows if row.problem]
-        readable = [row for row in rows if not row.problem]
+        if repeated and self.fail_on_duplicates:
+            row, first = repeated[0]
+            raise ids.DuplicateId(ids.refusal(row.id, row.ordinal, first, self.format))
+        duplicate = {row.ordinal: first for row, first in repeated}  # a repeated id, whatever the row holds
+        unreadable = [reject(row, ids.DUPLICATE, ids.problem(row.id, duplicate[row.ordinal], self.format))
+                      if row.ordinal in duplicate else reject(row, "invalid_input", row.problem)
+                      for row in rows if row.problem or row.ordinal in duplicate]
+        readable = [row for row in rows if not row.problem and row.ordinal not in duplicate]
         self.progress.update(len(unreadable), 0, 0)
         if not readable:
             self.work.write_window(number, [], unreadable)

@@ -9,6 +9,12 @@ arguments that decide the windows and the vectors: another job's folder is never
 
 When every window is done, the output is written from the parts in corpus order, window by window (memory: one
 window), to a temporary name, renamed into place, and the job folder is removed.
+
+Ids keep their JSON type, so the integer 6 and the string "6" stay two ids. The `id` column is int64 when every id is
+an integer, a string column when every id is a string, and when a corpus mixes them a string column of each id's JSON
+text (6 and "6" written as `6` and `"6"`), its field metadata saying so ({"encoding": "json"}). A part holds its own
+window's ids the same way; the output's type is decided from all of them. `.ids.jsonl` (.npy output) and the rejects
+file are JSON: each id with its type.
 """
 import glob
 import json
@@ -19,7 +25,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bulk_embed.ids import DUPLICATE
+
 PART = "part-{:06d}"
+JSON_IDS = {b"encoding": b"json"}  # the `id` field's metadata when it holds JSON text
 VALUE_TYPES = {np.dtype("float32"): pa.float32(), np.dtype("float16"): pa.float16(), np.dtype("int8"): pa.int8(),
                np.dtype("uint8"): pa.uint8(), np.dtype("int32"): pa.int32(), np.dtype("int64"): pa.int64()}
 
@@ -60,6 +69,25 @@ class Job:
                 total += sum(1 for _ in handle)
         return total
 
+    def duplicate_count(self):
+        """Rejects of the finished windows that repeat an earlier row's id."""
+        total = 0
+        for path in glob.glob(os.path.join(self.folder, "part-*.rejects.jsonl")):
+            with open(path, "rb") as handle:
+                total += sum(json.loads(line)["kind"] == DUPLICATE for line in handle)
+        return total
+
+    def window_ids(self, window):
+        """[(row, id)] of a finished window's rows that have an id, in corpus order: embedded or rejected (what a
+        resumed job's duplicate check must know of the windows it does not read again)."""
+        base = os.path.join(self.folder, PART.format(window))
+        found = []
+        with open(base + ".rejects.jsonl", "rb") as handle:
+            found += [(r["row"], r["id"]) for r in map(json.loads, handle) if r["id"] is not None]
+        table = pq.read_table(base + ".parquet", columns=["row", "id"])
+        found += zip(table.column("row").to_pylist(), ids_of(table))
+        return sorted(found, key=lambda pair: pair[0])
+
     def write_window(self, window, rows, rejects):
         """rows: [(ordinal, id, truncated, {column: value})] of one window; rejects: [dict]."""
         base = os.path.join(self.folder, PART.format(window))
@@ -70,13 +98,15 @@ class Job:
         write_atomically(base + ".parquet", table, parquet=True)
 
     def finish(self, output_format):
-        """The output from the parts, in corpus order; then the rejects file; then the job folder goes."""
+        """The output from the parts, in corpus order; then the rejects file; then the job folder goes. Returns the
+        id column's kind: "int", "str", "json" (mixed: JSON text) or None (nothing embedded)."""
         parts = [path for path in sorted(glob.glob(os.path.join(self.folder, "part-*.parquet")))
                  if pq.ParquetFile(path).metadata.num_rows]  # a window whose every row was refused has no columns
+        id_kind = unify_ids(parts)
         if output_format == "npy":
             write_npy(self.output, parts)
         else:
-            write_parquet(self.output, parts)
+            write_parquet(self.output, parts, id_kind)
         rejects = sorted(glob.glob(os.path.join(self.folder, "part-*.rejects.jsonl")))
         lines = b"".join(read_bytes(path) for path in rejects)
         if lines:
@@ -84,18 +114,44 @@ class Job:
         elif os.path.exists(self.rejects_path):
             os.remove(self.rejects_path)  # an earlier run's
         shutil.rmtree(self.folder)
+        return id_kind
 
 
 def part_table(rows):
-    ids = [r[1] for r in rows]
-    integers = all(isinstance(i, int) for i in ids)
-    columns = {"row": pa.array([r[0] for r in rows], pa.int64()),
-               "id": pa.array(ids, pa.int64()) if integers else pa.array([str(i) for i in ids], pa.string())}
+    ids, id_kind = id_array([r[1] for r in rows])
+    columns = {"row": pa.array([r[0] for r in rows], pa.int64()), "id": ids}
     names = list(rows[0][3]) if rows else []
     for name in names:
         columns[name] = nested_array([r[3][name] for r in rows])
     columns["truncated"] = pa.array([bool(r[2]) for r in rows], pa.bool_())
-    return pa.table(columns)
+    schema = pa.schema([pa.field(name, array.type, metadata=JSON_IDS if name == "id" and id_kind == "json" else None)
+                        for name, array in columns.items()])
+    return pa.Table.from_arrays(list(columns.values()), schema=schema)
+
+
+def id_array(ids):
+    """(the ids as a column, its kind): integers as int64 ("int"), strings as strings ("str"), both mixed as each
+    one's JSON text ("json")."""
+    types = {type(i) for i in ids}
+    if types <= {int}:
+        return pa.array(ids, pa.int64()), "int"
+    if types == {str}:
+        return pa.array(ids, pa.string()), "str"
+    return pa.array([json.dumps(i, ensure_ascii=False) for i in ids], pa.string()), "json"
+
+
+def kind_of(schema):
+    """"int", "str" or "json": how a part's (or the output's) `id` column holds its ids."""
+    field = schema.field("id")
+    if pa.types.is_integer(field.type):
+        return "int"
+    return "json" if (field.metadata or {}).get(b"encoding") == b"json" else "str"
+
+
+def ids_of(table):
+    """A table's ids as Python values, each with its JSON type."""
+    values = table.column("id").to_pylist()
+    return [json.loads(v) for v in values] if kind_of(table.schema) == "json" else values
 
 
 def nested_array(values):
@@ -132,24 +188,38 @@ def write_atomically(path, data, parquet=False):
 
 
 def unify_ids(parts):
-    """Integer ids stay integers only if every part has them so; else all are strings."""
-    types = {pq.read_schema(path).field("id").type for path in parts}
-    return pa.int64() if types <= {pa.int64()} else pa.string()
+    """The output's id kind: "int" or "str" when every part's ids are of that type, "json" when they mix (each id
+    written as its JSON text: 6 and "6" stay apart), None with no part."""
+    kinds = {kind_of(pq.read_schema(path)) for path in parts}
+    if not kinds:
+        return None
+    return kinds.pop() if len(kinds) == 1 else "json"
 
 
-def write_parquet(output, parts):
-    id_type = unify_ids(parts) if parts else pa.string()
+def id_column(table, id_kind):
+    """A part's id column as the output's kind."""
+    column, kind = table.column("id"), kind_of(table.schema)
+    if kind == id_kind:
+        return column
+    if kind == "int":  # an integer's JSON is its decimal digits
+        return column.cast(pa.string())
+    return pa.array([json.dumps(i, ensure_ascii=False) for i in column.to_pylist()], pa.string())
+
+
+def write_parquet(output, parts, id_kind):
+    id_field = pa.field("id", pa.int64() if id_kind == "int" else pa.string(),
+                        metadata=JSON_IDS if id_kind == "json" else None)
     temporary, writer = output + ".tmp", None
     try:
         for path in parts:
             table = pq.read_table(path)
-            table = table.set_column(table.schema.get_field_index("id"), "id", table.column("id").cast(id_type))
+            table = table.set_column(table.schema.get_field_index("id"), id_field, id_column(table, id_kind))
             table = table.drop(["row"])
             if writer is None:
                 writer = pq.ParquetWriter(temporary, table.schema)
             writer.write_table(table)
         if writer is None:  # nothing was embedded: an empty file with the id column
-            writer = pq.ParquetWriter(temporary, pa.schema([("id", id_type)]))
+            writer = pq.ParquetWriter(temporary, pa.schema([id_field]))
     finally:
         if writer is not None:
             writer.close()
@@ -176,7 +246,7 @@ def write_npy(output, parts):
             block = values.flatten().to_numpy(zero_copy_only=False).reshape(len(table), width)
             matrix[at:at + len(table)] = block
             at += len(table)
-            ids.writelines(json.dumps(i, ensure_ascii=False) + "\n" for i in table.column("id").to_pylist())
+            ids.writelines(json.dumps(i, ensure_ascii=False) + "\n" for i in ids_of(table))
     matrix.flush()
     del matrix
     os.replace(ids_path + ".tmp", ids_path)

@@ -1,6 +1,8 @@
 """Bulk embedding (`make embed`, python -m bulk_embed): readers, request planning, retries and rejects, parts and
-resuming (unit, with a fake door), then the real command against the real server: killed twice with SIGKILL and
-resumed, against a one-shot run; rejects with their ids; both doors on a named export beside others; output types."""
+resuming (unit, with a fake door); blank lines, repeated ids (kept first or refused, across windows and resuming) and
+ids that keep their JSON type (6 is not "6"); then the real command against the real server: killed twice with
+SIGKILL and resumed, against a one-shot run; rejects with their ids; both doors on a named export beside others;
+output types; blank lines, repeated and mixed ids end to end."""
 import json
 import os
 import signal
@@ -14,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import tritonclient.grpc as grpcclient
 
-from bulk_embed import corpus, job, store
+from bulk_embed import corpus, ids, job, store
 from bulk_embed.__main__ import bls_model
 from bulk_embed.doors import KINDS, Answer, JobError, Limits, Refused, Retry, failure, rows_of
 from conftest import PROJECT
@@ -53,6 +55,27 @@ def test_parquet_csv_and_text_rows(tmp_path):
     assert corpus.count(str(tmp_path / "c.txt"), "text") == 3
     with pytest.raises(SystemExit, match="no column body"):
         list(corpus.rows(str(tmp_path / "c.csv"), "csv", "id", "body"))
+
+
+def test_blank_lines_are_skipped_not_rows_nor_rejects(tmp_path):
+    (tmp_path / "c.jsonl").write_bytes(b'{"id": "a", "text": "one"}\n\n   \r\n\t\n{"id": "b", "text": "two"}\n \n')
+    rows = list(corpus.rows(str(tmp_path / "c.jsonl"), "jsonl"))
+    assert [(r.ordinal, r.id, r.problem) for r in rows] == [(0, "a", None), (4, "b", None)]
+    assert corpus.count(str(tmp_path / "c.jsonl"), "jsonl") == 2
+    assert [r.id for r in corpus.rows(str(tmp_path / "c.jsonl"), "jsonl", skip=1)] == ["b"]
+    (tmp_path / "c.txt").write_bytes(b"first\n\n  \r\nsecond\r\n\n")
+    rows = list(corpus.rows(str(tmp_path / "c.txt"), "text"))
+    assert [(r.id, r.text) for r in rows] == [(0, b"first"), (3, b"second")]  # ids stay line numbers
+    assert corpus.count(str(tmp_path / "c.txt"), "text") == 2
+
+
+def test_ids_that_cannot_be_written_are_rejects_without_an_id(tmp_path):
+    (tmp_path / "c.jsonl").write_text('{"id": "\\ud800", "text": "a"}\n{"id": 18446744073709551616, "text": "b"}\n'
+                                      '{"id": 9223372036854775807, "text": "c"}\n')
+    rows = list(corpus.rows(str(tmp_path / "c.jsonl"), "jsonl"))
+    assert rows[0].id is None and "not valid UTF-8" in rows[0].problem
+    assert rows[1].id is None and "beyond 64 bits" in rows[1].problem
+    assert rows[2].id == 2 ** 63 - 1 and rows[2].problem is None
 
 
 # ---------------------------------------------------------------- planning
@@ -143,7 +166,8 @@ def test_sparse_and_colbert_rows_lose_their_padding():
 
 # ---------------------------------------------------------------- parts, resuming, the output
 def options(tmp_path, **changes):
-    values = {"window": 10, "in_flight": 2, "truncate": True, "max_wait": 5.0, "output_format": "parquet", **changes}
+    values = {"window": 10, "in_flight": 2, "truncate": True, "max_wait": 5.0, "output_format": "parquet",
+              "duplicates": "keep-first", **changes}
     return type("Options", (), values)
 
 
@@ -200,6 +224,150 @@ def test_npy_output_and_its_ids(tmp_path):
     assert bytes(matrix[12].astype(np.uint8)).startswith(b"t12")
 
 
+def test_blank_lines_in_a_job_are_not_counted(tmp_path):
+    """A window of nothing but blank lines still gets its (empty) part, so a resumed job starts after it."""
+    lines = [json.dumps({"id": f"d{i}", "text": f"text {i}"}) for i in range(5)] + [""] * 25 + \
+        [json.dumps({"id": f"d{i}", "text": f"text {i}"}) for i in range(5, 12)] + ["  ", ""]
+    (tmp_path / "c.jsonl").write_text("\n".join(lines) + "\n")
+    output = str(tmp_path / "out.parquet")
+    with pytest.raises(JobError):
+        job.run(FakeDoor(crash_after=1), LIMITS, source_of(tmp_path / "c.jsonl"), store.Job(output, {}),
+                options(tmp_path, in_flight=1))
+    assert set(store.Job(output, {}).done_windows()) == {0, 1, 2}  # window 0 answered; 1 and 2 are blank
+    summary = job.run(FakeDoor(), LIMITS, source_of(tmp_path / "c.jsonl"), store.Job(output, {}), options(tmp_path))
+    assert summary["embedded"] == 12 and summary["rejected"] == 0 and summary["duplicates"] == 0
+    assert pq.read_table(output).column("id").to_pylist() == [f"d{i}" for i in range(12)]
+    assert not os.path.exists(tmp_path / "out.rejects.jsonl")
+
+
+# ---------------------------------------------------------------- repeated ids, typed ids
+def test_seen_ids_tell_types_apart_and_remember_rows_compactly():
+    seen = ids.SeenIds()
+    assert list(seen.first_rows([6, "6", "a", 6, "a"], [0, 1, 2, 3, 4])) == [-1, -1, -1, 0, 2]
+    assert list(seen.first_rows(["6", 6, "b", 7], [5, 6, 7, 8])) == [1, 0, -1, -1]
+    assert list(seen.first_rows([6, "b"], [0, 7])) == [-1, -1]  # a row read again is not its own duplicate
+    assert ids.key(6) != ids.key("6") and ids.key(-1) != ids.key("-1")
+    rng = np.random.default_rng(0)  # many batches (the runs merge) against a dict
+    values = [int(v) if v % 3 else f"s{v}" for v in rng.integers(0, 30000, 60000)]
+    seen, first, expected, got = ids.SeenIds(), {}, [], []
+    for start in range(0, len(values), 4096):
+        batch = values[start:start + 4096]
+        got += list(seen.first_rows(batch, range(start, start + len(batch))))
+    for row, value in enumerate(values):
+        expected.append(first.get((type(value), value), -1))
+        first.setdefault((type(value), value), row)
+    assert got == expected
+    assert len(seen) == len(first) and len(seen.runs) <= 8
+    assert sum(k.nbytes + r.nbytes for k, r in seen.runs) == 16 * len(first)  # 16 bytes an id
+
+
+def corpus_lines(path, records, blank_after=()):
+    path.write_text("".join(json.dumps(r) + "\n" + ("\n" if i in blank_after else "") for i, r in enumerate(records)))
+
+
+def test_repeated_ids_keep_the_first_across_windows_and_resuming(tmp_path):
+    """The first row of an id keeps it; later ones are rejects naming it, in whichever window, resumed or not; 6 and
+    "6" are two ids, never duplicates of each other."""
+    records = [{"id": f"d{i}", "text": f"text {i}"} for i in range(60)]
+    records[3] = {"id": 6, "text": "the integer six"}
+    records[4] = {"id": "6", "text": "the string six"}
+    records[14] = {"id": "d1", "text": "again d1, next window"}  # window 1 repeats window 0
+    records[15] = {"id": "d15"}  # no text: rejected, yet its id is taken
+    records[17] = {"id": "d15", "text": "d15 has a text now"}
+    records[35] = {"id": 6, "text": "the integer again"}
+    records[36] = {"id": "6", "text": "the string again"}
+    records[37] = {"id": "d36", "text": "row 36 is \"6\": d36 is free"}
+    records[58] = {"id": "d37", "text": "row 37 is d36: d37 is free"}
+    records[45] = {"id": "d25", "text": "window 4 repeats window 2, finished before the stop"}
+    records[59] = {"id": "d14", "text": "row 14 is d1: d14 is free"}
+    corpus_lines(tmp_path / "c.jsonl", records, blank_after=(20, 21))
+    ordinal = {i: i + (i > 20) + (i > 21) for i in range(60)}  # line numbers: two blank lines after row 20
+    output, settings = str(tmp_path / "out.parquet"), {"window": 10}
+    with pytest.raises(JobError):
+        job.run(FakeDoor(crash_after=6), LIMITS, source_of(tmp_path / "c.jsonl"), store.Job(output, settings),
+                options(tmp_path, in_flight=1))
+    done = store.Job(output, settings).done_windows()
+    assert {0, 1, 2} <= set(done) and 5 not in done
+    for path in (tmp_path / "out.parquet.parts").glob("part-000001.*"):  # as if window 1 had been slower than 2
+        path.unlink()
+    summary = job.run(FakeDoor(), LIMITS, source_of(tmp_path / "c.jsonl"), store.Job(output, settings),
+                      options(tmp_path))
+    rejects = [json.loads(line) for line in open(tmp_path / "out.rejects.jsonl")]
+    assert [(r["row"], r["id"], r["kind"]) for r in rejects] == [
+        (ordinal[14], "d1", "duplicate_id"), (ordinal[15], "d15", "invalid_input"),
+        (ordinal[17], "d15", "duplicate_id"), (ordinal[35], 6, "duplicate_id"), (ordinal[36], "6", "duplicate_id"),
+        (ordinal[45], "d25", "duplicate_id")]
+    assert rejects[0]["problem"] == 'id "d1" repeats row 1 (line 2): its first row is kept'
+    assert rejects[3]["problem"].startswith("id 6 repeats row 3 ") and \
+        rejects[4]["problem"].startswith('id "6" repeats row 4 ')
+    assert summary["duplicates"] == 5 and summary["rejected"] == 6 and summary["embedded"] == 54
+    table = pq.read_table(output)
+    kept = [r["id"] for i, r in enumerate(records) if i not in (14, 15, 17, 35, 36, 45)]
+    assert store.ids_of(table) == kept and len(set(map(json.dumps, kept))) == len(kept)
+    one_shot = str(tmp_path / "one.parquet")  # the same as a run never stopped
+    job.run(FakeDoor(), LIMITS, source_of(tmp_path / "c.jsonl"), store.Job(one_shot, settings), options(tmp_path))
+    assert pq.read_table(one_shot).equals(table)
+    assert open(tmp_path / "one.rejects.jsonl").read() == open(tmp_path / "out.rejects.jsonl").read()
+
+
+def test_duplicates_fail_stops_the_job_where_it_sees_one(tmp_path):
+    records = [{"id": f"d{i}", "text": f"text {i}"} for i in range(30)]
+    records[25] = {"id": "d3", "text": "again"}
+    corpus_lines(tmp_path / "c.jsonl", records)
+    output = str(tmp_path / "out.parquet")
+    with pytest.raises(ids.DuplicateId, match=r'duplicate id "d3": row 25 \(line 26\) repeats row 3 \(line 4\)'):
+        job.run(FakeDoor(), LIMITS, source_of(tmp_path / "c.jsonl"), store.Job(output, {}),
+                options(tmp_path, duplicates="fail"))
+    assert 2 not in store.Job(output, {}).done_windows()  # the window with the duplicate is not written
+
+
+def test_duplicates_fail_refuses_the_job_before_any_work(tmp_path):
+    """--duplicates fail: one line naming the id and its rows, before the server is asked anything (none runs here),
+    no job folder; 6 and "6" are no duplicates."""
+    corpus_lines(tmp_path / "c.jsonl", [{"id": 6, "text": "a"}, {"id": "6", "text": "b"}, {"id": "x", "text": "c"},
+                                        {"id": "x", "text": "d"}], blank_after=(0,))
+    base = [sys.executable, "-m", "bulk_embed", str(tmp_path / "c.jsonl"), str(tmp_path / "o.parquet"),
+            "--grpc-url", "127.0.0.1:1", "--repository", str(tmp_path)]
+    result = subprocess.run(base + ["--duplicates", "fail"], cwd=PROJECT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith('embed: duplicate id "x": row 4 (line 5) repeats row 3 (line 4); the job is '
+                                    'refused'), result.stderr
+    assert not (tmp_path / "o.parquet.parts").exists()
+    corpus_lines(tmp_path / "c.jsonl", [{"id": 6, "text": "a"}, {"id": "6", "text": "b"}])
+    result = subprocess.run(base + ["--duplicates", "fail"], cwd=PROJECT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and "failed to connect" in result.stderr  # no duplicate: on to the server
+
+
+def test_ids_keep_their_json_type_in_every_output(tmp_path):
+    """All integers: an int64 column; all strings: a string column; mixed: each id's JSON text, the field saying so;
+    .ids.jsonl and the rejects file: JSON, each id with its type."""
+    for name, values, kind in (("ints", [1, 6, -3], pa.int64()), ("strs", ["1", "6", "x"], pa.string())):
+        corpus_lines(tmp_path / f"{name}.jsonl", [{"id": v, "text": f"t{v}"} for v in values])
+        job.run(FakeDoor(), LIMITS, source_of(tmp_path / f"{name}.jsonl"), store.Job(str(tmp_path / f"{name}.parquet"),
+                {}), options(tmp_path, window=2))
+        table = pq.read_table(tmp_path / f"{name}.parquet")
+        assert table.schema.field("id").type == kind and table.schema.field("id").metadata is None
+        assert table.column("id").to_pylist() == values
+    # mixed, in one window and across windows (a window of integers, then one of strings)
+    mixed = [6, 7, "6", "x", 8, "7"]
+    corpus_lines(tmp_path / "m.jsonl", [{"id": v, "text": f"t{v}"} for v in mixed] + [{"id": "e", "text": ""}])
+    for window in (2, 3, 100):
+        output = tmp_path / f"m{window}.parquet"
+        summary = job.run(FakeDoor(), LIMITS, source_of(tmp_path / "m.jsonl"), store.Job(str(output), {}),
+                          options(tmp_path, window=window))
+        table = pq.read_table(output)
+        assert summary["id_kind"] == "json" and summary["duplicates"] == 0
+        assert table.schema.field("id").type == pa.string()
+        assert table.schema.field("id").metadata == {b"encoding": b"json"}
+        assert table.column("id").to_pylist() == ["6", "7", '"6"', '"x"', "8", '"7"']
+        assert store.ids_of(table) == mixed
+    job.run(FakeDoor(), LIMITS, source_of(tmp_path / "m.jsonl"), store.Job(str(tmp_path / "m.npy"), {}),
+            options(tmp_path, window=3, output_format="npy"))
+    assert [json.loads(line) for line in open(tmp_path / "m.ids.jsonl")] == mixed
+    assert [json.loads(line)["id"] for line in open(tmp_path / "m.rejects.jsonl")] == ["e"]
+
+
+# ---------------------------------------------------------------- the command line
 def test_bls_model_found_by_id_name_or_served_name(tmp_path):
     for name, served, kind in (("a_reranker", [], "cross-encoder"), ("emb", ["text-embedding-3-small"], "embedding")):
         folder = tmp_path / name / "1"
@@ -292,7 +460,8 @@ def test_rejects_by_id_through_both_doors_on_a_named_export(ce_server, tmp_path)
                           "--no-truncate", *extra)
         assert "2 rows" in log and "4 rejected" in log, log
         rejects = {r["id"]: r for r in map(json.loads, open(tmp_path / f"{door}.rejects.jsonl"))}
-        assert set(rejects) == {"empty", 2, "long", "no-text"}  # a line that is not JSON has its row number
+        assert set(rejects) == {"empty", None, "long", "no-text"}  # a line that is not JSON has no id, only its row
+        assert rejects[None]["row"] == 2
         assert rejects["empty"]["kind"] == "invalid_input" and "empty" in rejects["empty"]["problem"]
         assert rejects["long"]["kind"] == "too_long"
         table = pq.read_table(output)
@@ -325,6 +494,30 @@ def test_output_types_match_the_bls_model_and_npy(server, tmp_path):
     run_command(tmp_path / "c.txt", tmp_path / "v.npy", server, "--outputs", "ubinary")
     assert np.array_equal(np.load(tmp_path / "v.npy"), direct.as_numpy("embedding_ubinary"))
     assert len(open(tmp_path / "v.ids.jsonl").read().splitlines()) == 30
+
+
+def test_blank_lines_repeated_and_mixed_ids_through_the_server(server, tmp_path):
+    """Blank lines skipped, a repeated id listed once as a reject naming its first row, 6 and "6" both embedded and
+    apart in the id column (JSON text), the summary counting the duplicates; --duplicates fail refuses the job."""
+    texts = distinct_texts(5)
+    records = [{"id": 6, "text": texts[0]}, {"id": "6", "text": texts[1]}, {"id": "a", "text": texts[2]},
+               {"id": "a", "text": texts[3]}, {"id": 7, "text": texts[4]}]
+    corpus_lines(tmp_path / "c.jsonl", records, blank_after=(1,))
+    log = run_command(tmp_path / "c.jsonl", tmp_path / "o.parquet", server, "--window", "3")
+    assert "embed: done: 4 rows in" in log and "1 rejected (1 duplicate ids; listed in" in log, log
+    assert "ids mix integers and strings" in log
+    table = pq.read_table(tmp_path / "o.parquet")
+    assert table.column("id").to_pylist() == ["6", '"6"', '"a"', "7"] and store.ids_of(table) == [6, "6", "a", 7]
+    vectors = np.array(table.column("embedding").to_pylist(), np.float32)
+    assert float(np.dot(vectors[0], vectors[1])) < 0.999  # two texts, not one written twice
+    (reject,) = map(json.loads, open(tmp_path / "o.rejects.jsonl"))
+    assert reject == {"row": 4, "id": "a", "kind": "duplicate_id",
+                      "problem": 'id "a" repeats row 3 (line 4): its first row is kept'}
+    result = subprocess.run(command(tmp_path / "c.jsonl", tmp_path / "f.parquet", server, "--duplicates", "fail"),
+                            cwd=PROJECT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stderr.startswith('embed: duplicate id "a": row 4 (line 5)'), \
+        result.stderr
+    assert not (tmp_path / "f.parquet").exists() and not (tmp_path / "f.parquet.parts").exists()
 
 
 def test_a_flag_the_export_does_not_serve_stops_the_job_with_one_line(server, tmp_path):
