@@ -5,9 +5,11 @@ test checks that the server still serves with the stubs it started with, and pri
 5xx, crashes).
 
 The server runs with an API key and an admin key, and 2 s header/body timeouts (the defaults are 10 s / 30 s), so the
-slow-client cases stay short. Deeply nested KServe JSON crashes Triton 2.48 itself (SIGSEGV in its HTTP frontend,
-fixed in Triton 2.58): our defence is that Triton's ports listen on 127.0.0.1 unless TRITON_ADDRESS opens them, and
-that the proxy parses with a depth limit. The crash is shown on a throwaway server, never on the shared one.
+slow-client cases stay short. KServe JSON whose `data` is nested deeply crashes Triton 2.48 itself (SIGSEGV: a stack
+overflow in its HTTP frontend's recursive JsonBytesArrayByteSize, seen in gdb; bounded upstream by
+triton-inference-server/server#8172): our defence is that Triton's ports listen on 127.0.0.1 unless TRITON_ADDRESS
+opens them, and that the proxy parses with a depth limit. The crash is shown on a throwaway server, never on the
+shared one. The forged-shape cases of a cross-encoder export run on conftest's ce_server, which other modules serve.
 """
 import json
 import os
@@ -451,18 +453,28 @@ PYTHON_MODELS = {
     "late_chunking": ("text", [], {"chunk_tokens": 8}),
     "rerank": ("documents", [("query", [1], prefixed(b"what is it"))], {}),
 }
+# A cross-encoder export's Python models (conftest's ce_server, already serving other modules; its export `xr`):
+# the BLS model's pairs take the query as a request parameter or as the input `query`, one per row (issue 49: a
+# `query` of 2^40 rows holding one element got a 200). {label: (model, the input forged, other inputs, parameters)};
+# a `query` row beside each `text` row: the text's rows follow the forged shape's where they can be sent.
+CROSS_ENCODER_MODELS = {
+    "xr_bls": ("xr_bls", "text", [], {"query": "what is it"}),
+    "xr_bls, query per row": ("xr_bls", "query", [("text", None, b"a passage")], {}),
+    "xr_rerank": ("xr_rerank", "documents", [("query", [1], prefixed(b"what is it"))], {}),
+}
 FORGED = [  # (case, raw contents, shape when the model batches, expected words; "{field}": the input's name)
     ("length prefix 1000, 3 bytes follow", b"\xe8\x03\x00\x00abc", [1, 1], "{field}[0] is malformed"),
     ("length prefix 0xffffffff", b"\xff\xff\xff\xffabc", [1, 1], "{field}[0] is malformed"),
     ("second element malformed", prefixed(b"abc") + b"\xe8\x03\x00\x00abc", [2, 1], "{field}[1] is malformed"),
     ("element count wraps past 2^32", prefixed(b"abc"), [2**32, 1], "{field}"),
+    ("2^40 rows, one element (issue 49)", prefixed(b"abc"), [2**40, 1], "{field}"),
 ]
 
 
 def forged_shape(model, shape):
-    """The case's shape for the model's input: [rows, 1] where the model batches, [rows] for rerank's documents,
-    [1] for late chunking's one text."""
-    if model == "rerank":
+    """The case's shape for the model's input: [rows, 1] where the model batches, [rows] for a rerank model's
+    documents, [1] for late chunking's one text."""
+    if model.endswith("rerank"):
         return shape[:1]
     if model == "late_chunking":
         return [1]
@@ -470,10 +482,37 @@ def forged_shape(model, shape):
 
 
 def forged_cases():
-    # late chunking's text is one element: no row to add. 2^32 rows reach every model here without their batch
-    # dimension (Triton 2.48 takes the batch as 0), which read_bytes' rank check refuses.
+    # late chunking's text is one element: no row to add. 2^32 and 2^40 rows reach every batching model here without
+    # their batch dimension (Triton 2.48 takes the batch as 0), which read_bytes' rank check refuses; the models
+    # without a batch dimension (rerank, late chunking) get Triton's own refusal naming the input.
     return [(model, case) for model in PYTHON_MODELS for case in FORGED
             if not (model == "late_chunking" and case[2][0] != 1)]
+
+
+def send_forged(server, surface, model, inputs, parameters):
+    """One request of raw BYTES inputs [(name, shape, contents)] over KServe HTTP (binary data) or gRPC: (status or
+    grpc code, the error's words)."""
+    if surface == "grpc":
+        return raw_bytes_grpc(server.grpc_url, model, inputs, parameters)
+    header = json.dumps({"inputs": [{"name": n, "datatype": "BYTES", "shape": sh,
+                                     "parameters": {"binary_data_size": len(c)}} for n, sh, c in inputs],
+                         "parameters": parameters}).encode()
+    response = httpx.post(f"http://{server.http_url}/v2/models/{model}/infer", timeout=60,
+                          content=header + b"".join(c for _, _, c in inputs),
+                          headers={"Inference-Header-Content-Length": str(len(header)),
+                                   "Content-Type": "application/octet-stream"})
+    return response.status_code, response.json().get("error", "") if response.status_code != 200 else ""
+
+
+def check_forged(outcome, surface, expected, name):
+    """A 400 / INVALID_ARGUMENT whose words hold `expected` (check_kserve's and check_grpc's rule)."""
+    code, details = outcome
+    record(surface, code)
+    if surface == "grpc":
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (name, code, details[:300])
+    else:
+        assert code == 400, (name, code, details[:300])
+    assert expected in details, (name, details[:300])
 
 
 @pytest.mark.parametrize("model, case", forged_cases(), ids=[f"{m}: {c[0]}" for m, c in forged_cases()])
@@ -484,21 +523,62 @@ def test_every_python_model_answers_forged_bytes_with_a_400_naming_the_field(hos
     name, raw, shape, expected = case
     field, others, parameters = PYTHON_MODELS[model]
     inputs = [(field, forged_shape(model, shape), raw)] + others
-    if surface == "grpc":
-        outcome = raw_bytes_grpc(hostile.grpc_url, model, inputs, parameters)
-        check_grpc(outcome, expected.format(field=field), name)
-    else:
-        header = json.dumps({"inputs": [{"name": n, "datatype": "BYTES", "shape": sh,
-                                         "parameters": {"binary_data_size": len(c)}} for n, sh, c in inputs],
-                             "parameters": parameters}).encode()
-        response = httpx.post(f"http://{hostile.http_url}/v2/models/{model}/infer", timeout=60,
-                              content=header + b"".join(c for _, _, c in inputs),
-                              headers={"Inference-Header-Content-Length": str(len(header)),
-                                       "Content-Type": "application/octet-stream"})
-        check_kserve(response, expected.format(field=field), name)
+    check_forged(send_forged(hostile, surface, model, inputs, parameters), surface, expected.format(field=field), name)
     assert_alive(hostile)
     good = [(field, forged_shape(model, [1, 1]), prefixed(b"a good text"))] + others
     assert raw_bytes_grpc(hostile.grpc_url, model, good, parameters) == (grpc.StatusCode.OK, "")
+
+
+def cross_encoder_inputs(label, shape, raw):
+    """The forged input first, then the others; a per-row text has the forged input's rows where they fit in a
+    request (one row where they wrap), so a wrapped `query` is the one Triton sets the batch from last."""
+    model, field, others, _ = CROSS_ENCODER_MODELS[label]
+    shape = forged_shape(model, shape)
+    rows = shape[0] if shape[0] < 2**32 else 1
+    return [(field, shape, raw)] + [(name, [rows, 1] if sh is None else sh, prefixed(*[text] * rows) if sh is None
+                                     else text) for name, sh, text in others]
+
+
+CROSS_ENCODER_CASES = [(label, case) for label in CROSS_ENCODER_MODELS for case in FORGED]
+
+
+@pytest.mark.parametrize("label, case", CROSS_ENCODER_CASES, ids=[f"{m}: {c[0]}" for m, c in CROSS_ENCODER_CASES])
+@pytest.mark.parametrize("surface", ["kserve-http", "grpc"])
+def test_cross_encoder_models_answer_forged_bytes_with_a_400_naming_the_field(ce_server, surface, label, case):
+    """Issue 49: the same forged inputs to a cross-encoder export's BLS and rerank models, `query` included: a 400 /
+    INVALID_ARGUMENT naming the input (the model's words, or Triton's for a shape it refuses itself), no stub dies,
+    and the model answers a good request right after."""
+    name, raw, shape, expected = case
+    model, field, _, parameters = CROSS_ENCODER_MODELS[label]
+    outcome = send_forged(ce_server, surface, model, cross_encoder_inputs(label, shape, raw), parameters)
+    check_forged(outcome, surface, expected.format(field=field), name)
+    assert_alive(ce_server)
+    good = cross_encoder_inputs(label, [1, 1], prefixed(b"a good text"))
+    assert raw_bytes_grpc(ce_server.grpc_url, model, good, parameters) == (grpc.StatusCode.OK, "")
+
+
+# Shapes Triton 2.48 itself turns into a well-formed request before any model runs, so the model answers it
+# (documented: docs/reference.md, Security): its batch size is 32 bits, taken from the first input it looks at (the one
+# sent last). 2^32 + 1 rows wrap to a batch of 1; a `query` of 2^40 rows sent after its one-row `text` wraps to 0,
+# the text sets the batch, and the query arrives as [1, 1] holding its element. {case: (server, model, inputs,
+# parameters)}; the answer is the one row sent.
+WELL_FORMED_BY_TRITON = {
+    "ensemble_bls, 2^32 + 1 rows": ("hostile", "ensemble_bls", [("text", [2**32 + 1, 1], prefixed(b"abc"))], {}),
+    "xr_bls, query of 2^40 rows after its text": ("ce_server", "xr_bls", [
+        ("text", [1, 1], prefixed(b"a passage")), ("query", [2**40, 1], prefixed(b"what is it"))], {}),
+}
+
+
+@pytest.mark.parametrize("case", list(WELL_FORMED_BY_TRITON))
+@pytest.mark.parametrize("surface", ["kserve-http", "grpc"])
+def test_shapes_triton_makes_well_formed_are_served_documented(request, surface, case):
+    """Documented, Triton's: nothing in a model can tell these from the one row they hold, which is answered."""
+    where, model, inputs, parameters = WELL_FORMED_BY_TRITON[case]
+    server = request.getfixturevalue("ce_server") if where == "ce_server" else request.getfixturevalue("hostile")
+    code, details = send_forged(server, surface, model, inputs, parameters)
+    record(surface, code)
+    assert code in (200, grpc.StatusCode.OK), (case, code, details[:300])
+    assert_alive(server)
 
 
 @pytest.mark.parametrize("text", list(NO_CONTENT.values()), ids=list(NO_CONTENT))
@@ -743,9 +823,10 @@ def test_triton_ports_listen_on_loopback_only(hostile):
 
 def test_deep_kserve_nesting_crashes_triton_itself(minilm_repository, tmp_path):
     """Documented Triton 2.48 behaviour, not ours: KServe HTTP `data` nested ~50,000 deep kills tritonserver
-    (SIGSEGV in its JSON parser; Triton 2.58 limits nesting to 100). No flag of 2.48 prevents it, so the defence is
-    in what we ship: Triton's HTTP port on 127.0.0.1 only (above), the proxy for other hosts (it refuses depth >
-    1024 with a 400), and gRPC, which has no such parser. Shown on a throwaway server with only the tokenizer."""
+    (SIGSEGV: a stack overflow in the HTTP frontend's recursive JsonBytesArrayByteSize, not in the JSON parser, which
+    takes the same depth elsewhere in the body). No flag of 2.48 prevents it, so the defence is in what we ship:
+    Triton's HTTP port on 127.0.0.1 only (above), the proxy for other hosts (it refuses depth > 1024 with a 400), and
+    gRPC, which has no such reader. Shown on a throwaway server with only the tokenizer."""
     repository = tmp_path / "repository"
     repository.mkdir()
     os.symlink(minilm_repository / "tokenizer", repository / "tokenizer")
@@ -790,7 +871,8 @@ def test_zz_server_still_serves_with_the_stubs_it_started_with(hostile, capsys):
     surfaces = sorted({surface for surface, _ in OUTCOMES})
     kinds = ["2xx", "4xx", "5xx", "5xx (Triton's, documented)", "closed", "crash (documented)"]
     total = sum(v for (s, _), v in OUTCOMES.items() if not s.startswith("triton core"))
-    lines = [f"hostile-input summary: {total} cases on one server (+ Triton's own crash, on a throwaway server)",
+    lines = [f"hostile-input summary: {total} cases on one server and ce_server's cross-encoder (+ Triton's own crash, "
+             f"on a throwaway server)",
              f"  {'surface':<32}" + "".join(f"{k:>{len(k) + 3}}" for k in kinds)]
     lines += [f"  {s:<32}" + "".join(f"{OUTCOMES[s, k]:>{len(k) + 3}}" for k in kinds) for s in surfaces]
     lines.append(f"  {'all':<32}" + "".join(f"{sum(OUTCOMES[s, k] for s in surfaces):>{len(k) + 3}}"

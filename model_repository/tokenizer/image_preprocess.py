@@ -205,7 +205,9 @@ class TritonPythonModel:
         rows, per_request = [], [[] for _ in requests]  # rows: (request index, row, item)
         for i, request in enumerate(requests):
             try:
-                items = model_common.read_bytes(request, "image")
+                # rank 2 ([rows, 1], config max_batch_size > 0): a shape whose rows wrap past 2^32 arrives without
+                # its batch dimension, and is refused here instead of served as one image (read_bytes)
+                items = model_common.read_bytes(request, "image", rank=2)
             except InvalidInput as error:
                 per_request[i].append(error)
                 continue
