@@ -18,7 +18,12 @@ HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 PROXY_PORT ?= 8080
-export HTTP_PORT GRPC_PORT METRICS_PORT PROXY_PORT
+# A folder holding Triton's C++ libtriton_onnxruntime.so (`make onnxruntime-backend` builds one into
+# .triton/onnxruntime-backend): the launcher serves the encoders with it; unset: with the Python stand-in.
+ONNXRUNTIME_BACKEND ?=
+export HTTP_PORT GRPC_PORT METRICS_PORT PROXY_PORT ONNXRUNTIME_BACKEND
+# What `make test` runs (a subset: TESTS="tests/test_ensemble.py tests/test_launch.py")
+TESTS ?= tests
 # Debian packages: libb64 for perf_analyzer; wrk, the HTTP load generator of `make bench`; a C compiler for the
 # encoder's batching strategy (build/export.py compiles model_repository/embedding/token_budget.c).
 DEB_PACKAGES := libb64-0d wrk gcc libc6-dev
@@ -26,7 +31,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 EXPORT_ARGS = --repository $(REPOSITORY) $(if $(MODEL),--model "$(MODEL)") $(if $(NAME),--name "$(NAME)") \
 	$(if $(OPEN_CLIP),--open-clip "$(OPEN_CLIP)") $(if $(PRETRAINED),--pretrained "$(PRETRAINED)")
 
-.PHONY: setup tools py310 export serve embed test test-unit lint bench clean
+.PHONY: setup tools py310 export serve embed test test-unit lint bench onnxruntime-backend clean
 
 setup: $(VENV)/.installed
 
@@ -88,10 +93,15 @@ test-unit: setup
 # One pass: the serving tests run the Python models on the container's Python 3.10 ($(PY310_VENV), the container's
 # pins) when this machine has one, else on $(PY) (the header says which).
 test: setup tools py310 lint
-	MODEL_PYTHON=$$([ -x $(PY310_VENV)/bin/python ] && echo $(PY310_VENV)/bin/python) $(PY) -m pytest tests
+	MODEL_PYTHON=$$([ -x $(PY310_VENV)/bin/python ] && echo $(PY310_VENV)/bin/python) $(PY) -m pytest $(TESTS)
 
 bench: setup
 	$(PY) -m bench.run $(BENCH_ARGS)
+
+# Triton's own C++ onnxruntime backend (r24.07, CPU) built from its public sources against a released ONNX Runtime
+# (needs network access to GitHub and npm): .triton/onnxruntime-backend/, then `make serve ONNXRUNTIME_BACKEND=...`
+onnxruntime-backend: setup
+	bash local_triton/build_onnxruntime_backend.sh $(CURDIR)/.triton/onnxruntime-backend
 
 clean:
 	rm -rf $(VENV) $(TOOLS_VENV) $(PY310_VENV) .triton

@@ -14,7 +14,8 @@ the design card's `tokenizer`, `embedding`, `ensemble`, plus `ensemble_bls` and 
 `NAME_tokenizer`, `NAME_embedding`, `NAME`, `NAME_bls` and `NAME_rerank`. Export writes only generated files, all
 ignored by git:
   <encoder>/1/model.onnx          input_ids + attention_mask in; `embedding` (pooled, L2-normalized) out, plus
-                                  bge-m3's sparse and ColBERT outputs when the folder has its heads
+                                  bge-m3's sparse and ColBERT outputs when the folder has its heads, and
+                                  `embedding_unnormalized` (the pooled vector before its L2 step)
   <encoder>/config.pbtxt          rendered from model_repository/embedding/config.pbtxt.template
   <encoder>/warmup/*              model_warmup samples (a short and a long text)
   <encoder>/batchstrategy.so      token_budget.c compiled: encoder batches bounded by max_batch_tokens
@@ -125,8 +126,9 @@ def already_exported(repository, name, model):
     manifest = read_json(repository, model_names(name)[0], "1", "export.json")
     if manifest is None or model not in (None, manifest.get("model")):
         return False
-    if manifest.get("templates") != templates_digest():  # from other config templates or token_budget.c: redone
-        print("export: the config templates or the batching strategy changed since this export: exporting again")
+    if manifest.get("templates") != templates_digest():  # other templates, token_budget.c, library or graph: redone
+        print("export: the config templates, the batching strategy, the models' library or the graph "
+              "(build/exporting/graph.py) changed since this export: exporting again")
         return False
     return True
 
@@ -202,6 +204,8 @@ def main(argv=None):
             "calibration": calibration and {k: v for k, v in calibration.items() if k != "ranges"},
             "fp16": args.fp16, "token_budget_batching": token_budget, "opset": OPSET,
             "onnx": os.path.relpath(onnx_path, staging), "parity": figures,
+            # the encoder's embedding_unnormalized (TEI's normalize: false), with a dense output only
+            "unnormalized_output": "dense" in outputs,
             "served_names": args.served_names, "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         install_export(staging, repository, (*names, chunks_name(args.name)), manifest, started)
@@ -319,7 +323,9 @@ def export_clip(args, repository, started, folder=None):
         if cleaning:
             clip.write_text_cleaning(os.path.join(staging, names[1], "1"), cleaning)
         write_vectors(os.path.join(staging, names[3], "1"), [dim], calibration)
-        write_configs(staging, names, ["dense"], dim, None, warmup, clip.CONTEXT_LENGTH, encoder_only=())
+        # the text tower's graph (clip.py) returns `embedding` only: no embedding_unnormalized, no token_embeddings
+        write_configs(staging, names, ["dense"], dim, None, warmup, clip.CONTEXT_LENGTH, encoder_only=(),
+                      with_dense=())
         write_warmup(staging, names[2], tokenizer, warmup)
         write_clip_image_configs(staging, args.name, *image_size, dim)
         image_config.write_preprocess(os.path.join(staging, image_names[1], "1"), pixels)

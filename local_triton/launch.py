@@ -6,8 +6,9 @@ flags, and stop it cleanly on Ctrl-C / SIGTERM.
 
 Two places, one set of flags: in the tritonserver container it runs the image's own server and backends; on a
 machine without Docker it runs the server from the nvidia-pytriton==0.5.10 wheel, with a backend directory
-assembled outside model_repository/ (the wheel's Python backend + the onnxruntime stand-in in
-local_triton/onnxruntime/, since the wheel has no C++ onnxruntime backend).
+assembled outside model_repository/: the wheel's Python backend, and for `backend: "onnxruntime"` either Triton's
+own C++ backend (ONNXRUNTIME_BACKEND: a folder holding libtriton_onnxruntime.so, as `make onnxruntime-backend`
+builds it) or, since the wheel has none, the stand-in in local_triton/onnxruntime/.
 
 Settings (environment variables; docs/reference.md's "Security" and "Deploying" sections explain them):
   TRITON_ADDRESS          address of Triton's HTTP/gRPC ports (default 127.0.0.1: closed to other hosts)
@@ -23,6 +24,8 @@ Settings (environment variables; docs/reference.md's "Security" and "Deploying" 
   MODEL_CONFIG_NAME       Triton's --model-config-name: models with configs/<name>.pbtxt load it (e.g. gpu)
   EXIT_TIMEOUT_S          the bound of the drain at SIGTERM (see drain()), and of Triton's own wait for
                           in-flight requests after it (default 30)
+  ONNXRUNTIME_BACKEND     outside the container: a folder holding Triton's libtriton_onnxruntime.so (and the
+                          libonnxruntime it links, beside it); unset: the stand-in (onnxruntime_backend())
 
 Dead Python stubs are the supervisor model's (model_repository/supervisor, which works the same without the
 launcher). The launcher restarts tritonserver when the supervisor asks (SIGUSR1, to the pid in the server's
@@ -109,17 +112,71 @@ def in_container():
 
 
 def python_version(python):
+    if python == sys.executable:
+        return f"{sys.version_info[0]}.{sys.version_info[1]}"
     out = subprocess.run([python, "-c", "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
                          capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 
-def prepare_backends(python=sys.executable, backend_dir=BACKEND_DIR):
-    """Lay out <backend_dir>/python (the wheel's backend + the stub for `python`'s version) and onnxruntime/."""
+def onnxruntime_backend(env=None):
+    """The folder of Triton's C++ onnxruntime backend (ONNXRUNTIME_BACKEND), or None: the stand-in. In the container
+    the image's own backend serves, whatever the setting."""
+    folder = setting("ONNXRUNTIME_BACKEND", "", env)
+    if not folder or in_container():
+        return None
+    folder = os.path.abspath(folder)
+    if not os.path.isfile(os.path.join(folder, "libtriton_onnxruntime.so")):
+        raise SystemExit(f"launch: ONNXRUNTIME_BACKEND={folder} holds no libtriton_onnxruntime.so (build it with "
+                         f"`make onnxruntime-backend`, or unset it for the stand-in)")
+    return folder
+
+
+def describe_onnxruntime_backend(env=None):
+    """Which code serves `backend: "onnxruntime"` models, in words (the startup line, the proxy's /v1/models)."""
+    if in_container():
+        return "triton: the container's libtriton_onnxruntime.so"
+    folder = onnxruntime_backend(env)
+    return f"triton: {os.path.join(folder, 'libtriton_onnxruntime.so')}" if folder else \
+        "stand-in: local_triton/onnxruntime/model.py (Python, onnxruntime in a stub)"
+
+
+def server_library_link(backend_dir):
+    """<backend_dir>/lib/libtritonserver.so -> the wheel's renamed server library: the C++ backend asks for that
+    name, and the loader resolves it to the library already loaded (one copy in the process). Returns the folder."""
+    lib_dir = os.path.join(backend_dir, "lib")
+    os.makedirs(lib_dir, exist_ok=True)
+    found = sorted(glob.glob(os.path.join(os.path.dirname(_pytriton_root()), "nvidia_pytriton.libs",
+                                          "libtritonserver*.so")))
+    if not found:
+        raise SystemExit("launch: the wheel's libtritonserver is missing: is nvidia-pytriton==0.5.10 installed?")
+    relink(found[0], os.path.join(lib_dir, "libtritonserver.so"))
+    return lib_dir
+
+
+def relink(target, link):
+    if os.path.islink(link) and os.readlink(link) == target:
+        return
+    if os.path.islink(link) or os.path.isfile(link):
+        os.remove(link)
+    elif os.path.isdir(link):
+        shutil.rmtree(link)
+    os.symlink(target, link)
+
+
+def backend_dir_for(python, real_onnxruntime, backend_dir=BACKEND_DIR):
+    """The backends folder prepare_backends lays out for `python` and the onnxruntime backend chosen."""
+    version = python_version(python)
+    own = version == f"{sys.version_info[0]}.{sys.version_info[1]}"
+    return (backend_dir if own else f"{backend_dir}-py{version}") + ("-ort" if real_onnxruntime else "")
+
+
+def prepare_backends(python=sys.executable, backend_dir=BACKEND_DIR, ort_folder=None):
+    """Lay out <backend_dir>/python (the wheel's backend + the stub for `python`'s version) and onnxruntime/: a link
+    to ort_folder (Triton's C++ backend; its own backend dir, `-ort` beside the stand-in's) or the stand-in."""
     root = _pytriton_root()
-    version = python_version(python) if python != sys.executable else f"{sys.version_info[0]}.{sys.version_info[1]}"
-    backend_dir = backend_dir if version == f"{sys.version_info[0]}.{sys.version_info[1]}" else \
-        f"{backend_dir}-py{version}"
+    version = python_version(python)
+    backend_dir = backend_dir_for(python, bool(ort_folder), backend_dir)
     python_dir = os.path.join(backend_dir, "python")
     os.makedirs(python_dir, exist_ok=True)
     sources = {
@@ -137,6 +194,10 @@ def prepare_backends(python=sys.executable, backend_dir=BACKEND_DIR):
         if not os.path.exists(target) or not filecmp.cmp(source, target, shallow=False):
             shutil.copy2(source, target)
     ort_dir = os.path.join(backend_dir, "onnxruntime")
+    if ort_folder:  # the folder itself: the backend finds libonnxruntime beside it (RUNPATH $ORIGIN)
+        relink(ort_folder, ort_dir)
+        server_library_link(backend_dir)
+        return backend_dir
     os.makedirs(ort_dir, exist_ok=True)
     shutil.copy2(os.path.join(HERE, "onnxruntime", "model.py"), os.path.join(ort_dir, "model.py"))
     return backend_dir
@@ -203,7 +264,7 @@ def server_command(model_repository, http_port=8000, grpc_port=8001, metrics_por
         command = [CONTAINER_SERVER]
     else:
         command = [os.path.join(_pytriton_root(), "tritonserver", "bin", "tritonserver"),
-                   f"--backend-directory={prepare_backends(python)}"]
+                   f"--backend-directory={prepare_backends(python, ort_folder=onnxruntime_backend(env))}"]
     command += [
         f"--model-repository={os.path.abspath(model_repository)}",
         f"--http-port={http_port}", f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}",
@@ -285,6 +346,7 @@ class Server:
         # Triton's HTTP API (the repository API is restricted: this launcher holds its key)
         self.triton = TritonHttp(address, http_port or 8000, {"admin-key": admin_key or ""})
         self.stubs = {}  # pid -> model directory, learnt while each stub lives
+        self.run_dir = self.stop_file = None  # start(): the drain's stop file (TRITON_EMBED_STOP_FILE), its folder
 
     @property
     def pid(self):
@@ -354,6 +416,8 @@ class Server:
             if path.startswith(SHM_PREFIX) and os.path.exists(path):
                 os.remove(path)
         self.remove_keys()
+        if self.run_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def remove_keys(self):
         if self.keys_dir:
@@ -387,6 +451,11 @@ def start(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, e
     killed by the kernel should this process end without stopping it (die_with_this_process)."""
     env = server_env(python)
     env.update(extra_env or {})
+    if onnxruntime_backend(env):  # the C++ backend's libtritonserver.so link (prepare_backends lays it out)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join((os.path.join(backend_dir_for(python, True), "lib"),
+                                                  env.get("LD_LIBRARY_PATH", "")))
+    # Which code serves the encoder, for the proxy's /v1/models
+    env["TRITON_EMBED_ONNXRUNTIME_BACKEND"] = describe_onnxruntime_backend(env)
     # The proxy calls Triton's own HTTP frontend (readiness, repository API): where it is, for the models to read.
     env["TRITON_HTTP_PORT"] = str(http_port)
     # Which server that port must answer as (its --id, in its metadata): the proxy never takes another server's
@@ -395,6 +464,10 @@ def start(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, e
     # The keys as files, not values: every Python stub inherits this environment (keys_to_files). The admin key is
     # read back from its file, so the launcher and the proxy see the same one.
     keys_dir = keys_to_files(env)
+    # The drain's word to the models that feed work piece by piece (model_common.Deadline): once this file exists
+    # they start no next piece, so what cannot finish within the exit timeout stops, cleanly (drain()).
+    run_dir = tempfile.mkdtemp(prefix="triton-embed-run-")
+    env["TRITON_EMBED_STOP_FILE"] = os.path.join(run_dir, "stopping")
     try:
         admin_key = admin_key_for(env)
         command = server_command(model_repository, http_port, grpc_port, metrics_port,
@@ -403,10 +476,13 @@ def start(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, e
                                    stderr=subprocess.STDOUT if log_file else None,
                                    start_new_session=True, preexec_fn=die_with_this_process())
     except BaseException:
-        if keys_dir:
-            shutil.rmtree(keys_dir, ignore_errors=True)
+        for directory in (keys_dir, run_dir):
+            if directory:
+                shutil.rmtree(directory, ignore_errors=True)
         raise
-    return Server(process, admin_key, http_port, setting("TRITON_ADDRESS", "127.0.0.1", env), keys_dir)
+    server = Server(process, admin_key, http_port, setting("TRITON_ADDRESS", "127.0.0.1", env), keys_dir)
+    server.run_dir, server.stop_file = run_dir, env["TRITON_EMBED_STOP_FILE"]
+    return server
 
 
 def _config_parameter(path, key):
@@ -496,6 +572,20 @@ def public_tiers(model_repository):
     return [[model for model in tier if model] for tier in tiers]
 
 
+STOP_FEEDING_AT = 1 / 3  # of the drain's bound: then the models start no next piece (work abandoned by its client
+# or longer than the exit timeout: a 2,000-sentence rerank kept 6 models busy past it, and the stubs died at exit);
+# the rest of the bound is for the pieces running then (a rerank piece of 256 passages: ~8 s on 2 busy cores)
+
+
+def stop_feeding(server):
+    """Creates the server's stop file (TRITON_EMBED_STOP_FILE); True the first time."""
+    if not server.stop_file or os.path.exists(server.stop_file):
+        return False
+    with open(server.stop_file, "w", encoding="utf-8"):
+        pass
+    return True
+
+
 def drain(server, model_repository, bound_s, interrupted=lambda: False):
     """SIGTERM's first phase: stop taking work without cutting any. Triton's own stop refuses every new request at
     once, the calls an admitted request still has to make to its next step included (a BLS model's encoder runs,
@@ -503,7 +593,8 @@ def drain(server, model_repository, bound_s, interrupted=lambda: False):
     each refuses new requests at once and finishes the admitted ones (the proxy's /health and new requests get 503
     "shutting down" meanwhile), while the steps they call stay loaded. True when all of it finished within bound_s;
     then tritonserver has nothing in flight and stops at once."""
-    deadline = time.monotonic() + bound_s
+    started = time.monotonic()
+    deadline = started + bound_s
     try:
         for tier in public_tiers(model_repository):
             states = server.model_states()
@@ -513,6 +604,9 @@ def drain(server, model_repository, bound_s, interrupted=lambda: False):
             while any(server.model_states().get(model, set()) & {"READY", "UNLOADING"} for model in serving):
                 if time.monotonic() > deadline or interrupted() or server.poll() is not None:
                     return False
+                if time.monotonic() > started + bound_s * STOP_FEEDING_AT and stop_feeding(server):
+                    print(f"launch: drain: past {bound_s * STOP_FEEDING_AT:.0f} s, requests still running start "
+                          f"no next piece (they fail 'the server is stopping')", flush=True)
                 time.sleep(0.1)
     except (OSError, ValueError, KeyError, RuntimeError) as error:  # MODEL_CONTROL=none: no unloads; Triton's stop
         print(f"launch: drain: {error}", flush=True)
@@ -612,7 +706,8 @@ def serve(args, listed, watchdog):
         try:
             wait_ready(server, args.http_port)
             print(f"launch: tritonserver ready: HTTP {args.http_port}, gRPC {args.grpc_port}, "
-                  f"metrics {args.metrics_port} on {setting('TRITON_ADDRESS', '127.0.0.1')}", flush=True)
+                  f"metrics {args.metrics_port} on {setting('TRITON_ADDRESS', '127.0.0.1')}; onnxruntime models "
+                  f"served by {describe_onnxruntime_backend()}", flush=True)
             started, failures, serving[:] = True, 0, [True]
         except (RuntimeError, TimeoutError) as error:
             if stopping:

@@ -16,9 +16,12 @@ model's process: a bad element becomes a MalformedBytes, a bad shape a flag on t
 into that request's INVALID_ARG naming the field.
 """
 import json
+import os
 import struct
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import model_errors
 import numpy as np
@@ -106,9 +109,13 @@ class InvalidInput(ModelError, ValueError):
 def read_bytes(request, name, rank=None, optional=False):
     """The BYTES input `name` as a flat object array of bytes (None: absent and optional), or InvalidInput naming it
     (`name` for its shape, `name[i]` for an element). `rank`: the dimensions the model's config gives the input,
-    batch included. Why: Triton 2.48 takes a batch of 2^32 rows holding one element as a batch of 0 and hands the model
-    the input without its batch dimension. (An ensemble hands its first step such a request as one row, and 2^32 + 1
-    rows wrap to 1 everywhere: nothing in a model can tell those.)"""
+    batch included; give it for every input of a batching model (max_batch_size > 0). Why: Triton 2.48 keeps a
+    request's batch size in 32 bits, taken from the first input it looks at: rows that are a multiple of 2^32 (2^32,
+    2^40: one element sent) make a batch of 0, and the model gets the input without its batch dimension, which the
+    rank refuses. Nothing in a model can tell the rest (probed on 2.48, tests/test_hostile.py): 2^32 + 1 rows wrap to
+    a batch of 1; an ensemble hands its first step a batch of 0 as one row; and in a request of two batched inputs
+    (a cross-encoder's `text` and `query`) where Triton looks at the wrapped one first (the one sent last), the other
+    sets the batch and the wrapped input arrives as [batch, 1] holding its one element: a well-formed request."""
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
         if optional:
@@ -199,12 +206,37 @@ class RequestModel:
 
 class RerankModel(RequestModel):
     """Both rerank models' frame (bge-m3's, a cross-encoder's): query and documents in, their config's
-    texts_per_call (documents per BLS call, the calls run side by side on self.pool) and max_documents."""
+    texts_per_call (documents per BLS call) and max_documents; a request's calls run on self.pool, CALLS_AHEAD at
+    a time (`pieces`)."""
 
     def setup(self, args):
         self.texts_per_call = int(self.parameters["texts_per_call"])
         self.max_documents = int(self.parameters.get("max_documents") or 2048)
         self.pool = ThreadPoolExecutor(16, thread_name_prefix="rerank-call")
+
+    def pieces(self, work, count, deadline):
+        """[work(i) for i in range(count)], run on self.pool CALLS_AHEAD at a time, in order. Why not all at once: a
+        long request's calls would take every instance of the BLS model and hold the other requests behind it; and a
+        call once sent runs to its end in Triton (24.07's BLS cannot cancel it, and the encoder has no queue
+        policy), so a request whose client has gone or whose timeout has passed must not have sent the rest: the
+        next piece starts only while the deadline holds (issue 49: a 2,000-sentence /similarity ran 137 s after its
+        client had left). The first error stops the rest."""
+        results, running, started = [None] * count, deque(), 0
+        try:
+            while started < count or running:
+                while started < count and len(running) < CALLS_AHEAD:
+                    deadline.left_us()  # raises once the request is cancelled or its time is up
+                    running.append((started, self.pool.submit(work, started)))
+                    started += 1
+                i, call = running.popleft()
+                try:  # answered at the deadline, not when a call that ignores it returns
+                    results[i] = call.result(timeout=deadline.left_s())
+                except FutureTimeout:
+                    raise ModelError("timeout", None, "the request's timeout expired while it ran") from None
+        finally:
+            for _, call in running:
+                call.cancel()
+        return results
 
     def finalize(self):
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -229,6 +261,12 @@ def call(model, inputs, outputs, deadline, parameters=None, rename=None):
     return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
 
 
+# The launcher's drain creates this file when work must stop feeding (local_triton/launch.py, drain()); unset or
+# absent: never (a server started otherwise).
+STOP_FILE = os.environ.get("TRITON_EMBED_STOP_FILE")
+CALLS_AHEAD = 1  # a rerank request's BLS calls in flight at once: one, so a BLS instance stays free for other requests
+
+
 class Deadline:
     """The request's own timeout (µs; 0: none) and cancellation, checked before each step (left_us): work whose
     client has gone or whose time is up is not started, and each step's BLS request gets only what is left (its
@@ -241,12 +279,19 @@ class Deadline:
     def left_us(self):
         if self.request.is_cancelled():
             raise ModelError("cancelled", None, "the request was cancelled")
+        if STOP_FILE and os.path.exists(STOP_FILE):  # one stat per step
+            raise ModelError("unavailable", None, "the server is stopping: work that would outlast its drain is "
+                                                  "not started")
         if self.end is None:
             return 0
         left = int((self.end - time.monotonic()) * 1e6)
         if left <= 0:
             raise ModelError("timeout", None, "the request's timeout expired before its next step")
         return left
+
+    def left_s(self):
+        """Seconds left (None: no timeout; 0 once past it), for a wait."""
+        return None if self.end is None else max(0.0, self.end - time.monotonic())
 
     def check_answer(self):
         """After the work: a result the client has left, or that is past its timeout, is not answered as a success.

@@ -88,3 +88,108 @@ def test_proxy_refuses_excess_with_429_and_answers_the_rest(bounded_server, expe
             assert cosine(np.array(response.json()["data"][0]["embedding"]), expected[i]) > 0.9999
     with httpx.Client(base_url=bounded_server.proxy_url, timeout=60) as client:
         assert client.post("/v1/embeddings", json={"input": ["after"]}).status_code == 200
+
+
+# ---------------------------------------------------------------- one heavy request, left by its client (issue 49)
+HEAVY_SENTENCES = 600  # /similarity's sentences, ~100 words each: several pieces of the rerank model's 256
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "while", "a", "panda", "eats",
+         "bamboo", "in", "the", "quiet", "forest"]
+
+
+@pytest.fixture(scope="module")
+def keyed_server(minilm_repository, tmp_path_factory):
+    """The shipped configs, keys on, a short request timeout: the abandoned work ends within the test."""
+    running = start_server(minilm_repository, tmp_path_factory.mktemp("keyed_server"),
+                           extra_env={"API_KEY": "k3y", "PROXY_REQUEST_TIMEOUT_S": "20"})
+    wait_for_proxy(running)
+    yield running
+    stop_server(running)
+
+
+def test_a_heavy_request_left_by_its_client_locks_nobody_out(keyed_server):
+    """A legal heavy /similarity whose client leaves after 2 s: the other clients are admitted beside it and after
+    it (they got 429 for minutes: its cost held the gate, and a rate with no finish decayed toward 0); while it runs
+    a request without the key gets 401 and a malformed body 400, never 429; the rerank model stops feeding it at
+    its deadline. Through KServe, `rerank`'s own timeout is answered at that timeout, not after the whole request."""
+    import threading
+    import time
+
+    key = {"Authorization": "Bearer k3y"}
+    sentences = [" ".join(WORDS[(i + k) % len(WORDS)] for k in range(100)) for i in range(HEAVY_SENTENCES)]
+    with httpx.Client(base_url=keyed_server.proxy_url, timeout=60) as client:
+        started = time.monotonic()
+        while time.monotonic() - started < 3:  # a measured rate first: admission by work is on
+            assert client.post("/v1/embeddings", json={"input": TEXTS[:8]}, headers=key).status_code == 200
+        heavy = {"inputs": {"source_sentence": "a panda", "sentences": sentences}}
+        left = threading.Event()
+
+        def leave_after_2_s():
+            try:
+                httpx.post(f"{keyed_server.proxy_url}/similarity", json=heavy, headers=key, timeout=2.0)
+            except httpx.TimeoutException:
+                pass
+            left.set()
+        leaver = threading.Thread(target=leave_after_2_s)
+        leaver.start()
+        time.sleep(0.5)
+        while_busy = {
+            "no key": client.post("/v1/embeddings", json={"input": ["x"]}).status_code,
+            "wrong key": client.post("/v1/embeddings", json={"input": ["x"]},
+                                     headers={"Authorization": "Bearer nope"}).status_code,
+            "input null": client.post("/v1/embeddings", json={"input": None}, headers=key).status_code,
+            "unknown model": client.post("/v1/embeddings", json={"input": ["x"], "model": "nope"},
+                                         headers=key).status_code,
+            "valid": client.post("/v1/embeddings", json={"input": TEXTS[:8]}, headers=key).status_code,
+        }
+        print(f"\nwhile the heavy request runs: {while_busy}")
+        assert while_busy == {"no key": 401, "wrong key": 401, "input null": 400, "unknown model": 404,
+                              "valid": 200}, while_busy
+        left.wait(30)
+        after, served_at = [], None
+        gone = time.monotonic()
+        while time.monotonic() - gone < 30 and served_at is None:
+            status = client.post("/v1/embeddings", json={"input": TEXTS[:8]}, headers=key).status_code
+            after.append(status)
+            if status == 200:
+                served_at = time.monotonic() - gone
+            else:
+                time.sleep(0.2)
+        leaver.join()
+        print(f"after the client left: first 200 after {served_at} s ({after})")
+        # its encoder runs already queued still run, ahead of this one: within the request timeout (20 s) + slack
+        assert served_at is not None and served_at < 20 + 5, after
+        # the next similarity is served within the request timeout (the rerank model stopped feeding the other)
+        small = client.post("/similarity", json={"inputs": {"source_sentence": "a", "sentences": ["b", "c"]}},
+                            headers=key)
+        assert small.status_code == 200 and len(small.json()) == 2, small.text
+
+    # KServe: the rerank model answers its request's own timeout at that timeout
+    query = np.array([b"a panda"], dtype=np.object_)
+    documents = np.array([s.encode() for s in sentences], dtype=np.object_)
+    for protocol in ("http", "grpc"):
+        started = time.monotonic()
+        with pytest.raises(InferenceServerException) as caught:
+            infer_rerank(protocol, keyed_server, query, documents, timeout_us=500_000)
+        took = time.monotonic() - started
+        print(f"KServe {protocol} rerank, 0.5 s timeout: answered after {took:.2f} s: {caught.value.message()[:100]}")
+        assert "timeout" in caught.value.message().lower() and took < 4.0, (took, caught.value.message())
+
+
+def infer_rerank(protocol, server, query, documents, timeout_us):
+    if protocol == "grpc":
+        import tritonclient.grpc as client_lib
+        client = client_lib.InferenceServerClient(server.grpc_url)
+    else:
+        import tritonclient.http as client_lib
+        client = client_lib.InferenceServerClient(server.http_url, network_timeout=60)
+    try:
+        inputs = []
+        for name, array in (("query", query), ("documents", documents)):
+            tensor = client_lib.InferInput(name, list(array.shape), "BYTES")
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        if protocol == "grpc":
+            return client.infer("rerank", inputs, client_timeout=None, timeout=timeout_us)
+        return client.infer("rerank", inputs, timeout=timeout_us)
+    finally:
+        client.close()

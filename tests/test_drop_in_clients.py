@@ -61,6 +61,29 @@ def test_huggingface_hub_inference_client(proxy, direct_vectors):
     assert "422" in str(refused.value)
 
 
+def test_tei_normalize_false_is_the_graphs_pooled_vector_through_both_doors(ce_server, proxy, direct_vectors):
+    """Haystack's HuggingFaceAPITextEmbedder sends `normalize: false` (huggingface_hub's feature_extraction): the
+    pooled vector before the graph's L2 step, as KServe's `embedding_unnormalized` gives it, on a named export with
+    a cross-encoder loaded beside it; normalized, it is the usual vector. One text (the ensemble) and a batch (the
+    BLS model) alike."""
+    from huggingface_hub import InferenceClient
+
+    client = InferenceClient(base_url=proxy)
+    kserve = np.concatenate([infer("grpc", url_for(ce_server, "grpc"), [text], model="emb",
+                                   names=("embedding_unnormalized",))["embedding_unnormalized"] for text in TEXTS])
+    norms = np.linalg.norm(kserve, axis=1)
+    assert np.all(np.abs(norms - 1) > 1e-3), norms  # not unit vectors: the pooled ones
+    np.testing.assert_allclose(kserve / norms[:, None], direct_vectors, atol=1e-5)
+    one = np.concatenate([client.feature_extraction(text, normalize=False) for text in TEXTS])
+    np.testing.assert_allclose(one, kserve, rtol=1e-4, atol=1e-5)
+    with httpx.Client(base_url=proxy, timeout=60) as http:
+        batch = http.post("/embed", json={"inputs": TEXTS, "normalize": False})
+        assert batch.status_code == 200, batch.text
+        np.testing.assert_allclose(np.array(batch.json(), dtype=np.float32), kserve, rtol=1e-4, atol=1e-5)
+        normalized = http.post("/embed", json={"inputs": TEXTS, "normalize": True}).json()
+    assert_same_vectors(normalized, direct_vectors, "TEI /embed normalize true")
+
+
 def test_llama_index_tei_embedding(proxy, direct_vectors):
     from llama_index.embeddings.text_embeddings_inference import TextEmbeddingsInference
 
@@ -270,3 +293,70 @@ def test_tei_similarity_and_huggingface_hub_sentence_similarity(ce_server, proxy
     empty = httpx.post(proxy + "/similarity", json={"inputs": {"source_sentence": "a", "sentences": ["b", " "]}},
                        timeout=60)
     assert empty.status_code == 422 and empty.json()["error"].startswith("inputs.sentences[1]"), empty.text
+
+
+# ---------------------------------------------------------------- issue 49: the TEI surface agrees with itself
+def tei_error(response, status, *words):
+    """TEI's error body on the real server: {error, error_type} (and ours, code and param), `status`."""
+    assert response.status_code == status, (status, response.status_code, response.text[:300])
+    body = response.json()
+    assert set(body) == {"error", "error_type", "code", "param"} and isinstance(body["error"], str), body
+    for word in words:
+        assert word in body["error"], body["error"]
+    return body
+
+
+def test_tei_statuses_are_one_per_error_kind_on_every_route(proxy):
+    """Too many inputs is 413 on every TEI route (the proxy's count, max_inputs_per_request 2048, and the rerank
+    model's, max_documents 2048), /rerank with Cohere's `documents` included; every error on a TEI path is in
+    TEI's shape whatever the body; /decode refuses empty rows and rows over max_input_chars; validation messages
+    name the client's fields."""
+    many, texts = ["a"] * 2049, ["a"] * 3000
+    with httpx.Client(base_url=proxy, timeout=120) as http:
+        for path, body in (("/embed", {"inputs": many}), ("/", {"inputs": many}), ("/embed_all", {"inputs": many}),
+                           ("/embed_sparse", {"inputs": many}), ("/tokenize", {"inputs": many}),
+                           ("/predict", {"inputs": [[t] for t in many], "model": "xr"}),
+                           ("/decode", {"ids": [[5]] * 2049})):
+            error = tei_error(http.post(path, json=body), 413, "2049 inputs", "max_inputs_per_request")
+            assert (error["error_type"], error["code"]) == ("Validation", "too_many_inputs"), path
+        for path, body, param in (("/rerank", {"query": "q", "texts": texts}, "texts"),
+                                  ("/rerank", {"query": "q", "documents": texts}, "documents"),
+                                  ("/rerank", {"query": "q", "texts": texts, "model": "xr"}, "texts"),
+                                  ("/similarity", {"inputs": {"source_sentence": "q", "sentences": texts}},
+                                   "inputs.sentences")):
+            error = tei_error(http.post(path, json=body), 413, "3000 documents", "max_documents")
+            assert (error["error_type"], error["param"]) == ("Validation", param), (path, body.keys())
+        cohere = http.post("/v1/rerank", json={"query": "q", "documents": texts})  # OpenAI's path: its 422
+        assert cohere.status_code == 422 and cohere.json()["error"]["code"] == "too_many", cohere.text
+
+        # /rerank with Cohere's documents: TEI's shape for the rerank model's error and for validation
+        tei_error(http.post("/rerank", json={"query": "q", "documents": ["a", ""]}), 422, "documents[1]")
+        tei_error(http.post("/rerank", json={"query": "q", "documents": "a"}), 422, "documents")
+        tei_error(http.post("/rerank", json={"query": "q", "documents": ["a"], "top_n": 0}), 422, "top_n")
+
+        # /decode: empty, over the cap (262144 ids a row, as a text's characters), and validation
+        for body, field in (({"ids": []}, "ids"), ({"ids": [[5], []]}, "ids[1]")):
+            assert tei_error(http.post("/decode", json=body), 422, f"{field} is empty")["param"] == "ids"
+        over = tei_error(http.post("/decode", json={"ids": [5] * 300_000}), 422, "ids holds 300000 ids",
+                         "max_input_chars")
+        assert over["code"] == "input_too_long"
+        for body, field in (({"ids": ["a"]}, "ids[0]"), ({"ids": [[5], [-1]]}, "ids[1][0]")):
+            message = tei_error(http.post("/decode", json=body), 422, field)["error"]
+            assert "constrained" not in message and "list[" not in message, message
+        openai = http.post("/v1/embeddings", json={"input": [{"image": 1}]}).json()["error"]["message"]
+        assert "input[0]" in openai and "union[" not in openai and "TextItem" not in openai, openai
+
+
+def test_tei_embed_all_answer_is_bounded(proxy):
+    """/embed_all: at most max_embed_all_numbers (4,000,000) numbers, tokens x hidden size (emb: 32), a 413 naming
+    `inputs` and the setting before the encoder runs; 2048 short inputs (8.4 M numbers at the max length of 128,
+    under 0.4 M as tokenized) are served."""
+    long = "word " * 150  # over 128 tokens: counted at 128, cut or not
+    with httpx.Client(base_url=proxy, timeout=120) as http:
+        for truncate in (True, None):
+            body = {"inputs": [long] * 1000, **({"truncate": truncate} if truncate else {})}
+            error = tei_error(http.post("/embed_all", json=body), 413, "4096000 numbers", "max_embed_all_numbers")
+            assert (error["param"], error["code"], error["error_type"]) == ("inputs", "answer_too_large", "Validation")
+        short = http.post("/embed_all", json={"inputs": [f"text {i}" for i in range(2048)]})
+        assert short.status_code == 200, short.text[:300]
+        assert len(short.json()) == 2048 and all(len(row[0]) == 32 for row in short.json())

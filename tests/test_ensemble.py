@@ -75,7 +75,8 @@ def test_server_model_metadata(server):
         assert rows == {"ensemble": 64, "embedding": 256, "tokenizer": 256}
         ensemble = connection.get_model_metadata("ensemble")
         shapes = {o["name"]: o["shape"] for o in ensemble["outputs"]}
-        assert shapes == {"embedding": [-1, 384], "num_tokens": [-1, 1], "truncated": [-1, 1]}
+        assert shapes == {"embedding": [-1, 384], "embedding_unnormalized": [-1, 384], "num_tokens": [-1, 1],
+                          "truncated": [-1, 1]}
         assert manifest["embedding_size"] == 384 and manifest["outputs"] == ["dense"]
         encoder = connection.get_model_config("embedding")
         tokenizer = connection.get_model_config("tokenizer")
@@ -257,5 +258,51 @@ def test_a_flood_of_long_requests_stays_within_the_token_budget(server):
             assert not errors, f"{len(errors)} of 100 failed, e.g. {errors[0]}"
             assert all(result.as_numpy("embedding").shape == (4, 384) for result, _ in received)
         assert merged_batches() > merged_before
+    finally:
+        connection.close()
+
+
+# ---------------------------------------------------------------- embedding_unnormalized (TEI's normalize: false)
+UNNORMALIZED_TEXTS = VARIED_TEXTS[:10] + VARIED_TEXTS[-2:]  # the last two truncated
+
+
+@pytest.fixture(scope="module")
+def pooled(sentence_transformer):
+    """SentenceTransformer.encode(normalize_embeddings=False) of MiniLM without its Normalize module: the mean-pooled
+    vector TEI serves for normalize false."""
+    from sentence_transformers import SentenceTransformer
+
+    modules = [module for module in sentence_transformer if type(module).__name__ != "Normalize"]
+    return SentenceTransformer(modules=modules, device="cpu").encode(UNNORMALIZED_TEXTS, normalize_embeddings=False)
+
+
+def _response_outputs(protocol, result):
+    response = result.get_response()
+    return {o["name"] for o in response["outputs"]} if protocol == "http" else {o.name for o in response.outputs}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_both_ensembles_return_embedding_unnormalized_when_asked(server, pooled, protocol):
+    """`ensemble` and `ensemble_bls` asked for `embedding_unnormalized`: the pooled vector before the encoder's L2
+    step (sentence-transformers without Normalize), and L2-normalized it is `embedding`. A request that names no
+    outputs gets it from both: Triton asks a model for all its outputs then (the BLS model cannot tell)."""
+    url = url_for(server, protocol)
+    names = ["embedding_unnormalized", "embedding", "num_tokens"]
+    for model in ("ensemble", "ensemble_bls"):
+        got = infer(protocol, url, UNNORMALIZED_TEXTS, model=model, names=names)
+        vectors = got["embedding_unnormalized"]
+        assert vectors.dtype == np.float32 and vectors.shape == (len(UNNORMALIZED_TEXTS), 384), model
+        norms = np.linalg.norm(vectors, axis=1)
+        assert np.abs(norms - 1).max() > 0.5, (model, norms)  # MiniLM's mean-pooled vectors: norms ~2.5-6, not 1
+        np.testing.assert_allclose(vectors, pooled, atol=1e-4 * norms.max(), rtol=0, err_msg=model)
+        np.testing.assert_allclose(vectors / norms[:, None], got["embedding"], atol=1e-6, rtol=0, err_msg=model)
+        alone = infer(protocol, url, UNNORMALIZED_TEXTS[:3], model=model, names=["embedding_unnormalized"])
+        np.testing.assert_allclose(alone["embedding_unnormalized"], vectors[:3], atol=1e-5, rtol=0, err_msg=model)
+    connection = client(protocol, url)
+    try:
+        for model in ("ensemble_bls", "ensemble"):
+            result = connection.infer(model, [text_input(protocol, UNNORMALIZED_TEXTS[:2])])
+            assert "embedding_unnormalized" in _response_outputs(protocol, result), model
+            assert result.as_numpy("embedding_unnormalized").shape == (2, 384), model
     finally:
         connection.close()

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import MINILM, PROJECT, TINY_XLMR_MAX_LENGTH, export
+from conftest import MINILM, PROJECT, TINY_XLMR_MAX_LENGTH, export, tiny_xlmr
 
 EXPORT = os.path.join(PROJECT, "build", "export.py")
 
@@ -270,3 +270,128 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
         assert ("1/model_common.py" in names) == (kind not in ("proxy", "supervisor")), kind
         assert ("1/model_errors.py" in names) == (kind != "supervisor"), kind  # the proxy reads the error contract
         assert ("1/triton_server.py" in names) == (kind in ("proxy", "supervisor")), kind
+
+
+# ---------------------------------------------------------------- embedding_unnormalized: the pooled vector before L2
+UNNORMALIZED_TEXTS = ["Hello world", "short", "The quick brown fox jumps over the lazy dog.",
+                      "日本語のテキストも埋め込みできます。", "Emoji only: 🚀🔥🎉",
+                      "Paris is the capital of France. " * 60]  # truncated
+
+
+def pooled_reference(sentence_transformer, texts, **encode):
+    """SentenceTransformer.encode(normalize_embeddings=False) of the model without its Normalize module (MiniLM has
+    one; TEI's normalize false serves the pooled vector before it)."""
+    from sentence_transformers import SentenceTransformer
+
+    modules = [module for module in sentence_transformer if type(module).__name__ != "Normalize"]
+    pooled = SentenceTransformer(modules=modules, device="cpu")
+    return pooled.encode(texts, normalize_embeddings=False, convert_to_numpy=True, **encode)
+
+
+def run_graph(path, tokenizer, texts, max_length, names):
+    import onnxruntime as ort
+
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="np")
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    feed = {"input_ids": batch["input_ids"].astype("int64"), "attention_mask": batch["attention_mask"].astype("int64")}
+    return dict(zip(names, session.run(names, feed)))
+
+
+def check_unnormalized(got, want, embedding):
+    """The served / graph vector against the reference, and normalized it is `embedding`."""
+    import numpy as np
+
+    assert got.dtype == np.float32 and got.shape == want.shape
+    norms = np.linalg.norm(got, axis=1)
+    assert np.abs(norms - 1).max() > 0.1, "embedding_unnormalized came back normalized"
+    np.testing.assert_allclose(norms, np.linalg.norm(want, axis=1), rtol=1e-4)
+    np.testing.assert_allclose(got, want, atol=1e-4 * norms.max(), rtol=0)
+    np.testing.assert_allclose(got / norms[:, None], embedding, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["mean (MiniLM)", "cls (tiny XLM-R, external data)"])
+def test_unnormalized_output_is_the_pooled_vector_of_sentence_transformers(layout, request, sentence_transformer,
+                                                                          tiny_xlmr_dir):
+    """The encoder's `embedding_unnormalized` (mean pooling: MiniLM; CLS pooling: the tiny XLM-R) is
+    SentenceTransformer.encode(normalize_embeddings=False) without a Normalize module, and L2-normalized it is
+    `embedding`; it is declared by the encoder ([dim]), the ensemble ([dim], mapped) and the BLS model ([-1]: the
+    request's `dimensions`), parity-checked at export, and not one of export.json's `outputs` (dense, sparse,
+    colbert: what the proxy serves)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    if layout.startswith("mean"):
+        repository, dim, max_length = request.getfixturevalue("minilm_repository"), 384, 256
+        st = sentence_transformer
+        onnx_path = os.path.join(repository, "embedding", "1", "model.onnx")
+    else:
+        repository, dim, max_length = request.getfixturevalue("xlmr_repository"), 32, TINY_XLMR_MAX_LENGTH
+        st = SentenceTransformer(modules=[Transformer(str(tiny_xlmr_dir), max_seq_length=max_length),
+                                          Pooling(dim, "cls")], device="cpu")
+        onnx_path = os.path.join(repository, "embedding", "1", "model.onnx", "model.onnx")
+    want = pooled_reference(st, UNNORMALIZED_TEXTS)
+    names = ["embedding", "embedding_unnormalized", "token_embeddings"]
+    got = run_graph(onnx_path, st.tokenizer, UNNORMALIZED_TEXTS, max_length, names)
+    check_unnormalized(got["embedding_unnormalized"], want, got["embedding"])
+    import onnx
+
+    graph = onnx.load(onnx_path, load_external_data=False).graph
+    assert [o.name for o in graph.output] == names
+    declared = {model: re.findall(r'name: "(\w+)", data_type: (\w+), dims: \[ ([^\]]*) \]',
+                                  open(os.path.join(repository, model, "config.pbtxt"), encoding="utf-8").read())
+                for model in ("embedding", "ensemble", "ensemble_bls")}
+    assert ("embedding_unnormalized", "TYPE_FP32", str(dim)) in declared["embedding"]
+    assert ("embedding_unnormalized", "TYPE_FP32", str(dim)) in declared["ensemble"]
+    assert ("embedding_unnormalized", "TYPE_FP32", "-1") in declared["ensemble_bls"]
+    ensemble = open(os.path.join(repository, "ensemble", "config.pbtxt"), encoding="utf-8").read()
+    assert 'output_map { key: "embedding_unnormalized", value: "embedding_unnormalized" }' in ensemble
+    manifest = json.load(open(os.path.join(repository, "ensemble", "1", "export.json")))
+    assert manifest["outputs"] == ["dense"]
+    figures = manifest["parity"]["unnormalized"]
+    assert figures["min_cosine"] >= 0.9999 and figures["max_norm_error"] < 1e-3, figures
+    assert figures["normalized_vs_embedding"] < 1e-5, figures
+
+
+def test_unnormalized_output_of_the_bge_m3_layout_is_flagembeddings_dense(tmp_path, xlmr_tokenizer_dir):
+    """bge-m3's layout (dense + sparse + ColBERT heads, CLS pooling): the graph's `embedding_unnormalized`, after
+    the heads' outputs, is FlagEmbedding's dense vector with normalize_embeddings=False, and passes the export's
+    parity check (which fails an export whose vector, normalized, is not `embedding`)."""
+    import torch
+    from exporting.graph import build_encoder, declared_dims, export_onnx, finalize_onnx, load_head, output_names
+    from exporting.parity import parity_check
+    from FlagEmbedding import BGEM3FlagModel
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = tiny_xlmr(tmp_path / "m3", xlmr_tokenizer_dir, seed=33, heads=True)
+    outputs, max_length = ["dense", "sparse", "colbert"], 64
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModel.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+    heads = {kind: load_head(folder, kind, 32) for kind in ("sparse", "colbert")}
+    encoder = build_encoder(model, "cls", outputs, heads, [0, 1, 2, 3])
+    path = finalize_onnx(export_onnx(encoder, tokenizer, outputs, str(tmp_path)), str(tmp_path / "1"), False, False,
+                         declared_dims(outputs, 32, 32))
+    names = output_names(outputs)
+    assert names == ["embedding", "sparse_indices", "sparse_values", "sparse_count", "colbert_vectors",
+                     "colbert_length", "embedding_unnormalized", "token_embeddings"]
+    figures = parity_check(encoder, tokenizer, path, outputs, max_length, 0.9999)
+    assert figures["unnormalized"]["max_norm_error"] < 1e-3, figures
+    got = run_graph(path, tokenizer, UNNORMALIZED_TEXTS, max_length, ["embedding", "embedding_unnormalized"])
+    torch.set_num_threads(1)  # a shared 2-core machine
+    flag = BGEM3FlagModel(str(folder), use_fp16=False, devices="cpu", normalize_embeddings=False,
+                          query_max_length=max_length, passage_max_length=max_length)
+    want = flag.encode(UNNORMALIZED_TEXTS, max_length=max_length, return_dense=True)["dense_vecs"]
+    check_unnormalized(got["embedding_unnormalized"], want.astype("float32"), got["embedding"])
+
+
+def test_the_export_digest_covers_the_graph(monkeypatch, tmp_path):
+    """`make serve` re-exports an export made from another build/exporting/graph.py (--skip-if-exported compares
+    export.json's digest): an older export lacks the graph's newer outputs (embedding_unnormalized)."""
+    from exporting import graph, repository
+
+    assert os.path.samefile(os.path.join(PROJECT, repository.GRAPH_CODE), graph.__file__)
+    copy = tmp_path / "graph.py"
+    copy.write_bytes(open(graph.__file__, "rb").read())
+    monkeypatch.setattr(repository, "GRAPH_CODE", str(copy))
+    same = repository.templates_digest()
+    copy.write_bytes(open(graph.__file__, "rb").read() + b"\n# another graph\n")
+    assert repository.templates_digest() != same

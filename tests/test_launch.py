@@ -161,3 +161,118 @@ def test_launcher_keeps_the_keys_out_of_the_python_stubs_environment(minilm_repo
         if process.poll() is None:
             process.kill()
     assert not os.path.exists(os.path.dirname(key_files[0]))
+
+
+def test_sigterm_stops_a_rerank_that_would_outlast_the_drain(minilm_repository, tmp_path):
+    """Issue 49: a heavy rerank (abandoned, or longer than the exit timeout) kept the models busy past the drain;
+    tritonserver then exited with its stubs running (`Fatal Python error: PyThreadState_Get`) and the launcher
+    said "not clean". Past half its bound the drain tells the models to start no next piece: the rerank request
+    fails ("the server is stopping"), every model unloads, and the launcher exits 0 within the exit timeout."""
+    import threading
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    http_port, grpc_port, metrics_port, proxy_port = (free_port() for _ in range(4))
+    log = open(tmp_path / "launch.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "local_triton.launch", "--model-repository", str(minilm_repository),
+         "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
+         "--model-python", MODEL_PYTHON],
+        cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, "PROXY_PORT": str(proxy_port), "EXIT_TIMEOUT_S": "30"})
+    outcome = []
+    try:
+        deadline = time.monotonic() + 180
+        while "tritonserver ready" not in (tmp_path / "launch.log").read_text():
+            assert process.poll() is None, (tmp_path / "launch.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "launcher never reported ready"
+            time.sleep(0.5)
+        words = ["a", "panda", "eats", "bamboo", "in", "the", "quiet", "forest", "while", "the", "fox", "jumps",
+                 "over", "the", "lazy", "dog"]
+        documents = np.array([" ".join(words[(i + k) % len(words)] for k in range(100)).encode()
+                              for i in range(2048)], dtype=np.object_)
+
+        def heavy_rerank():  # no timeout: only the drain can stop it
+            client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+            inputs = [grpcclient.InferInput("query", [1], "BYTES"), grpcclient.InferInput("documents", [2048], "BYTES")]
+            inputs[0].set_data_from_numpy(np.array([b"a panda"], dtype=np.object_))
+            inputs[1].set_data_from_numpy(documents)
+            try:
+                client.infer("rerank", inputs, client_timeout=120)
+                outcome.append("answered")
+            except Exception as error:  # noqa: BLE001 - what it says is checked below
+                outcome.append(str(error))
+            client.close()
+        thread = threading.Thread(target=heavy_rerank)
+        thread.start()
+        time.sleep(2.0)  # its first pieces run
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=60)
+        stopped_after = time.monotonic() - signalled
+        thread.join(30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    output = (tmp_path / "launch.log").read_text()
+    print(f"\nstopped after {stopped_after:.1f} s (exit timeout 30 s), code {code}; the rerank: {outcome}")
+    assert code == 0 and "launch: stopped\n" in output, output[-3000:]
+    assert "start no next piece" in output and "Fatal Python error" not in output, output[-3000:]
+    assert outcome and "stopping" in outcome[0], outcome
+    assert stopped_after < 30 + 5, output[-3000:]
+
+
+def test_a_real_onnxruntime_backend_folder_is_laid_out_with_the_server_library_it_needs(tmp_path):
+    """ONNXRUNTIME_BACKEND: the backends folder's onnxruntime/ is that folder (the backend finds libonnxruntime
+    beside itself), in a backends folder of its own beside the stand-in's, with lib/libtritonserver.so pointing at the
+    wheel's renamed server library; a folder without the backend is one line, not a server that fails later."""
+    from local_triton import launch
+
+    folder = tmp_path / "ort"
+    folder.mkdir()
+    (folder / "libtriton_onnxruntime.so").write_bytes(b"")
+    backends = launch.prepare_backends(backend_dir=str(tmp_path / "backends"), ort_folder=str(folder))
+    assert backends.endswith("-ort") and os.path.realpath(os.path.join(backends, "onnxruntime")) == str(folder)
+    library = os.path.join(backends, "lib", "libtritonserver.so")
+    assert os.path.islink(library) and "nvidia_pytriton.libs/libtritonserver" in os.readlink(library)
+    assert os.path.isfile(os.path.join(backends, "python", "libtriton_python.so"))
+    stand_in = launch.prepare_backends(backend_dir=str(tmp_path / "backends"))
+    assert os.path.isfile(os.path.join(stand_in, "onnxruntime", "model.py"))  # the stand-in's, untouched
+    assert launch.onnxruntime_backend({"ONNXRUNTIME_BACKEND": str(folder)}) == str(folder)
+    assert launch.onnxruntime_backend({}) is None
+    with pytest.raises(SystemExit, match="holds no libtriton_onnxruntime.so"):
+        launch.onnxruntime_backend({"ONNXRUNTIME_BACKEND": str(tmp_path)})
+
+
+def test_the_onnxruntime_models_are_served_by_the_backend_the_launcher_names(minilm_repository, tmp_path):
+    """With ONNXRUNTIME_BACKEND (CI sets it to Triton's C++ backend when the machine has it) tritonserver maps
+    libtriton_onnxruntime.so and no Python stub serves `embedding`; without it the stand-in's stub does. The proxy's
+    /v1/models names the one serving, and the ensemble answers."""
+    import json
+
+    from conftest import start_server, stop_server, wait_for_proxy
+    from local_triton import launch
+    from triton_clients import infer
+
+    running = start_server(minilm_repository, tmp_path)
+    try:
+        wait_for_proxy(running)
+        vectors = infer("grpc", running.grpc_url, ["a panda eats bamboo"])["embedding"]
+        assert vectors.shape == (1, 384)
+        with urllib.request.urlopen(running.proxy_url + "/v1/models") as response:
+            named = json.load(response)["onnxruntime_backend"]
+        pid = running.process.pid
+        with open(f"/proc/{pid}/maps") as handle:
+            mapped = "libtriton_onnxruntime.so" in handle.read()
+        running.process.note_regions()
+        stubs = set(running.process.stubs.values())
+    finally:
+        stop_server(running)
+    real = launch.onnxruntime_backend()
+    print(f"\nonnxruntime models served by: {named}")
+    assert named == launch.describe_onnxruntime_backend()
+    if real:
+        assert mapped and named.startswith("triton: ") and "embedding" not in stubs, (named, stubs)
+    else:
+        assert not mapped and named.startswith("stand-in") and "embedding" in stubs, (named, stubs)

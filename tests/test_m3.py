@@ -192,7 +192,8 @@ def test_export_of_bge_m3_layout_has_all_three_outputs(m3_repository):
     assert manifest["special_token_ids"] == [0, 1, 2, 3]  # <s>, <pad>, </s>, <unk>: not <mask> (250001)
     expected = [("embedding", "TYPE_FP32", "32"), ("sparse_indices", "TYPE_INT64", "-1"),
                 ("sparse_values", "TYPE_FP32", "-1"), ("sparse_count", "TYPE_INT32", "1"),
-                ("colbert_vectors", "TYPE_FP32", "-1, 32"), ("colbert_length", "TYPE_INT32", "1")]
+                ("colbert_vectors", "TYPE_FP32", "-1, 32"), ("colbert_length", "TYPE_INT32", "1"),
+                ("embedding_unnormalized", "TYPE_FP32", "32")]  # the dense vector before its L2 step
     encoder = (m3_repository / f"{NAME}_embedding" / "config.pbtxt").read_text()
     ensemble = (m3_repository / NAME / "config.pbtxt").read_text()
     token_embeddings = [("token_embeddings", "TYPE_FP32", "-1, 32")]  # the encoder's only (late chunking)
@@ -216,12 +217,15 @@ def test_outputs_dense_exports_dense_only(m3_dir, m3_repository, tmp_path):
     manifest = json.load(open(tmp_path / "m3-dense" / "1" / "export.json"))
     assert manifest["outputs"] == ["dense"] and manifest["colbert_size"] is None
     assert [n for n, _, _ in _declared((tmp_path / "m3-dense_embedding" / "config.pbtxt").read_text())] == \
-        ["input_ids", "attention_mask", "embedding", "token_embeddings"]  # the last for late chunking
+        ["input_ids", "attention_mask", "embedding", "embedding_unnormalized",
+         "token_embeddings"]  # the last for late chunking
     ensemble = (tmp_path / "m3-dense" / "config.pbtxt").read_text()
-    assert [n for n, _, _ in _declared(ensemble)] == ["text", "embedding", "num_tokens", "truncated"]
+    assert [n for n, _, _ in _declared(ensemble)] == ["text", "embedding", "embedding_unnormalized", "num_tokens",
+                                                      "truncated"]
     assert "sparse" not in ensemble and "colbert" not in ensemble
     dense_path = str(tmp_path / "m3-dense_embedding" / "1" / "model.onnx")
-    assert [o.name for o in onnx.load(dense_path).graph.output] == ["embedding", "token_embeddings"]
+    assert [o.name for o in onnx.load(dense_path).graph.output] == ["embedding", "embedding_unnormalized",
+                                                                    "token_embeddings"]
     ids = np.array([[0, 35378, 8999, 38, 2, 1], [0, 6, 5, 2, 1, 1]], dtype=np.int64)
     feed = {"input_ids": ids, "attention_mask": (ids != 1).astype(np.int64)}
     (dense_only,) = ort.InferenceSession(dense_path, providers=["CPUExecutionProvider"]).run(["embedding"], feed)
@@ -309,7 +313,7 @@ def test_encode_route_matches_flagembedding(m3_server, reference):
 
 
 def test_embed_sparse_route_matches_flagembedding(m3_server, reference):
-    result = post(m3_server, "/embed_sparse", {"inputs": M3_TEXTS, "model": NAME})
+    result = post(m3_server, "/embed_sparse", {"inputs": M3_TEXTS, "model": NAME, "truncate": True})
     assert len(result) == len(M3_TEXTS) and all(set(e) == {"index", "value"} for row in result for e in row)
     compare("proxy /embed_sparse", reference,
             sparse=[([e["index"] for e in row], [e["value"] for e in row]) for row in result])

@@ -153,3 +153,25 @@ def test_models_route_shows_each_exports_prompts(served, models):
     for name, key in served.layout.items():
         card = cards[name or models[key]]
         assert (card["prompts"], card["default_prompt_name"]) == saved_prompts(models[key]), name
+
+
+def test_every_export_returns_embedding_unnormalized(served, models):
+    """Each export, default or named (ensemble and BLS model over KServe), asked for `embedding_unnormalized`: its own
+    model's SentenceTransformer.encode(normalize_embeddings=False) (mean pooling, no Normalize module; the default
+    prompt applied), and normalized it is `embedding`."""
+    from sentence_transformers import SentenceTransformer
+
+    for name, key in served.layout.items():
+        want = SentenceTransformer(models[key], device="cpu").encode(TEXTS, normalize_embeddings=False)
+        connection = client("grpc", served.grpc_url)
+        try:
+            for model in ((name, f"{name}_bls") if name else ("ensemble", "ensemble_bls")):
+                result = connection.infer(model, [text_input("grpc", TEXTS)],
+                                          outputs=outputs("grpc", ("embedding_unnormalized", "embedding")))
+                got, normalized = result.as_numpy("embedding_unnormalized"), result.as_numpy("embedding")
+                norms = np.linalg.norm(got, axis=1)
+                assert got.shape == want.shape and np.abs(norms - 1).max() > 0.1, (model, norms)
+                np.testing.assert_allclose(got, want, atol=1e-5 * max(1.0, norms.max()), rtol=0, err_msg=model)
+                np.testing.assert_allclose(got / norms[:, None], normalized, atol=1e-6, rtol=0, err_msg=model)
+        finally:
+            connection.close()

@@ -58,6 +58,7 @@ class Card:
     num_labels: int | None = None
     served_names: tuple = ()
     labels: tuple = ()
+    unnormalized: bool = False  # the encoder's embedding_unnormalized (TEI's normalize: false)
 
 
 def stable_hash(text):
@@ -75,7 +76,7 @@ class FakeService:
     """The app.Service contract: deterministic vectors per text, token count = words + 2, truncated over 14."""
 
     def __init__(self):
-        self.models = {"fake-dense": Card("fake-dense", "ensemble", ("dense",)),
+        self.models = {"fake-dense": Card("fake-dense", "ensemble", ("dense",), unnormalized=True),
                        "fake-m3": Card("fake-m3", "fake-m3", ("dense", "sparse", "colbert"))}
         self.default, self.draining, self.calls, self.admin = "fake-dense", False, [], []
         self.failed = ""  # the registry's "not live" reason
@@ -100,6 +101,7 @@ class FakeService:
         return (False, self.failed) if self.failed else (True, "ok")
 
     async def embed(self, card, texts, outputs, param, parameters=None):
+        proxy_service.admit_request()  # as the real service's first Triton call
         self.calls.append((card.id, list(texts), outputs))
         width = (parameters or {}).get("dimensions")
         if width not in (None, DIM):  # the BLS model's error, read as the real service reads it
@@ -117,10 +119,12 @@ class FakeService:
         sparse = [(row, np.full(len(row), 0.5, dtype=np.float32)) for row in ids]
         colbert = [np.stack([fake_vectors(w) for w in t.split()] + [fake_vectors("</s>")]) for t in texts]
         return SimpleNamespace(dense=np.stack([fake_vectors(t) for t in texts]), sparse=sparse, colbert=colbert,
-                               tokens=tokens, truncated=np.array(words) > card.max_length, inference_ms=1.0)
+                               tokens=tokens, truncated=np.array(words) > card.max_length, inference_ms=1.0,
+                               unnormalized=np.stack([fake_vectors(t) * (2.0 + len(t)) for t in texts]))
 
     async def embed_images(self, card, images, param, indices=None):
         """Vectors per image's bytes; an image starting with b"BAD" is refused as the image model refuses it."""
+        proxy_service.admit_request()  # as the real service's first Triton call
         self.calls.append((card.id, list(images), "images"))
         indices = list(range(len(images))) if indices is None else indices
         for i, image in enumerate(images):
@@ -132,6 +136,7 @@ class FakeService:
     async def rerank(self, card, query, documents, weights, parameters=None):
         """Scores: the dense dot product; per mode: dense, and weight-scaled stand-ins for the others the card
         serves (the scoring itself is the rerank model's: tests/test_rerank.py, tests/test_m3.py)."""
+        proxy_service.admit_request()  # as the real service's first Triton call
         self.calls.append((card.id, [query, *documents], tuple(weights)))
         if not query.strip():
             raise model_error("invalid_input", "query", "is empty", card, None)
@@ -155,6 +160,7 @@ class FakeService:
 
     async def tokenize(self, card, texts, param, parameters):
         """A token per word (bytes counted), between two special tokens; the tokenizer's empty-text error."""
+        proxy_service.admit_request()  # as the real service's first Triton call
         self.calls.append((card.id, list(texts), "tokenize", parameters))
         rows = []
         for i, text in enumerate(texts):
@@ -171,6 +177,7 @@ class FakeService:
 
     async def decode(self, card, ids, param, parameters):
         """Each row's ids joined by spaces; an id over 999 is the tokenizer's error for its row."""
+        proxy_service.admit_request()  # as the real service's first Triton call
         self.calls.append((card.id, ids, "decode", parameters))
         for i, row in enumerate(ids):
             if any(token > 999 for token in row):
@@ -179,6 +186,7 @@ class FakeService:
 
     async def predict(self, card, inputs, param, parameters=None):
         """Per input one logit per label from its texts' vectors; scores their softmax (sigmoid for one)."""
+        proxy_service.admit_request()  # as the real service's first Triton call
         self.calls.append((card.id, list(inputs), "predict"))
         labels = card.num_labels or 1
         logits = np.array([[float(fake_vectors(" | ".join(item))[k]) * 4 for k in range(labels)] for item in inputs],
@@ -189,6 +197,7 @@ class FakeService:
 
     async def chunk_embed(self, card, texts, spans, parameters):
         """One chunk per span (or one for the text with chunk_tokens); vectors per chunk text."""
+        proxy_service.admit_request()  # as the real service's first Triton call
         self.calls.append((card.id, list(texts), spans, parameters))
         if (spans is None) == (parameters.get("chunk_tokens") is None):  # the late chunking model's rules
             raise model_error("invalid_input", "spans", "or the request parameter chunk_tokens gives the chunks: one "
@@ -217,7 +226,8 @@ def settings(**overrides):
               "max_images_per_request": 4,
               "image_url_hosts": "", "image_url_max_bytes": 1000, "image_url_timeout_s": 2.0,
               "image_url_allow_private": False,
-              "max_body_bytes": 4096, "body_timeout_s": 5.0, "swagger_path": None}
+              "max_body_bytes": 4096, "body_timeout_s": 5.0, "swagger_path": None, "request_timeout_s": 60.0,
+              "max_embed_all_numbers": 4_000_000}
     values.update(overrides)
     return SimpleNamespace(**values)
 
@@ -498,6 +508,7 @@ def hold_embeddings(client):
     original = client.service.embed
 
     async def held_embed(card, texts, outputs, param, parameters=None):
+        proxy_service.admit_request()  # admitted (or refused) before it is held, as at a first Triton call
         held.append(texts)
         await release.wait()
         return await original(card, texts, outputs, param, parameters)
@@ -644,14 +655,19 @@ class FakeClock:
         return self.now
 
 
+def admit(gate, cost):
+    """gate's ticket for `cost`, or None where it refuses it (what admission.Request.enter does)."""
+    return None if gate.refusal(cost) else gate.admit(cost)
+
+
 def test_work_gate_refuses_work_that_would_wait_over_the_target():
     """Little's law: with a measured rate of 1000 cost/s and a 2 s target, 2000 in flight is the bound; a request is
-    always admitted when nothing is in flight; before a rate is measured nothing is refused."""
+    always admitted when nothing is in flight; before a rate is measured only the request count bounds."""
     import admission
 
     clock = FakeClock()
-    gate = admission.WorkGate(2.0, clock)
-    tickets = [gate.admit(1000) for _ in range(5)]  # no rate yet: all admitted
+    gate = admission.WorkGate(2.0, 100, clock)
+    tickets = [admit(gate, 1000) for _ in range(5)]  # no rate yet: all admitted
     assert all(tickets) and gate.rate() is None
     for ticket in tickets:  # 5000 finished over 5 busy seconds: 1000 per second
         clock.now += 1.0
@@ -659,47 +675,92 @@ def test_work_gate_refuses_work_that_would_wait_over_the_target():
     assert gate.rate() == pytest.approx(1000.0) and gate.in_flight == 0
     clock.now += 60.0  # idle time does not count: the rate is per busy second
     assert gate.rate() == pytest.approx(1000.0)
-    big = gate.admit(50_000)  # nothing in flight: admitted however big
-    assert big is not None
-    assert gate.admit(10) is None  # 50,010 in flight would take 50 s
-    clock.now += 50.0
-    big.close()
-    first, second = gate.admit(1500), gate.admit(500)
-    assert first and second and gate.admit(1) is None  # 2000 in flight = 2 s: the bound
-    assert admission.WorkGate(0, clock).admit(1) and admission.WorkGate(0, clock).admit(10**9)  # 0: off
+    first, second = admit(gate, 1500), admit(gate, 500)  # the first counts for half the budget (1000) at most
+    assert first and second and gate.in_flight == 1500
+    assert admit(gate, 600) is None  # 2100 in flight would take 2.1 s
+    assert "admission_target_s" in gate.refusal(600)
+    assert admission.WorkGate(0, 100, clock).admit(1) and not admission.WorkGate(0, 100, clock).refusal(10**9)
 
 
-def test_work_gate_keeps_the_cost_until_the_bls_calls_return():
-    """A client that leaves ends its HTTP request, but its BLS calls still run in Triton: their cost stays in flight
-    until they return (or are given up when their stub died)."""
+def test_work_gate_one_long_request_never_locks_everyone_out():
+    """Issue 49: one legal 1 MB request refused every client for minutes. Now it counts for half the budget at most,
+    the rate does not decay while it runs without a finish, and when its client leaves it leaves the gate at once."""
     import admission
 
     clock = FakeClock()
-    gate = admission.WorkGate(2.0, clock)
+    gate = admission.WorkGate(2.0, 100, clock)
+    gate.samples.extend([(0.0, 0), (5.0, 5000)])  # measured: 1000 cost per busy second
+    gate.busy_s, gate.finished = 5.0, 5000
+    big = admit(gate, 1_000_000)
+    assert big is not None and gate.in_flight == 1000  # half of 2 s x 1000/s
+    clock.now += 20.0  # 20 s with no finish: the rate stands
+    assert gate.rate() == pytest.approx(1000.0)
+    for _ in range(3):  # the big job runs on, 60 s in all: others are still admitted beside it
+        small = admit(gate, 600)
+        assert small is not None
+        clock.now += 20.0
+        small.close()  # (the rate drops, busy with the big job; the big job's share drops with it)
+        assert gate.in_flight == pytest.approx(gate.share())
+    second = admit(gate, 10**6)  # a second big one fills the budget...
+    assert second is not None and admit(gate, 1) is None  # ...the next waits for one: never past their deadlines
+    second.close()
+    release = big.hold()
+    big.abandon()  # its client left: out of the gate now, its BLS call still running
+    assert gate.in_flight == 0 and gate.requests == 0 and gate.rate() is None  # measured afresh from here
+    release()  # the call returns later: nothing counted twice, nothing finished
+    assert gate.requests == 0 and gate.finished == 5000 + 3 * 600 + 10**6
 
-    async def request():
-        ticket = gate.admit(700)
-        releases = [admission.hold(), admission.hold()]
-        ticket.close()  # the client left
-        return releases
-    releases = asyncio.run(request())
+
+def test_work_gate_bounds_the_requests_admitted():
+    import admission
+
+    gate = admission.WorkGate(2.0, 2, FakeClock())
+    first, second = admit(gate, 10), admit(gate, 10)
+    assert first and second and admit(gate, 10) is None
+    assert "max_concurrent_requests" in gate.refusal(10)
+    first.close()
+    assert admit(gate, 10) is not None
+
+
+def test_work_gate_keeps_the_cost_until_the_bls_calls_return():
+    """An answered request whose BLS calls still run (given up after a stub died) keeps its cost until they return;
+    a request abandoned (client gone, deadline passed) leaves the gate at once."""
+    import admission
+
+    clock = FakeClock()
+    gate = admission.WorkGate(2.0, 100, clock)
+    request = admission.Request(gate, 700, 60.0, clock)
+    assert request.enter() is None and request.enter() is None  # admitted once, by its first call
+    releases = [request.hold(), request.hold()]
+    request.close()  # answered
     assert gate.in_flight == 700
     releases[0]()
     releases[0]()  # released twice (done callback and abort): counted once
     assert gate.in_flight == 700
     releases[1]()
+    assert gate.in_flight == 0 and gate.finished == 700 and gate.requests == 0
+    left = admission.Request(gate, 300, 60.0, clock)
+    assert left.enter() is None
+    release = left.hold()
+    left.abandon()
+    assert gate.in_flight == 0 and gate.requests == 0
+    release()
     assert gate.in_flight == 0 and gate.finished == 700
-    assert admission.hold()() is None  # outside a request: a no-op
+    clock.now += 61.0
+    assert left.left_s() < 0  # the deadline runs from the request's arrival, for all its calls
 
 
-def test_proxy_refuses_work_over_admission_target_at_once():
+def test_proxy_refuses_work_over_admission_target_after_auth_and_validation():
     """Through the app: once a rate is measured, a request that would wait over admission_target_s is refused at
-    once, before its body is read (429, Retry-After, the setting named); GETs and admin routes are not gated."""
+    its first Triton call (429, Retry-After, the setting named); while busy, a request without its key still gets
+    401 and a bad body 400/404/422 (they can never succeed: a 429 would make clients retry them); GETs and admin
+    routes are not gated."""
     import httpx
 
-    client = make_client(admin_api_key="adm1n")
+    client = make_client(admin_api_key="adm1n", api_key="k3y")
     gate = None
     release, held = hold_embeddings(client)
+    key = {"Authorization": "Bearer k3y"}
 
     async def scenario():
         nonlocal gate
@@ -707,23 +768,30 @@ def test_proxy_refuses_work_over_admission_target_at_once():
         async with httpx.AsyncClient(transport=transport, base_url="http://proxy") as http:
             guard_layer = client.app.app  # MetricsMiddleware -> HttpGuard
             gate = guard_layer.gate
-            gate.samples.append((gate.busy_s - 10.0, gate.finished - 1000))  # measured: 100 cost per busy second
-            first = asyncio.ensure_future(http.post("/v1/embeddings", json={"input": "x " * 50}))
-            while not held:
+            gate.samples.extend([(gate.busy_s - 10.0, gate.finished - 1000), (gate.busy_s, gate.finished)])
+            # measured: 100 cost per busy second; budget 200, one request counts 100 at most: two fill it
+            first = [asyncio.ensure_future(http.post("/v1/embeddings", json={"input": "x " * 50}, headers=key))
+                     for _ in range(2)]
+            while len(held) < 2:
                 await asyncio.sleep(0.01)
-            refused = await http.post("/v1/embeddings", json={"input": "one more"})
+            refused = await http.post("/v1/embeddings", json={"input": "one more"}, headers=key)
+            no_key = await http.post("/v1/embeddings", json={"input": "one more"})
+            bad = [await http.post("/v1/embeddings", json=body, headers=key) for body in
+                   ({"input": None}, {"input": "a", "model": "no-such-model"}, {"input": ["a"] * 17})]
             probe = await http.get("/health")
             admin = await http.post("/v1/models/fake-dense/load", headers={"Authorization": "Bearer adm1n"})
             release.set()
-            done = await first
-            after = await http.post("/v1/embeddings", json={"input": "after"})
-        return refused, probe, admin, done, after
+            done = await asyncio.gather(*first)
+            after = await http.post("/v1/embeddings", json={"input": "after"}, headers=key)
+        return refused, no_key, bad, probe, admin, done, after
 
-    refused, probe, admin, done, after = asyncio.run(scenario())
+    refused, no_key, bad, probe, admin, done, after = asyncio.run(scenario())
     error = error_of(refused, 429, "busy", "admission_target_s")
     assert error["code"] == "overloaded" and refused.headers["retry-after"] == "1"
+    assert no_key.status_code == 401, no_key.text
+    assert [r.status_code for r in bad] == [400, 404, 422], [r.text for r in bad]
     assert probe.status_code == 200 and admin.status_code == 200
-    assert done.status_code == 200 and after.status_code == 200 and gate.in_flight == 0
+    assert [r.status_code for r in done] == [200, 200] and after.status_code == 200 and gate.in_flight == 0
 
 
 def test_a_requests_work_leaves_the_gate_before_its_answer_goes_out():

@@ -2,9 +2,11 @@
 answers in its dialect's shape with what the other routes answer for the same texts, refuses what it cannot serve
 with a 4xx naming the field, and TEI's routes answer errors in TEI's shape and statuses. The real clients against the
 real server: tests/test_drop_in_clients.py."""
+import re
+
 import numpy as np
 import pytest
-from test_proxy_app import Card, error_of, make_client
+from test_proxy_app import Card, error_of, fake_vectors, make_client, model_error
 
 
 @pytest.fixture
@@ -34,6 +36,18 @@ def test_tei_embed_gives_the_openai_routes_vectors(client):
     assert client.service.calls[-1][2] == ("dense",)
 
 
+def test_tei_normalize_false_asks_the_model_for_its_unnormalized_vectors(client):
+    """Haystack's TEI embedder sends normalize: false: the model's pooled vectors before its L2 step (the fake's:
+    the unit vector times 2 + its length), asked of the service as the "unnormalized" output."""
+    texts = ["a b", "c d e"]
+    for path in ("/embed", "/"):
+        response = client.post(path, json={"inputs": texts, "normalize": False})
+        assert response.status_code == 200, response.text
+        got = np.array(response.json(), dtype=np.float32)
+        np.testing.assert_allclose(got, [fake_vectors(t) * (2.0 + len(t)) for t in texts], rtol=1e-6)
+        assert client.service.calls[-1][2] == ("unnormalized",)
+
+
 def test_tei_root_answers_as_the_served_models_kind(client):
     expected = openai_vectors(client, ["a b"])
     embedded = client.post("/", json={"inputs": "a b"})  # huggingface_hub's feature_extraction
@@ -47,7 +61,7 @@ def test_tei_errors_are_teis_shape_and_status(client):
     error = error_of(client.post("/embed", json={"inputs": ["ok", long]}), 422, "inputs[1]")  # truncate: TEI's false
     assert (error["type"], error["code"]) == ("Validation", "context_length_exceeded")
     assert client.post("/embed", json={"inputs": ["ok", long], "truncate": True}).status_code == 200
-    for body, field in (({"inputs": "x", "normalize": False}, "normalize"),
+    for body, field in (({"inputs": "x", "normalize": False, "model": "fake-m3"}, "normalize"),  # an older export
                         ({"inputs": "x", "truncation_direction": "Left"}, "truncation_direction"),
                         ({"inputs": []}, "inputs"), ({"inputs": ["ok", " "]}, "inputs")):
         assert error_of(client.post("/embed", json=body), 422)["param"] == field, body
@@ -80,11 +94,21 @@ def test_tei_rerank_raw_scores_are_a_cross_encoders_logits(client):
 
 
 def test_unversioned_rerank_speaks_cohere_with_documents(client):
+    """A body with Cohere's `documents` is answered as /v1/rerank; its errors, on TEI's path, in TEI's shape and
+    statuses whatever the body (issue 49)."""
     body = {"query": "apple", "documents": ["red apple", "green tree"], "top_n": 1}
     answer = client.post("/rerank", json=body)
     assert answer.status_code == 200 and len(answer.json()["results"]) == 1
-    error = client.post("/rerank", json={**body, "documents": ["a", ""]})
-    assert error.status_code == 400 and error.json()["error"]["param"] == "documents"  # /v1/rerank's answer
+    error = error_of(client.post("/rerank", json={**body, "documents": ["a", ""]}), 422, "documents[1]")
+    assert (error["param"], error["type"]) == ("documents", "Validation")
+    assert error_of(client.post("/v1/rerank", json={**body, "documents": ["a", ""]}), 400)["type"] == \
+        "invalid_request_error"  # the same body on OpenAI's path: OpenAI's shape
+    for bad, param in (({**body, "documents": "x"}, "documents"), ({**body, "top_n": -1}, "top_n"),
+                       ({**body, "documents": [{"text": 5}]}, "documents"), ({**body, "query": None}, "query")):
+        error = error_of(client.post("/rerank", json=bad), 422)
+        assert (error["param"], error["type"]) == (param, "Validation"), (bad, error)
+    keyed = make_client(api_key="s3cret")
+    assert error_of(keyed.post("/rerank", json=body), 401)["type"] == "Unauthorized"
 
 
 def test_tei_info(client):
@@ -226,3 +250,134 @@ def test_tei_tokenize_and_decode_answer_in_teis_shape(client):
     assert error_of(client.post("/decode", json={"ids": [[1], [1000]]}), 422, "ids[1]")["param"] == "ids"
     assert error_of(client.post("/decode", json={"ids": [[1]] * 17}), 413)["code"] == "too_many_inputs"
     assert error_of(client.post("/decode", json={"ids": [-1]}), 422)["param"] == "ids"
+
+
+# ---------------------------------------------------------------- issue 49: the TEI surface agrees with itself
+def tei_error(response, status, *words):
+    """TEI's error body ({error, error_type} and ours, code and param) with `status`; its fields as error_of's."""
+    assert response.status_code == status, response.text
+    assert isinstance(response.json()["error"], str), response.text  # TEI's shape, never OpenAI's
+    return error_of(response, status, *words)
+
+
+def too_many_documents(client):
+    """The rerank model's answer to more documents than its max_documents (the fake counts none itself)."""
+    async def rerank(card, query, documents, weights, parameters=None):
+        raise model_error("too_many", "documents", f"holds {len(documents)} documents, over the limit of 16 (rerank "
+                                                   f"parameter max_documents)", card, None)
+    client.service.rerank = rerank
+
+
+def test_tei_too_many_inputs_is_413_on_every_tei_route(client):
+    """One status per error kind on TEI's routes: too many inputs is TEI's documented 413 (Validation) on every
+    route, the proxy's own count (max_inputs_per_request 16 here) as the rerank model's (max_documents)."""
+    many = ["x"] * 17
+    for path, body in (("/embed", {"inputs": many}), ("/", {"inputs": many}), ("/embed_all", {"inputs": many}),
+                       ("/embed_sparse", {"inputs": many, "model": "fake-m3"}),
+                       ("/predict", {"inputs": [[t] for t in many], "model": "fake-xe"}),
+                       ("/tokenize", {"inputs": many}), ("/decode", {"ids": [[1]] * 17})):
+        error = tei_error(client.post(path, json=body), 413, "17 inputs", "max_inputs_per_request")
+        assert (error["type"], error["code"]) == ("Validation", "too_many_inputs"), path
+    too_many_documents(client)
+    for path, body, param in (("/rerank", {"query": "q", "texts": many}, "texts"),
+                              ("/rerank", {"query": "q", "documents": many}, "documents"),
+                              ("/similarity", {"inputs": {"source_sentence": "q", "sentences": many}},
+                               "inputs.sentences")):
+        error = tei_error(client.post(path, json=body), 413, "17 documents", "max_documents")
+        assert (error["type"], error["param"]) == ("Validation", param), (path, body)
+    # OpenAI's and Cohere's paths keep their 422
+    assert error_of(client.post("/v1/rerank", json={"query": "q", "documents": many}), 422)["code"] == "too_many"
+    assert error_of(client.post("/v1/embeddings", json={"input": many}), 422)["code"] == "too_many_inputs"
+
+
+def test_tei_truncate_is_false_unless_asked_on_every_route(client):
+    """TEI's routes cut an over-long input only when asked (truncate true): /embed_sparse as the others."""
+    long = " ".join(["w"] * 20)  # over the fake models' 16 tokens
+    for path, body, field in (
+            ("/embed_sparse", {"inputs": ["ok", long], "model": "fake-m3"}, "inputs[1]"),
+            ("/embed", {"inputs": ["ok", long]}, "inputs[1]"),
+            ("/rerank", {"query": "q", "texts": ["ok", long]}, "texts[1]"),
+            ("/similarity", {"inputs": {"source_sentence": "q", "sentences": ["ok", long]}}, "inputs.sentences[1]"),
+            ("/predict", {"inputs": [["ok"], [long]], "model": "fake-xe"}, "inputs[1]")):
+        error = tei_error(client.post(path, json=body), 422, field, "truncate is false")
+        assert error["code"] == "context_length_exceeded", path
+        if path == "/similarity":
+            body = {**body, "parameters": {"truncate": True}}
+        else:
+            body = {**body, "truncate": True}
+        cut = client.post(path, json=body)
+        assert cut.status_code == 200 and cut.headers["x-truncated-inputs"] == "1", (path, cut.text)
+    sparse = client.post("/embed_sparse", json={"inputs": "a b", "model": "fake-m3", "truncate": False})
+    assert sparse.status_code == 200 and sparse.headers["x-truncated-inputs"] == "0"
+    assert tei_error(client.post("/embed_sparse", json={"inputs": "x", "model": "fake-m3",
+                                                        "truncation_direction": "Left"}), 422)["param"] == \
+        "truncation_direction"
+
+
+def with_token_vectors(client, width=None):
+    """The fake service's embed with the BLS model's token_embeddings: one `width` vector per token."""
+    original = client.service.embed
+
+    async def embed(card, texts, outputs, param, parameters=None):
+        result = await original(card, texts, outputs, param, parameters)
+        result.token_vectors = [np.ones((int(n), width or card.embedding_size), np.float32) for n in result.tokens]
+        return result
+    client.service.embed = embed
+
+
+def test_tei_embed_all_answer_is_bounded_before_the_work():
+    """/embed_all's answer (tokens x hidden size numbers) is bounded by max_embed_all_numbers: over it a 413 naming
+    `inputs` and the setting, decided before the encoder runs (no embed call); inputs that fit at the model's max
+    length need no count, others are counted by the tokenizer model."""
+    client = make_client(max_embed_all_numbers=200)  # the fake: max length 16, hidden 8 -> 128 numbers per input
+    with_token_vectors(client)
+    one = client.post("/embed_all", json={"inputs": "a b"})
+    assert one.status_code == 200 and np.asarray(one.json()).shape == (1, 4, 8)
+    assert [call[2] for call in client.service.calls] == [("tokens",)]  # 128 <= 200: no count needed
+    two = client.post("/embed_all", json={"inputs": ["a b", "c d"]})  # 256 at most: counted, 2 x 4 x 8 = 64
+    assert two.status_code == 200 and [call[2] for call in client.service.calls[1:]] == ["tokenize", ("tokens",)]
+    calls = len(client.service.calls)
+    words = " ".join(["w"] * 8)  # 10 tokens each: 3 x 10 x 8 = 240
+    error = tei_error(client.post("/embed_all", json={"inputs": [words] * 3}), 413, "240 numbers",
+                      "max_embed_all_numbers")
+    assert (error["param"], error["code"], error["type"]) == ("inputs", "answer_too_large", "Validation")
+    assert [call[2] for call in client.service.calls[calls:]] == ["tokenize"]  # refused before the encoder
+    wide = make_client(max_embed_all_numbers=200)
+    with_token_vectors(wide, width=64)  # wider than the export's embedding size: the answer itself is checked too
+    tei_error(wide.post("/embed_all", json={"inputs": "a b"}), 413, "4 tokens x 64", "max_embed_all_numbers")
+
+
+def test_tei_decode_refuses_empty_rows_and_rows_over_the_limit(client):
+    """/decode: an empty list or row is a 422 naming it (TEI decodes it to ""); a row over max_input_chars ids (200
+    here) is a 422 naming it; the count of rows is TEI's 413."""
+    for body, field in (({"ids": []}, "ids"), ({"ids": [[]]}, "ids[0]"), ({"ids": [[1], []]}, "ids[1]")):
+        error = tei_error(client.post("/decode", json=body), 422, f"{field} is empty")
+        assert (error["param"], error["code"], error["type"]) == ("ids", "invalid_input", "Validation"), body
+    for body, field in (({"ids": [1] * 201}, "ids"), ({"ids": [[1], [1] * 201]}, "ids[1]")):
+        error = tei_error(client.post("/decode", json=body), 422, f"{field} holds 201 ids", "max_input_chars")
+        assert (error["param"], error["code"]) == ("ids", "input_too_long"), body
+    assert client.post("/decode", json={"ids": [1] * 200}).status_code == 200
+    assert all(call[2] != "decode" or call[1] == [[1] * 200] for call in client.service.calls)  # none sent before
+
+
+VALIDATOR_WORDS = re.compile(r"constrained|function-|union\[|list\[|lax-or-strict|json-or-python|TextItem|ImageItem|"
+                             r"RerankDocument|\.str\b|\.int\b")
+
+
+@pytest.mark.parametrize("path, body, status, field", [
+    ("/decode", {"ids": ["a"]}, 422, "ids[0]"), ("/decode", {"ids": [-1]}, 422, "ids[0]"),
+    ("/decode", {"ids": [[1], ["x"]]}, 422, "ids[1][0]"),
+    ("/embed", {"inputs": [1]}, 422, "inputs[0]"), ("/predict", {"inputs": [[1]]}, 422, "inputs[0][0]"),
+    ("/similarity", {"inputs": {"source_sentence": 1, "sentences": ["a"]}}, 422, "inputs.source_sentence"),
+    ("/rerank", {"query": "q", "documents": [{"text": 5}]}, 422, "documents[0].text"),
+    ("/v1/embeddings", {"input": [{"image": 1}]}, 400, "input[0]"),
+    ("/v1/rerank", {"query": "q", "documents": [{"text": 5}]}, 400, "documents[0].text"),
+    ("/v1/chunk_embeddings", {"input": "x", "spans": [[-1, 2]]}, 400, "spans[0][0]"),
+    ("/v2/embed", {"texts": [1]}, 400, "texts[0]"), ("/v1/embedding", [{"query": 5}], 400, "body[0].query")])
+def test_validation_errors_name_the_clients_fields(client, path, body, status, field):
+    """A validation error's message names each field as the client wrote it, never pydantic's validator parts
+    (`ids.list[constrained-int].0`), in every dialect."""
+    error = error_of(client.post(path, json=body), status, field)
+    assert not VALIDATOR_WORDS.search(error["message"]), error["message"]
+    expected = "query" if field.startswith("body") else re.split(r"[.\[]", field)[0]  # a list body: its items' field
+    assert error["param"] == expected, error

@@ -505,10 +505,10 @@ def test_calls_on_a_dead_stub_fail_at_once_and_only_the_running_ones_are_strande
     assert len(started) == 1
 
 
-def test_a_call_past_request_timeout_s_fails_at_its_deadline_and_its_work_stays_admitted_until_it_returns(
-        clip_service):
-    """The proxy's own deadline (504 inference_timeout): the request fails at request_timeout_s, while its BLS call,
-    which Triton cannot cancel, keeps counting against admission (admission.WorkGate) until it has returned."""
+def test_a_call_past_request_timeout_s_fails_at_its_deadline_and_its_work_leaves_admission_at_once(clip_service):
+    """The proxy's own deadline (504 inference_timeout): the request fails at request_timeout_s from its arrival, and
+    its work leaves admission (admission.WorkGate) then, though its BLS call, which Triton cannot cancel, still runs:
+    the gate counts work somebody waits for."""
     card = registry.read_card(clip_service.registry.repository, "clip")
     clip_service.settings.request_timeout_s = 0.3
     returned = threading.Event()
@@ -525,20 +525,23 @@ def test_a_call_past_request_timeout_s_fails_at_its_deadline_and_its_work_stays_
     clip_service.pb.InferenceRequest = SlowRequest
 
     async def scenario():
-        ticket = admission.WorkGate(2.0).admit(100)  # this request's, as the gate admits it (a context variable)
+        gate = admission.WorkGate(2.0, 100)
+        request = admission.Request(gate, 100, clip_service.settings.request_timeout_s)
+        admission.begin(request)  # as HttpGuard does for each inference request
         started = time.monotonic()
         with pytest.raises(proxy_service.Timeout, match="within 0.3 s") as caught:
             await clip_service.infer(card, "clip_image", {"image": np.array([[b"img"]], dtype=np.object_)},
                                      ["embedding"], None)
-        failed_after, calls_then = time.monotonic() - started, ticket.calls
-        ticket.close()  # the request is over; its call is not
+        failed_after, calls_then, in_flight_then = time.monotonic() - started, request.ticket.calls, gate.in_flight
+        request.close()  # the request is over; its call is not
         await asyncio.to_thread(returned.wait, 10)
         await asyncio.sleep(0.05)  # the call's return reaches the loop
-        return caught.value.code, failed_after, calls_then, ticket.calls, ticket.gate.in_flight, clip_service.inflight
+        return (caught.value.code, failed_after, calls_then, in_flight_then, request.ticket.calls, gate.in_flight,
+                gate.finished, clip_service.inflight)
 
-    code, failed_after, calls_then, calls_after, in_flight, inflight = asyncio.run(scenario())
+    code, failed_after, calls_then, in_flight_then, calls_after, in_flight, finished, inflight = asyncio.run(scenario())
     assert code == "inference_timeout" and 0.25 < failed_after < 0.9
-    assert (calls_then, calls_after, in_flight, inflight) == (1, 0, 0, set())
+    assert (calls_then, in_flight_then, calls_after, in_flight, finished, inflight) == (1, 0, 0, 0, 0, set())
 
 
 def test_load_and_unload_cover_the_image_models(clip_service):

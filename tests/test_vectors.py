@@ -139,6 +139,26 @@ def test_matryoshka_width_and_its_quantized_forms(e5_server, e5, protocol, width
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_dimensions_truncate_embedding_unnormalized_without_normalizing(e5_server, e5, protocol):
+    """`embedding_unnormalized` with `dimensions` (ensemble_bls): the pooled vector cut to the width, not normalized
+    (TEI: truncate, then normalize only if asked), i.e. SentenceTransformer.encode(truncate_dim=...,
+    normalize_embeddings=False) (this model has no Normalize module); normalized, it is the width's `embedding`.
+    `ensemble` (no `dimensions`) gives the full vector."""
+    for width in (8, 16, 32):
+        expected = e5.encode(TEXTS, prompt_name="query", truncate_dim=width, normalize_embeddings=False)
+        got = request(e5_server, protocol, TEXTS, names=("embedding_unnormalized", "embedding"),
+                      parameters={"dimensions": width, "prompt_name": "query"})
+        vectors = got["embedding_unnormalized"]
+        assert vectors.shape == (len(TEXTS), width) and vectors.dtype == np.float32
+        norms = np.linalg.norm(vectors, axis=1)
+        assert np.abs(norms - 1).max() > 0.1, norms
+        np.testing.assert_allclose(vectors, expected, atol=1e-5 * max(1.0, norms.max()), rtol=0, err_msg=str(width))
+        np.testing.assert_allclose(vectors / norms[:, None], got["embedding"], atol=1e-6, rtol=0, err_msg=str(width))
+    full = request(e5_server, protocol, TEXTS, "ensemble", ("embedding_unnormalized",), {"prompt_name": "query"})
+    np.testing.assert_allclose(full["embedding_unnormalized"], expected, atol=1e-5 * max(1.0, norms.max()), rtol=0)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("parameters, words", [
     ({"dimensions": 12}, ["dimensions 12", "8, 16, 32"]),
     ({"dimensions": "wide"}, ["dimensions \"wide\"", "8, 16, 32"]),

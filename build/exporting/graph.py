@@ -1,6 +1,10 @@
 """The ONNX graph: the Hugging Face encoder wrapped with its pooling, L2 normalization and bge-m3's heads (so the
-graph returns final, usable outputs), exported with torch.onnx, then finalized for Triton's onnxruntime backend
-(static output dims, IR version, optional fp16, external data above protobuf's 2 GB)."""
+graph returns final, usable outputs; and the pooled vector before its L2 step, TEI's `normalize: false`), exported
+with torch.onnx, then finalized for Triton's onnxruntime backend (static output dims, IR version, optional fp16,
+external data above protobuf's 2 GB).
+
+This file decides what every text embedding export's encoder returns: the export digest
+(repository.templates_digest) covers it, so `make serve` re-exports an export made from another version of it."""
 import inspect
 import os
 
@@ -15,11 +19,24 @@ OUTPUT_TENSORS = {
     "sparse": [("sparse_indices", "TYPE_INT64", [-1]), ("sparse_values", "TYPE_FP32", [-1]),
                ("sparse_count", "TYPE_INT32", [1])],
     "colbert": [("colbert_vectors", "TYPE_FP32", [-1, "C"]), ("colbert_length", "TYPE_INT32", [1])],
+    # the pooled dense vector before its L2 step (mean or CLS pooling; bge-m3's dense is CLS): what
+    # SentenceTransformer.encode(normalize_embeddings=False) gives without a Normalize module, and TEI serves for
+    # `normalize: false`. Every text export with `dense` has it, and the ensembles expose it (ensemble_bls asks the
+    # encoder for it only for a request that asks for it); normalizing it gives `embedding`. Computed anyway: it is
+    # the L2 step's input.
+    "unnormalized": [("embedding_unnormalized", "TYPE_FP32", ["D"])],
     # the encoder's last hidden state, before pooling: the late chunking model pools it per chunk. Every embedding
     # export has it (the encoder's own output, not the ensemble's): it is computed anyway, and sent only when asked.
     "tokens": [("token_embeddings", "TYPE_FP32", [-1, "D"])],
 }
 ENCODER_ONLY = ("tokens",)  # families of the encoder graph that the ensembles do not expose
+WITH_DENSE = ("unnormalized",)  # families a text export has whenever it has `dense` (not in export.json's outputs)
+
+
+def public_families(outputs, with_dense=WITH_DENSE):
+    """The families the ensembles expose: the chosen ones (export.json's `outputs`), then those that come with
+    `dense` (with_dense=(): a graph without them, CLIP's text tower)."""
+    return [*outputs, *(with_dense if "dense" in outputs else ())]
 
 
 def load_head(folder, kind, hidden_size):
@@ -40,7 +57,9 @@ def build_encoder(model, pooling, outputs, heads, special_ids):
       the graph with sorts only (opset 17): rank tokens by weight, sort by (id, rank) so each id's run starts with
       its largest weight, keep run starts, then sort those by weight. Returned padded to the row width:
       sparse_indices (-1 past sparse_count), sparse_values (0 past it), sparse_count.
-    colbert: normalize(colbert_linear(hidden[:, 1:]) * mask[:, 1:]); colbert_length = real tokens - 1 vectors."""
+    colbert: normalize(colbert_linear(hidden[:, 1:]) * mask[:, 1:]); colbert_length = real tokens - 1 vectors.
+    Outputs in output_names' order: the families', then (with dense) the pooled vector before normalize, then the
+    last hidden state."""
     import torch
 
     takes_token_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
@@ -68,6 +87,8 @@ def build_encoder(model, pooling, outputs, heads, special_ids):
                 vectors = self.heads["colbert"](hidden[:, 1:]) * mask[:, 1:]
                 length = (attention_mask.sum(1, keepdim=True) - 1).to(torch.int32)
                 results += [torch.nn.functional.normalize(vectors, p=2.0, dim=-1), length]
+            if "dense" in outputs:
+                results.append(pooled)  # embedding_unnormalized (WITH_DENSE): the L2 step's input
             results.append(hidden)  # token_embeddings (ENCODER_ONLY), always last
             return tuple(results)
 
@@ -93,15 +114,20 @@ def build_encoder(model, pooling, outputs, heads, special_ids):
     return Encoder().eval()
 
 
+def graph_families(outputs):
+    """The families of build_encoder's graph, in its outputs' order: the public ones, then the encoder-only ones."""
+    return [*public_families(outputs), *ENCODER_ONLY]
+
+
 def output_names(outputs):
-    """The graph's outputs: the chosen families', then the encoder-only ones."""
-    return [name for kind in (*outputs, *ENCODER_ONLY) for name, _, _ in OUTPUT_TENSORS[kind]]
+    """The graph's outputs: the chosen families', those that come with dense, then the encoder-only ones."""
+    return [name for kind in graph_families(outputs) for name, _, _ in OUTPUT_TENSORS[kind]]
 
 
 def declared_dims(outputs, hidden_size, colbert_dim):
     """{output name: dims after the batch dim} with "D" and "C" replaced by the model's sizes (-1 stays dynamic)."""
     return {name: [{"D": hidden_size, "C": colbert_dim}.get(d, d) for d in dims]
-            for kind in (*outputs, *ENCODER_ONLY) for name, _, dims in OUTPUT_TENSORS[kind]}
+            for kind in graph_families(outputs) for name, _, dims in OUTPUT_TENSORS[kind]}
 
 
 def export_onnx(encoder, tokenizer, outputs, workdir):
@@ -110,7 +136,7 @@ def export_onnx(encoder, tokenizer, outputs, workdir):
     sample = tokenizer(["export sample", "a second, longer export sample"], padding=True, return_tensors="pt")
     path = os.path.join(workdir, "model.onnx")
     axes = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"}}
-    for kind in (*outputs, *ENCODER_ONLY):
+    for kind in graph_families(outputs):
         for name, _, dims in OUTPUT_TENSORS[kind]:
             axes[name] = {0: "batch", **{i + 1: f"{name}_{i}" for i, d in enumerate(dims) if d == -1}}
     with torch.no_grad():

@@ -1,6 +1,12 @@
 """The parity check: the exported graph in onnxruntime against the PyTorch module it came from, on texts of mixed
 lengths (one truncated), for every output. The export stops here, before the repository is touched, if they
-differ."""
+differ.
+
+`embedding_unnormalized` is checked in direction (cosine) and in length (its norm, which is what it adds to
+`embedding`), and normalizing it must give the graph's own `embedding`. Its PyTorch side is the module's pooled
+vector: sentence-transformers' Transformer + Pooling output, i.e. SentenceTransformer.encode(normalize_embeddings=
+False) of the model without its Normalize module (tests/test_export.py checks that against sentence-transformers;
+the export image has no sentence-transformers, so the export itself compares with the module)."""
 import json
 
 from . import fail
@@ -17,8 +23,10 @@ PARITY_TEXTS = [
 
 
 
-def parity_check(encoder, tokenizer, onnx_path, outputs, max_length, min_cosine):
-    """ORT vs the PyTorch module on mixed lengths (one truncated), for every output. Returns the figures."""
+def parity_check(encoder, tokenizer, onnx_path, outputs, max_length, min_cosine, max_norm_error=None):
+    """ORT vs the PyTorch module on mixed lengths (one truncated), for every output. Returns the figures.
+    max_norm_error: the largest relative difference of embedding_unnormalized's norms (default 1e-3, 1e-2 when
+    min_cosine is below 0.9999: fp16)."""
     import numpy as np
     import onnxruntime as ort
     import torch
@@ -41,6 +49,22 @@ def parity_check(encoder, tokenizer, onnx_path, outputs, max_length, min_cosine)
         cos = cosines(actual["embedding"], expected["embedding"])
         figures["dense"] = {"min_cosine": float(cos.min()),
                             "max_abs_diff": float(np.abs(actual["embedding"] - expected["embedding"]).max())}
+    if "embedding_unnormalized" in names:
+        got, want = actual["embedding_unnormalized"], expected["embedding_unnormalized"]
+        norms_got, norms_want = np.linalg.norm(got, axis=-1), np.linalg.norm(want, axis=-1)
+        renormalized = got / np.maximum(norms_got[:, None], 1e-12)
+        figures["unnormalized"] = {
+            "min_cosine": float(cosines(got, want).min()),
+            "max_norm_error": float((np.abs(norms_got - norms_want) / np.maximum(norms_want, 1e-12)).max()),
+            "norms": [float(norms_want.min()), float(norms_want.max())],
+            "normalized_vs_embedding": float(np.abs(renormalized - actual["embedding"]).max())}
+        limit = max_norm_error if max_norm_error is not None else 1e-3 if min_cosine >= 0.9999 else 1e-2
+        if figures["unnormalized"]["max_norm_error"] > limit:
+            fail(f"parity check failed: embedding_unnormalized's norms differ by up to "
+                 f"{figures['unnormalized']['max_norm_error']:.2e} (relative) > {limit}")
+        if figures["unnormalized"]["normalized_vs_embedding"] > 1e-3:
+            fail("parity check failed: embedding_unnormalized, L2-normalized, is not the graph's embedding "
+                 f"(max abs diff {figures['unnormalized']['normalized_vs_embedding']:.2e})")
     if "sparse" in outputs:
         # Compare as {token id: weight}: equal weights may sort in either order.
         worst, same_ids = 0.0, True

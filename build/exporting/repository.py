@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 
 from . import fail, pbtxt, read_json
-from .graph import ENCODER_ONLY, OUTPUT_TENSORS, token_guard_message
+from .graph import ENCODER_ONLY, OUTPUT_TENSORS, WITH_DENSE, public_families, token_guard_message
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE_REPOSITORY = os.path.join(PROJECT, "model_repository")
@@ -22,6 +22,10 @@ VALID_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 WARMUP_LONG_TOKENS = 512  # the long warm-up sample: min(this, max length)
 TEXT_INPUT = '  { name: "text", data_type: TYPE_STRING, dims: [ 1 ] }'
 PAIR_INPUTS = TEXT_INPUT + ',\n  { name: "query", data_type: TYPE_STRING, dims: [ 1 ], optional: true }'
+# The outputs whose dimension is the vector's width: the BLS model's are as wide as the request's `dimensions`
+WIDTH_OUTPUTS = ("embedding", "embedding_unnormalized")
+# The graph the encoder runs (its outputs, pooling and normalization): part of the export digest
+GRAPH_CODE = os.path.join("build", "exporting", "graph.py")
 # The BLS model's quantized forms of `embedding` (sentence_transformers.quantization.quantize_embeddings' precisions)
 QUANTIZED_OUTPUTS = [("embedding_int8", "TYPE_INT8"), ("embedding_uint8", "TYPE_UINT8"),
                      ("embedding_binary", "TYPE_INT8"), ("embedding_ubinary", "TYPE_UINT8")]
@@ -56,13 +60,15 @@ MODEL_CODE = {
 
 def templates_digest():
     """sha256 of every config template export renders (model_repository/*/*.template), of the encoder's batching
-    strategy it compiles (token_budget.c), of the models' library it installs (model_library/) and of the tokenizer's
-    GPU grouping (GPU_TOKENIZER): an export made from other ones is stale, and --skip-if-exported redoes it (else a
-    changed config, strategy or library never reaches it)."""
+    strategy it compiles (token_budget.c), of the models' library it installs (model_library/), of the tokenizer's
+    GPU grouping (GPU_TOKENIZER) and of the graph it exports (build/exporting/graph.py: the encoder's outputs, e.g.
+    `embedding_unnormalized`, which an older export lacks): an export made from other ones is stale, and
+    --skip-if-exported redoes it (else a changed config, strategy, library or graph never reaches it)."""
     digest = hashlib.sha256(repr(sorted(GPU_TOKENIZER.items())).encode() + b"\0")
     sources = glob.glob(os.path.join(SOURCE_REPOSITORY, "*", "*.template")) + [
         os.path.join(SOURCE_REPOSITORY, "embedding", "token_budget.c"), *(os.path.join(PROJECT, source)
-                                                                          for source, _ in (*LIBRARY, TRITON_SERVER))]
+                                                                          for source, _ in (*LIBRARY, TRITON_SERVER)),
+        os.path.join(PROJECT, GRAPH_CODE)]
     for path in sorted(sources):
         digest.update(os.path.relpath(path, SOURCE_REPOSITORY).encode() + b"\0")
         with open(path, "rb") as handle:
@@ -143,12 +149,15 @@ def triton_dims(dims, hidden_size, colbert_dim):
     return ", ".join(str({"D": hidden_size, "C": colbert_dim}.get(d, d)) for d in dims)
 
 
-def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max_length, encoder_only=ENCODER_ONLY):
+def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max_length, encoder_only=ENCODER_ONLY,
+                  with_dense=WITH_DENSE):
     """Render the encoder's (CPU and GPU), the ensemble's, the BLS model's and the rerank model's (when `names` has
-    one) configs; copy the code of the Python models for a named export."""
+    one) configs; copy the code of the Python models for a named export. `outputs`: export.json's; the graph also
+    has `with_dense` (graph.WITH_DENSE: embedding_unnormalized) and `encoder_only` (token_embeddings) families, which
+    CLIP's text tower has not."""
     ensemble, tokenizer, encoder, bls, rerank = names
     declarations = [(name, kind, triton_dims(dims, hidden_size, colbert_dim))
-                    for family in outputs for name, kind, dims in OUTPUT_TENSORS[family]]
+                    for family in public_families(outputs, with_dense) for name, kind, dims in OUTPUT_TENSORS[family]]
     lines = [f'  {{ name: "{n}", data_type: {t}, dims: [ {d} ] }}' for n, t, d in declarations]
     encoder_lines = lines + [f'  {{ name: "{n}", data_type: {t}, dims: [ {triton_dims(d, hidden_size, None)} ] }}'
                              for family in encoder_only for n, t, d in OUTPUT_TENSORS[family]]
@@ -170,8 +179,8 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
                             output_maps="\n".join(maps)))
     os.makedirs(os.path.join(staging, bls, "1"), exist_ok=True)
     # The BLS model's vectors are as wide as the request's `dimensions` (Matryoshka), in the types it asks for.
-    bls_outputs = [line.replace(f"dims: [ {hidden_size} ]", "dims: [ -1 ]") if '"embedding"' in line else line
-                   for line in public]
+    bls_outputs = [f'  {{ name: "{n}", data_type: {t}, dims: [ -1 ] }}' if n in WIDTH_OUTPUTS else line
+                   for (n, t, _), line in zip(declarations, lines)] + public[len(lines):]
     if "dense" in outputs:
         bls_outputs += [f'  {{ name: "{n}", data_type: {t}, dims: [ -1 ] }}' for n, t in QUANTIZED_OUTPUTS]
     if "colbert" in outputs:  # binary: the sign bits packed 8 per byte

@@ -41,9 +41,9 @@ class TritonPythonModel(model_common.RerankModel):
             text = raw.decode("utf-8")
         except UnicodeDecodeError as error:
             raise InvalidInput("query", f"is not valid UTF-8 (byte {error.start})") from None
-        calls = [self.pool.submit(self.score, documents[start:start + self.texts_per_call], start, text, deadline)
-                 for start in range(0, len(documents), self.texts_per_call)]
-        parts = [call.result() for call in calls]
+        step = self.texts_per_call
+        parts = self.pieces(lambda i: self.score(documents[i * step:(i + 1) * step], i * step, text, deadline),
+                            -(-len(documents) // step), deadline)
         deadline.check_answer()
         out = {name: np.concatenate([part[name] for part in parts]) for name in OUTPUTS}
         return [pb_utils.Tensor("scores", out["scores"][:, self.label].astype(np.float32)),

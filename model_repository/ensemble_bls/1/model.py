@@ -9,10 +9,12 @@ padded to the request's longest row, as the ensemble returns them. Errors are th
 own (the tokenizer's `text[i] ...` carry the request's row numbers). Settings: config.pbtxt, read once here.
 
 Vectors for a store (request parameters and outputs): `dimensions` (a width from vectors.json, which export writes:
-the Matryoshka widths) truncates `embedding` and re-normalizes it; `embedding_int8`, `embedding_uint8`,
-`embedding_binary`, `embedding_ubinary` are that vector quantized exactly as sentence_transformers'
-quantize_embeddings does, int8 / uint8 with the width's ranges calibrated at export. `prompt_name` and `input_type`
-go to the tokenizer, which prepends the prompt.
+the Matryoshka widths) truncates `embedding` and re-normalizes it, and truncates `embedding_unnormalized` (the pooled
+vector before the encoder's L2 step, TEI's `normalize: false`; asked of the encoder only for a request that asks for
+it, by name or by naming no outputs, which Triton turns into all) without normalizing it, as TEI does;
+`embedding_int8`, `embedding_uint8`, `embedding_binary`, `embedding_ubinary` are that vector quantized exactly as
+sentence_transformers' quantize_embeddings does, int8 / uint8 with the width's ranges calibrated at export.
+`prompt_name` and `input_type` go to the tokenizer, which prepends the prompt.
 
 Compact ColBERT (bge-m3 exports): `colbert_pool_factor` pools each text's token vectors into n // factor clusters
 (Clavie et al. 2024, as colbert-ai and PyLate do it: Ward clustering, here in numpy: pool_tokens), and
@@ -40,10 +42,11 @@ PAD_VALUES = {"sparse_indices": -1}  # the encoder pads sparse ids with -1; ever
 QUANTIZED = {"embedding_int8": "int8", "embedding_uint8": "uint8", "embedding_binary": "binary",
              "embedding_ubinary": "ubinary"}
 VECTORS = {"embedding", *QUANTIZED}  # their -1 dimension is the request's width, not a per-token one
+UNNORMALIZED = "embedding_unnormalized"  # the encoder's own output, its -1 dimension the request's width too
 PROMPT_PARAMETERS = ("prompt_name", "input_type")
 COLBERT_TYPES = {"colbert_vectors_fp16": "fp16", "colbert_vectors_int8": "int8", "colbert_vectors_binary": "binary"}
 COLBERT_SOURCES = ["colbert_vectors", "colbert_length"]  # what the compact forms are computed from
-ON_REQUEST = {"token_embeddings"}  # outputs sent only when asked for by name (a request naming none gets the rest)
+ON_REQUEST = {"token_embeddings", UNNORMALIZED}  # sent only when asked for by name (a request naming none: the rest)
 
 
 def quantize(vectors, precision, ranges):
@@ -67,7 +70,7 @@ class TritonPythonModel(model_common.RequestModel):
         # per output: which dimensions (after the row) follow the padded width: those grow to the request's width
         self.outputs = [o["name"] for o in config["output"] if o["name"] not in ON_REQUEST]
         self.variable_dims = {o["name"]: [i for i, d in enumerate(o["dims"]) if int(d) == -1] for o in config["output"]
-                              if o["name"] not in VECTORS and o["name"] not in COLBERT_TYPES}
+                              if o["name"] not in VECTORS | {UNNORMALIZED} and o["name"] not in COLBERT_TYPES}
         self.tokenizer_outputs = TOKENIZER_OUTPUTS + [n for n in self.outputs if n == "query_truncated"]
         path = os.path.join(args["model_repository"], args["model_version"], "vectors.json")
         vectors = {}
@@ -111,7 +114,10 @@ class TritonPythonModel(model_common.RequestModel):
         return (None if width == max(self.dimensions) else width), prompt
 
     def vectors(self, results, wanted, width):
-        """`embedding` at the request's width (truncated, re-normalized) and its quantized forms."""
+        """`embedding` at the request's width (truncated, re-normalized) and its quantized forms;
+        `embedding_unnormalized` truncated to the width, not normalized (TEI: truncate, then normalize if asked)."""
+        if width is not None and UNNORMALIZED in results:
+            results[UNNORMALIZED] = np.ascontiguousarray(results[UNNORMALIZED][:, :width])
         dense = results.get("embedding")
         if dense is None:
             return
@@ -131,7 +137,8 @@ class TritonPythonModel(model_common.RequestModel):
         wanted = request.requested_output_names() or self.outputs
         dimensions, parameters = self.options(request)
         pool_factor = self.colbert_options(request)
-        # InvalidInput for a malformed element or shape, before any step
+        # InvalidInput for a malformed element or shape, before any step (a `query` whose rows wrap past 2^32 beside
+        # a well-formed `text` arrives well-formed, one row: Triton core's, nothing here can tell: read_bytes)
         model_common.read_bytes(request, "text", rank=2)
         model_common.read_bytes(request, "query", rank=2, optional=True)
         inputs = [pb_utils.get_input_tensor_by_name(request, name) for name in ("text", "query")]

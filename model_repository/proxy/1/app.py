@@ -9,6 +9,7 @@ Cohere's routes (embed, rerank, /v1/rerank included) in routes_cohere.py, TEI's 
 admin POST /v1/models/{id}/load|unload, seed API POST /load_clip_model, /unload_clip_model, /delete_clip_model;
 GET /metrics; /docs, /openapi.json. The app's state: settings, service, metrics (create_app).
 """
+import os
 import time
 from types import SimpleNamespace
 from typing import Protocol
@@ -51,6 +52,9 @@ import schemas
 from metrics import MetricsMiddleware
 
 UNKNOWN_MODEL_LABEL = "(unknown)"  # the metrics' model label of an admin request for an id no export has
+# Which code serves the `backend: "onnxruntime"` models, as the launcher set it (local_triton/launch.py); None: not
+# started by the launcher
+ONNXRUNTIME_BACKEND = os.environ.get("TRITON_EMBED_ONNXRUNTIME_BACKEND")
 
 
 class Service(Protocol):
@@ -314,7 +318,8 @@ async def models(request: Request):
     """The models loaded now (a model exported or loaded after start-up appears here), each also under its served
     names (export --served-name, setting served_model_names)."""
     return json_response({"object": "list", "data": [card_json(c, name) for c in request.app.state.service.cards()
-                                                     for name in (c.id, *c.served_names)]})
+                                                     for name in (c.id, *c.served_names)],
+                          "onnxruntime_backend": ONNXRUNTIME_BACKEND})
 
 
 @router.get("/models/{model_id:path}", dependencies=USER, response_model=schemas.ModelCard, responses=ERRORS)

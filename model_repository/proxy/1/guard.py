@@ -2,18 +2,18 @@
 import asyncio
 import time
 
-from admission import REQUEST_COST, WorkGate
+import admission
 from http_errors import ApiError, dialect
 
 ADMIN_PATHS = ("/v1/models/", "/load_clip_model", "/unload_clip_model", "/delete_clip_model")  # not admitted
 
 
-def released_when_answered(send, ticket):
-    """`send` that closes the request's ticket before the last byte of its answer goes out: a client that sends its
+def released_when_answered(send, request):
+    """`send` that closes the request's admission before the last byte of its answer goes out: a client that sends its
     next request as soon as it has the answer must not find its own finished request still counted in flight."""
     async def send_and_release(message):
         if message["type"] == "http.response.body" and not message.get("more_body"):
-            ticket.close()
+            request.close()
         await send(message)
     return send_and_release
 
@@ -22,18 +22,16 @@ class HttpGuard:
     """ASGI layer under the metrics: refuses what must never reach a route, and stops work nobody waits for.
 
     - while shutting down, or while not live (the supervisor is restarting the server): 503 with Retry-After;
-    - admission control, refused at once with 429 and Retry-After instead of queued into a timeout (admin routes are
-      not counted): over max_concurrent_requests inference requests at once, or work in flight that would take over
-      admission_target_s to finish (admission.WorkGate; decided from Content-Length, before the body is read);
+    - each inference request's admission.Request (its cost, its deadline), which its first Triton call admits or
+      refuses with 429 (service.infer: after the route's key and field checks); admin routes are not admitted;
     - a body that is not JSON: 415 (stops cross-site "simple" POSTs), over max_body_bytes: 413, not received within
       body_timeout_s: 408;
-    - a client that leaves before its answer: the route is cancelled (its Triton call's result is dropped) and the
-      request counts as 499."""
+    - a client that leaves before its answer: the route is cancelled (its Triton call's result is dropped), its work
+      leaves the gate at once, and the request counts as 499."""
 
     def __init__(self, app, settings, service):
         self.app, self.settings, self.service = app, settings, service
-        self.admitted = 0  # inference requests in the app now (one event loop: no lock needed)
-        self.gate = WorkGate(settings.admission_target_s)
+        self.gate = admission.WorkGate(settings.admission_target_s, settings.max_concurrent_requests)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -49,42 +47,27 @@ class HttpGuard:
                                                     headers={"Retry-After": "2", "Connection": "close"}))
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.run(scope, receive, send, None)
-        inference = not scope["path"].startswith(ADMIN_PATHS)
-        if inference and self.admitted >= self.settings.max_concurrent_requests:
-            return await self.refuse(scope, send, ApiError(
-                429, f"the server is busy: {self.admitted} requests in progress, the limit is "
-                     f"{self.settings.max_concurrent_requests} (setting max_concurrent_requests); retry", "overloaded",
-                headers={"Retry-After": "1", "Connection": "close"}))
         headers = dict(scope["headers"])
-        declared = headers.get(b"content-length", b"")
-        ticket = None
-        if inference and declared.isdigit():  # chunked bodies: admitted once their size is known
-            ticket = self.gate.admit(REQUEST_COST + int(declared))
-            if ticket is None:
-                return await self.refuse(scope, send, self.busy(REQUEST_COST + int(declared)))
-        self.admitted += inference
         try:
-            try:
-                body = await self.read_body(headers, receive)
-            except ApiError as error:
-                return await self.refuse(scope, send, error)
-            except ConnectionError:
-                return  # client left while sending: nothing to answer
-            if inference and ticket is None:
-                ticket = self.gate.admit(REQUEST_COST + len(body))
-                if ticket is None:
-                    return await self.refuse(scope, send, self.busy(REQUEST_COST + len(body)))
-            return await self.run(scope, receive, released_when_answered(send, ticket) if ticket else send, body)
+            body = await self.read_body(headers, receive)
+        except ApiError as error:
+            return await self.refuse(scope, send, error)
+        except ConnectionError:
+            return  # client left while sending: nothing to answer
+        if scope["path"].startswith(ADMIN_PATHS):  # not admitted: an admin action is no inference work
+            return await self.run(scope, receive, send, body)
+        # Admitted at its first Triton call (service.infer), after the route has checked its key and fields.
+        request = admission.Request(self.gate, admission.REQUEST_COST + len(body), self.settings.request_timeout_s)
+        admission.begin(request)
+        left = True
+        try:
+            left = await self.run(scope, receive, released_when_answered(send, request), body)
         finally:
-            self.admitted -= inference
-            if ticket is not None:
-                ticket.close()  # its cost leaves the gate once its BLS calls have returned too
-
-    def busy(self, cost):
-        wait = self.gate.wait_s(cost)  # the same estimate admit() refused on, this request included
-        return ApiError(429, f"the server is busy: the work in progress would take {wait:.1f} s to finish, over "
-                             f"admission_target_s ({self.settings.admission_target_s:g} s); retry", "overloaded",
-                        headers={"Retry-After": "1", "Connection": "close"})
+            if left:
+                request.abandon()  # its client is gone: its work leaves the gate now (what Triton runs stops at
+                # the request's deadline)
+            else:
+                request.close()  # its cost leaves the gate once its BLS calls have returned too
 
     async def read_body(self, headers, receive):
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
@@ -119,9 +102,11 @@ class HttpGuard:
 
     async def run(self, scope, receive, send, body):
         """The app, fed the buffered body, in this task; a watcher task cancels it if the client leaves first (one
-        task per request fewer than running the app in a task of its own: CPU the proxy pays on every request)."""
+        task per request fewer than running the app in a task of its own: CPU the proxy pays on every request).
+        Returns whether the client left before its answer."""
         if body is None:
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return False
         task, replayed, left, disconnected = asyncio.current_task(), [False], [False], asyncio.Event()
 
         async def replay():
@@ -148,6 +133,7 @@ class HttpGuard:
                 task.uncancel()
         finally:
             watcher.cancel()
+        return left[0]
 
     @staticmethod
     async def refuse(scope, send, error):

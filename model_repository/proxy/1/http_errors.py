@@ -1,5 +1,7 @@
 """HTTP errors in OpenAI's shape {"error": {"message", "type", "param", "code"}} (on TEI's routes in TEI's,
 {"error", "error_type"}, with TEI's statuses), and the status of each of the service's error kinds (errors.py)."""
+import re
+
 import errors
 import orjson
 from starlette.responses import Response
@@ -8,11 +10,13 @@ ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "inval
                408: "timeout_error", 429: "rate_limit_error", 503: "service_unavailable", 504: "timeout_error"}
 STATUS = {errors.InvalidInput: 400, errors.OverLimit: 422, errors.NotFound: 404, errors.Conflict: 409,
           errors.LoadFailed: 422, errors.Overloaded: 429, errors.Unavailable: 503, errors.Timeout: 504}
-# Hugging Face TEI's routes answer errors in TEI's shape (routes_tei.py); a route may set its request's
-# scope["state"]["dialect"] (/rerank speaks Cohere's shape too).
+# Hugging Face TEI's routes answer every error in TEI's shape (routes_tei.py), whatever the body: /rerank with
+# Cohere's `documents` too (the path decides, never the body).
 TEI_PATHS = frozenset({"/", "/embed", "/embed_all", "/embed_sparse", "/rerank", "/predict", "/similarity", "/tokenize",
                        "/decode", "/info"})
-# TEI's error_type per status; TEI answers every validation error 422, an over-large batch 413, a backend error 424.
+# TEI's error_type per status; TEI answers every validation error 422, a backend error 424, and (its documented
+# status on every route) too many inputs in one request 413: every error code "too_many..." (too_many_inputs, the
+# rerank model's too_many documents / sentences) is a 413 on TEI's paths.
 TEI_ERROR_TYPES = {401: "Unauthorized", 403: "Unauthorized", 404: "NotFound", 405: "Validation", 408: "Validation",
                    413: "Validation", 415: "Validation", 422: "Validation", 429: "Overloaded", 503: "Unhealthy",
                    504: "Backend"}
@@ -37,7 +41,7 @@ class ApiError(Exception):
         message = self.message if len(self.message) <= MAX_MESSAGE_CHARS else \
             f"{self.message[:MAX_MESSAGE_CHARS]}... ({len(self.message)} characters, cut)"
         if dialect == "tei":  # TEI's two fields, then ours (code, param) for clients that read them
-            status = 413 if self.code == "too_many_inputs" else 422 if self.status == 400 else \
+            status = 413 if (self.code or "").startswith("too_many") else 422 if self.status == 400 else \
                 424 if self.status == 500 else self.status
             body = {"error": unicode(message), "error_type": TEI_ERROR_TYPES.get(status, "Backend"),
                     "code": self.code, "param": unicode(self.param)}
@@ -48,8 +52,8 @@ class ApiError(Exception):
 
 
 def dialect(scope):
-    """The error shape a request's answer takes: the route's choice, else TEI's on TEI's paths, else OpenAI's."""
-    return (scope.get("state") or {}).get("dialect") or ("tei" if scope.get("path") in TEI_PATHS else "openai")
+    """The error shape a request's answer takes: TEI's on TEI's paths (whatever the body), else OpenAI's."""
+    return "tei" if scope.get("path") in TEI_PATHS else "openai"
 
 
 def unicode(text):
@@ -57,13 +61,43 @@ def unicode(text):
     return text.encode("utf-8", "replace").decode("utf-8") if isinstance(text, str) else text
 
 
+# The parts of a pydantic error location that are its validators, not the client's fields: a union member's tag
+# (`list[constrained-int]`, `function-after[...]`, `str`), a model's class name in a union (`TextItem`).
+VALIDATOR_TAGS = frozenset({"str", "int", "float", "bool", "bytes", "none", "list", "dict", "tuple", "set"})
+SOURCES = ("body", "query", "path", "header", "cookie")  # where FastAPI found the value: the location's first part
+
+
+def validator_part(part):
+    return isinstance(part, str) and (part in VALIDATOR_TAGS or bool(re.search(r"[\[\]\-,]", part)) or
+                                      part[:1].isupper())
+
+
+def client_parts(error):
+    """The parts of an error's location that are the client's: without FastAPI's source (body, query...) and
+    pydantic's validator parts. An unknown key (extra_forbidden) is the client's own: kept as sent."""
+    loc = list(error.get("loc") or ())
+    if loc[:1] and loc[0] in SOURCES:
+        loc = loc[1:]
+    return [part for k, part in enumerate(loc) if not validator_part(part) or
+            (k == len(loc) - 1 and error.get("type") == "extra_forbidden")]
+
+
+def client_path(parts):
+    """The field as the client wrote it: `ids[0]`, `inputs.sentences[1]`, `input[2].image`, `body[0].query` (a
+    list body), `body` (the whole body)."""
+    path = ""
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return ("body" + path if path.startswith("[") else path) or "body"
+
+
 def validation_error(error):
-    """pydantic's errors in the API's codes: missing_input, invalid_type, invalid_value, invalid_json."""
-    first = error.errors()[0]
-    location = [str(part) for part in first.get("loc", ()) if part != "body"]
-    param = location[0] if location else None
-    detail = "; ".join(f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}"
-                       for e in error.errors()[:5])
+    """pydantic's errors in the API's codes: missing_input, invalid_type, invalid_value, invalid_json. The message
+    names each field as the client wrote it (client_path), each problem once; param: the request field."""
+    found = error.errors()
+    first, parts = found[0], [client_parts(e) for e in found]
+    param = next((part for part in parts[0] if isinstance(part, str)), None)
+    detail = "; ".join(list(dict.fromkeys(f"{client_path(p)}: {e['msg']}" for p, e in zip(parts, found)))[:5])
     kind = first.get("type", "")
     if kind == "json_invalid":
         return ApiError(400, f"request body is not valid JSON: {first.get('ctx', {}).get('error', '')}",

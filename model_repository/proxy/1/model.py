@@ -50,6 +50,7 @@ SETTINGS = {
     "max_inputs_per_request": ("PROXY_MAX_INPUTS_PER_REQUEST", int),
     "max_body_bytes": ("PROXY_MAX_BODY_BYTES", int),
     "max_input_chars": ("PROXY_MAX_INPUT_CHARS", int),
+    "max_embed_all_numbers": ("PROXY_MAX_EMBED_ALL_NUMBERS", int),  # TEI's /embed_all: tokens x hidden size
     "max_header_bytes": ("PROXY_MAX_HEADER_BYTES", int),
     "max_concurrent_requests": ("PROXY_MAX_CONCURRENT_REQUESTS", int),
     "bls_concurrency": ("PROXY_BLS_CONCURRENCY", int),

@@ -41,6 +41,7 @@ class Card:
     # more names clients may call it by (export --served-name, setting served_model_names); never another's id
     served_names: tuple[str, ...] = ()
     labels: tuple[str, ...] = ()  # cross-encoder exports: the classifier's label names, in its order
+    unnormalized: bool = False  # the encoder outputs embedding_unnormalized (exports since issue 49)
 
     @property
     def models(self):
@@ -64,7 +65,7 @@ def read_card(repository, name):
                     manifest.get("architecture"), manifest.get("pretrained"),
                     tuple(sorted((manifest.get("prompts") or {}).items())), manifest.get("default_prompt_name"),
                     manifest.get("pooling"), manifest.get("num_labels"), tuple(manifest.get("served_names") or ()),
-                    tuple(manifest.get("labels") or ()))
+                    tuple(manifest.get("labels") or ()), bool(manifest.get("unnormalized_output")))
     except (OSError, ValueError, KeyError):
         return None
 

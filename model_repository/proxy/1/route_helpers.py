@@ -215,7 +215,7 @@ async def score_documents(request, model, query, documents, weights=None, trunca
     if not truncate and (result.query_truncated or result.truncated.any()):
         what = "query" if result.query_truncated else f"documents[{int(np.argmax(result.truncated))}]"
         raise ApiError(422, f"{what} is longer than the model's maximum of {card.max_length} tokens (truncate is "
-                            f"false)", "context_length_exceeded", what.split("[")[0])
+                            f"false)", "context_length_exceeded", what.split("[")[0], field=what)
     truncated = int(result.query_truncated) + int(result.truncated.sum())
     request.app.state.metrics.observe_embedding(card.id, 1 + len(documents), result.tokens, truncated)
     return card, result, served, truncated

@@ -4,8 +4,10 @@ contract as the other routes: POST /embed, / (the served model's kind: /embed, o
 InferenceClient posts), /embed_all (the encoder's token vectors, from the BLS model), /embed_sparse, /rerank (TEI's
 `texts`, or Cohere's `documents`: answered as /v1/rerank), /predict (the cross-encoder's BLS model), /similarity
 (the rerank model, dense weights only), /tokenize and /decode (the tokenizer model's two tasks), GET /info. Errors
-in TEI's shape and statuses (http_errors.TEI_PATHS). TEI serves one model; here a body's `model` picks an export,
-else the default one."""
+in TEI's shape and statuses on every one of these paths, whatever the body (http_errors.TEI_PATHS): 422 for a
+validation error, 413 for too many inputs. `truncate` is false unless asked on every route (TEI started with
+--auto-truncate false, as /info says). TEI serves one model; here a body's `model` picks an export, else the default
+one."""
 import numpy as np
 import route_helpers as shared
 import routes_cohere
@@ -30,9 +32,6 @@ def served_as_tei(body):
     if direction.lower() == "left":
         raise ApiError(422, "truncation_direction Left is not served: the tokenizer keeps a text's first tokens "
                             "(Right)", "invalid_value", "truncation_direction")
-    if getattr(body, "normalize", True) is False:
-        raise ApiError(422, "normalize false is not served: the vectors are L2-normalized in the model's graph",
-                       "invalid_value", "normalize")
 
 
 @router.post("/embed", dependencies=shared.USER, response_model=list[list[float]], responses=shared.ERRORS)
@@ -49,22 +48,30 @@ async def embed_answer(request, body):
         raise ApiError(422, "`inputs` cannot be empty", "invalid_input", "inputs")
     card = shared.select(request, body.model)
     shared.need(card, "dense", "/embed")
+    # normalize false (Haystack's TEI embedder sends it): the graph's pooled vector before its L2 step
+    normalize = body.normalize is not False
+    if not normalize and not card.unnormalized:
+        raise ApiError(422, f"normalize false needs the encoder's unnormalized output, which model '{card.id}' was "
+                            f"exported without (an older export): export it again", "invalid_value", "normalize")
     parameters = {"dimensions": body.dimensions, "prompt_name": body.prompt_name}
-    result = await shared.embed(request, card, texts, ("dense",), "inputs", bool(body.truncate), parameters)
+    result = await shared.embed(request, card, texts, ("dense",) if normalize else ("unnormalized",), "inputs",
+                                bool(body.truncate), parameters)
     headers = shared.timing_headers(result.truncated.sum(), result.inference_ms)
-    return shared.json_response(np.ascontiguousarray(result.dense, dtype=np.float32), headers)
+    vectors = result.dense if normalize else result.unnormalized
+    return shared.json_response(np.ascontiguousarray(vectors, dtype=np.float32), headers)
 
 
 @router.post("/embed_sparse", dependencies=shared.USER, response_model=list[list[schemas.SparseEntry]],
              responses=shared.ERRORS)
 async def embed_sparse(request: Request, body: schemas.EmbedSparseRequest):
-    """TEI's sparse route: `[[{"index": token id, "value": weight}, ...], ...]` per input."""
-    texts = shared.check_texts(request, shared.as_list(body.inputs), "inputs")
-    if not texts:
-        raise ApiError(422, "`inputs` cannot be empty", "invalid_input", "inputs")
+    """TEI's sparse route: `[[{"index": token id, "value": weight}, ...], ...]` per input. `truncate` as /embed's
+    (false or absent: an input over the model's max tokens is a 422)."""
+    served_as_tei(body)
+    texts = texts_of(request, body.inputs)
     card = shared.select(request, body.model)
     shared.need(card, "sparse", "/embed_sparse")
-    result = await shared.embed(request, card, texts, ("sparse",), "inputs", body.truncate)
+    result = await shared.embed(request, card, texts, ("sparse",), "inputs", bool(body.truncate),
+                                {"prompt_name": body.prompt_name})
     rows = [[{"index": int(t), "value": float(w)} for t, w in zip(*pair)] for pair in result.sparse]
     return shared.json_response(rows, shared.timing_headers(result.truncated.sum(), result.inference_ms))
 
@@ -73,10 +80,9 @@ async def embed_sparse(request: Request, body: schemas.EmbedSparseRequest):
 async def tei_rerank(request: Request):
     """TEI's rerank: `query`, `texts`, `raw_scores`, `return_text`, `truncate` -> `[{index, score, text?}]`, best
     first. A body with Cohere's `documents` instead is answered as POST /v1/rerank (Infinity's and Cohere's clients
-    post there without a version)."""
+    post there without a version); its errors, as every error on this path, in TEI's shape and statuses."""
     body = await DirectRoutes.json_body(request)
     if isinstance(body, dict) and "documents" in body and "texts" not in body:
-        request.scope["state"]["dialect"] = "openai"
         return await routes_cohere.rerank_v1_answer(request, DirectRoutes.validated(body, COHERE_RERANK))
     return await rerank_answer(request, DirectRoutes.validated(body, RERANK))
 
@@ -134,15 +140,39 @@ def embedding_export(card, route):
              responses=shared.ERRORS)
 async def embed_all(request: Request, body: schemas.TeiEmbedAllRequest):
     """TEI's embed_all: per input, every token's vector (special tokens included): the encoder's last hidden state,
-    before pooling and normalization. `truncate` as /embed's."""
+    before pooling and normalization. `truncate` as /embed's. The answer holds at most max_embed_all_numbers
+    numbers (tokens x hidden size): over it, a 413 before the encoder runs."""
     served_as_tei(body)
     texts = texts_of(request, body.inputs)
     card = shared.select(request, body.model)
     embedding_export(card, "/embed_all")
-    result = await shared.embed(request, card, texts, ("tokens",), "inputs", bool(body.truncate),
-                                {"prompt_name": body.prompt_name})
+    parameters = {"prompt_name": body.prompt_name}
+    await bound_token_vectors(request, card, texts, parameters)
+    result = await shared.embed(request, card, texts, ("tokens",), "inputs", bool(body.truncate), parameters)
     rows = [np.ascontiguousarray(vectors, dtype=np.float32) for vectors in result.token_vectors]
+    # the encoder's own widths: exact, where the check before the work read the export's embedding size
+    answer_size(request, sum(int(row.shape[0]) for row in rows), rows[0].shape[1] if rows else 0)
     return shared.json_response(rows, shared.timing_headers(result.truncated.sum(), result.inference_ms))
+
+
+async def bound_token_vectors(request, card, texts, parameters):
+    """The 413 of an /embed_all answer over max_embed_all_numbers, before the encoder runs: nothing to do when
+    every input at the model's max length fits; else the tokenizer model counts the tokens (its tokenize task,
+    the prompt included), each counted at most at the max length (over it: cut, or the embed call's 422)."""
+    hidden = card.embedding_size or 0
+    if len(texts) * card.max_length * hidden <= request.app.state.settings.max_embed_all_numbers:
+        return
+    tokens = await request.app.state.service.tokenize(card, texts, "inputs", {"add_special_tokens": True,
+                                                                              **parameters})
+    answer_size(request, sum(min(len(row), card.max_length) for row in tokens), hidden)
+
+
+def answer_size(request, tokens, hidden):
+    limit = request.app.state.settings.max_embed_all_numbers
+    if tokens * hidden > limit:
+        raise ApiError(413, f"inputs: the answer would hold {tokens * hidden} numbers ({tokens} tokens x {hidden} "
+                            f"per token), over the limit of {limit} (setting max_embed_all_numbers): send fewer or "
+                            f"shorter inputs", "answer_too_large", "inputs", field="inputs")
 
 
 def predict_items(inputs):
@@ -234,12 +264,22 @@ async def tokenize(request: Request, body: schemas.TeiTokenizeRequest):
 @router.post("/decode", dependencies=shared.USER, response_model=list[str], responses=shared.ERRORS)
 async def decode(request: Request, body: schemas.TeiDecodeRequest):
     """TEI's decode, from the export's tokenizer model: token ids (a list, or a list of lists) -> one text per
-    list; skip_special_tokens (default true) leaves the special tokens out."""
-    rows = [body.ids] if not body.ids or isinstance(body.ids[0], int) else body.ids
+    list; skip_special_tokens (default true) leaves the special tokens out. Rows: at most max_inputs_per_request
+    (413), each of 1 to max_input_chars ids (as a text's characters: 422)."""
+    single = not body.ids or isinstance(body.ids[0], int)
+    rows = [body.ids] if single else body.ids
     settings = request.app.state.settings
     if len(rows) > settings.max_inputs_per_request:
         raise ApiError(422, f"{len(rows)} inputs is over the limit of {settings.max_inputs_per_request} per request "
                             f"(setting max_inputs_per_request)", "too_many_inputs", "ids")
+    for i, row in enumerate(rows):
+        where = "ids" if single else f"ids[{i}]"
+        if not row:
+            raise ApiError(422, f"{where} is empty: give at least one token id", "invalid_input", "ids", field=where)
+        if len(row) > settings.max_input_chars:
+            raise ApiError(422, f"{where} holds {len(row)} ids, over the limit of {settings.max_input_chars} "
+                                f"(setting max_input_chars: as many as a text may have characters)",
+                           "input_too_long", "ids", field=where)
     card = shared.select(request, body.model)
     texts = await request.app.state.service.decode(card, rows, "ids",
                                                    {"skip_special_tokens": body.skip_special_tokens})

@@ -98,7 +98,10 @@ class EmbedSparseRequest(Request):
     """TEI's `POST /embed_sparse`."""
     inputs: Text | list[Text]
     model: str | None = None
-    truncate: bool = True
+    truncate: bool | None = Field(None, description="as /embed's: true cuts an input over the max tokens; false or "
+                                                    "none (TEI's default here): such an input is a 422")
+    truncation_direction: Literal["Right", "Left", "right", "left"] = "Right"
+    prompt_name: str | None = None
 
 
 class RerankDocument(Request):
@@ -122,7 +125,8 @@ class RerankRequest(Request):
 class TeiEmbedRequest(Request):
     """Hugging Face TEI's /embed (and / for an embedding model)."""
     inputs: Text | list[Text]
-    normalize: bool = Field(True, description="the vectors are L2-normalized in the model's graph: false is a 422")
+    normalize: bool = Field(True, description="false: the pooled vectors before the graph's L2 normalization (with "
+                                              "`dimensions`: cut to that width, not normalized)")
     truncate: bool | None = Field(None, description="true: cut an input over the max tokens; false or none (TEI's "
                                                     "default): such an input is a 422")
     truncation_direction: Literal["Right", "Left", "right", "left"] = Field(
@@ -189,7 +193,7 @@ class TeiTokenizeRequest(Request):
 
 
 class TeiDecodeRequest(Request):
-    """TEI's /decode: token ids (a list, or a list of lists) back to text."""
+    """TEI's /decode: token ids (a list, or a list of lists) back to text; a row holds 1 to max_input_chars ids."""
     ids: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] | list[list[Annotated[int, Field(ge=0, le=INT32_MAX)]]]
     skip_special_tokens: bool = True
     model: str | None = None
@@ -366,6 +370,8 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+    onnxruntime_backend: str | None = Field(None, description="which code serves the encoders (the launcher's "
+                                            "word): Triton's C++ backend, or the stand-in outside the container")
 
 
 class AdminResult(BaseModel):

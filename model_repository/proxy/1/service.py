@@ -7,9 +7,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import admission
 import model_errors
 import numpy as np
-from admission import hold
 from errors import (
     Conflict,
     InvalidInput,
@@ -29,7 +29,8 @@ TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values"
            "colbert_fp16": ("colbert_vectors_fp16", "colbert_length"),
            "colbert_int8": ("colbert_vectors_int8", "colbert_length"),
            "colbert_binary": ("colbert_vectors_binary", "colbert_length"),
-           "tokens": ("token_embeddings",)}  # every token's vector (TEI's /embed_all)
+           "tokens": ("token_embeddings",),  # every token's vector (TEI's /embed_all)
+           "unnormalized": ("embedding_unnormalized",)}  # the pooled vector before L2 (TEI's normalize: false)
 QUANTIZED = ("int8", "uint8", "binary", "ubinary")  # the BLS model's outputs (not the ensemble's)
 COLBERT_KINDS = ("colbert", "colbert_fp16", "colbert_int8", "colbert_binary")  # one of them per request
 BLS_ONLY = (*QUANTIZED, *COLBERT_KINDS[1:], "tokens")
@@ -48,6 +49,7 @@ class Embeddings:
     inference_ms: float
     quantized: dict = field(default_factory=dict)  # embedding type -> [rows, width] array
     token_vectors: list | None = None  # per text [tokens, hidden]: the encoder's last hidden state
+    unnormalized: np.ndarray | None = None  # [rows, dim]: the pooled vectors before the graph's L2 step
 
 
 @dataclass
@@ -171,7 +173,8 @@ class Service:
             quantized={kind: flat[TENSORS[kind][0]] for kind in outputs if kind in QUANTIZED},
             token_vectors=[vectors[:int(n)] for vectors, n in zip(joined["token_embeddings"],
                                                                    flat["num_tokens"].reshape(-1))]
-            if "tokens" in outputs else None)
+            if "tokens" in outputs else None,
+            unnormalized=flat["embedding_unnormalized"] if "unnormalized" in outputs else None)
 
     async def tokenize(self, card, texts, param, parameters):
         """Every token of each text (the tokenizer model's tokenize task: not truncated) -> per text [Token]."""
@@ -305,16 +308,24 @@ class Service:
         client's terms, (param, first row, client index of each row) a bad `image` row; None: the model's messages
         already do (rerank: `query`, `documents[i]`)."""
         pb = self.pb
+        admitted = admit_request()
+        # What is left of the request's deadline (request_timeout_s from its arrival), for each call in turn.
+        left_s = admitted.left_s() if admitted is not None else self.settings.request_timeout_s
+        if left_s <= 0:
+            raise Timeout(f"inference did not finish within {self.settings.request_timeout_s:g} s (setting "
+                          f"request_timeout_s)", "inference_timeout")
         request = pb.InferenceRequest(
             model_name=model, requested_output_names=names, parameters=parameters or {},
             inputs=[pb.Tensor(name, array) for name, array in inputs.items()],
-            timeout=int(self.settings.request_timeout_s * 1e6),  # queued past it in Triton: refused, not run
+            timeout=max(1, int(left_s * 1e6)),  # queued past it in Triton: refused, not run
             # Outputs come back in host memory even when the encoder runs on a GPU (as_numpy needs that).
             preferred_memory=pb.PreferredMemory(pb.TRITONSERVER_MEMORY_CPU, 0))
         self.loop = loop = asyncio.get_running_loop()
-        # One future for whatever comes first: the call's answer, request_timeout_s, or abort_inflight's error (its
-        # stub died). The call itself runs on: the request's admitted work is released when it returns.
-        waiting, release = loop.create_future(), hold()
+        # One future for whatever comes first: the call's answer, the deadline, or abort_inflight's error (its stub
+        # died). The call itself runs on: the request's admitted work is released when it returns, or at once when
+        # the request is abandoned (deadline passed, client gone).
+        waiting = loop.create_future()
+        release = admitted.hold() if admitted is not None else (lambda *_: None)
 
         def settle(call):
             release()
@@ -337,13 +348,19 @@ class Service:
                                               f"s (setting request_timeout_s)", "inference_timeout"))
         call = self.executor.submit(request.exec)  # (its own future: cancellable while it waits for a thread)
         call.add_done_callback(returned)
-        timer, entry = loop.call_later(self.settings.request_timeout_s, expire), (card.models, waiting, call)
+        timer, entry = loop.call_later(left_s, expire), (card.models, waiting, call)
         self.inflight.add(entry)
         try:
             response = await waiting
         except ServiceError as error:  # the timeout, or abort_inflight's (that call will never return)
-            if not isinstance(error, Timeout):
+            if isinstance(error, Timeout):
+                if admitted is not None:
+                    admitted.abandon()  # nobody waits for it now; Triton stops feeding it at the same deadline
+            else:
                 release()
+            raise
+        except asyncio.CancelledError:  # the client left (HttpGuard): a call still waiting for a thread is not sent
+            call.cancel()
             raise
         except Exception as error:  # noqa: BLE001 - BLS refused: the model is stopping or not there
             raise Unavailable(f"model '{card.id}' is not available: {error}", "model_not_ready", retry_after=1) \
@@ -442,6 +459,15 @@ class Service:
                     else any(self.triton.ready(m) for m in models)):
                 return
             time.sleep(0.1)
+
+
+def admit_request():
+    """The current HTTP request's admission.Request, admitted by its first Triton call (again: a no-op); None
+    outside a request (tests, bench). Refused: Overloaded (429), the same for every call of the request."""
+    admitted = admission.current()
+    if admitted is not None and (refused := admitted.enter()) is not None:
+        raise Overloaded(f"the server is busy: {refused}; retry", "overloaded", retry_after=1)
+    return admitted
 
 
 def step_error(message, card, model, rows):

@@ -94,9 +94,9 @@ class TritonPythonModel(model_common.RerankModel):
         prompt = {key: parameters[key] for key in PROMPT_PARAMETERS if key in parameters}
         texts = np.concatenate([query, documents]).astype(np.object_)
         names = [name for mode in weights for name in TENSORS[mode]] + ["num_tokens", "truncated"]
-        calls = [self.pool.submit(self.embed, texts[start:start + self.texts_per_call], start, names, deadline, prompt)
-                 for start in range(0, len(texts), self.texts_per_call)]
-        parts = [call.result() for call in calls]
+        step = self.texts_per_call
+        parts = self.pieces(lambda i: self.embed(texts[i * step:(i + 1) * step], i * step, names, deadline, prompt),
+                            -(-len(texts) // step), deadline)
         deadline.check_answer()
         outputs = {name: np.concatenate([part[name] for part in parts]) if name not in ("sparse_indices",
                    "sparse_values", "colbert_vectors") else [row for part in parts for row in part[name]]
