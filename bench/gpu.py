@@ -69,6 +69,15 @@ def xlmr_tokenizer():
     return tokenizer
 
 
+def loaded_config(http_port, model):
+    """The config tritonserver loaded for `model` (GET /v2/models/<model>/config): {"instances": the instance
+    groups' counts summed, "parameters": {key: string_value}}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/models/{model}/config", timeout=30) as response:
+        config = json.load(response)
+    return {"instances": sum(int(group.get("count", 1)) for group in config.get("instance_group", [])),
+            "parameters": {key: value.get("string_value") for key, value in config.get("parameters", {}).items()}}
+
+
 def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, max_batch_tokens,
                      tokenizer_parameters=None):
     """tokenizer (the project's model + `tokenizer`), embedding (torch_encoder), ensemble and ensemble_bls (the
@@ -87,7 +96,8 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
     config_path = os.path.join(tokenizer_dir, "config.pbtxt")
     with open(config_path, encoding="utf-8") as handle:
         text = handle.read()
-    text = text.replace("kind: KIND_CPU, count: 1,", f"kind: KIND_CPU, count: {tokenizer_instances},")
+    # through the config module, never a text replace (one stopped matching when the tracked count became 2)
+    text = common.pbtxt.with_instance_count(text, tokenizer_instances)
     text = common.pbtxt.with_parameters(text, {"max_batch_tokens": max_batch_tokens, **(tokenizer_parameters or {})})
     with open(config_path, "w", encoding="utf-8") as handle:
         handle.write(text)
@@ -360,14 +370,16 @@ def main(argv=None):
                        "client_processes": args.client_processes}, handle, indent=1)
     save()
     for rate_limit, instances, budget, padding in args.matrix:
-        repository, tracked = build_repository(args.work_dir, shape, args.device, tokenizer, instances, budget,
-                                               padding)
+        repository, _ = build_repository(args.work_dir, shape, args.device, tokenizer, instances, budget,
+                                         padding)
         ports = common.free_ports()
         server = common.start_server(repository, ports, os.path.join(args.work_dir, "tritonserver.log"),
                                      {"RATE_LIMIT": rate_limit,
                                       "LOAD_MODELS": "tokenizer,embedding,ensemble,ensemble_bls"},
                                      timeout_s=900)
         try:
+            loaded = loaded_config(ports["http"], "tokenizer")  # what the server runs, not what was meant
+            progress(f"tokenizer as loaded: {loaded['instances']} instance(s), {loaded['parameters']}")
             for (name, concurrencies), model in ((item, model) for item in args.levels.items()
                                                  for model in WORKLOAD_MODELS[item[0]]):
                 per_request = corpus_lib.WORKLOADS[name].texts_per_request
@@ -380,12 +392,13 @@ def main(argv=None):
                     util, memory = sampler.summary()
                     after = executions(ports["metrics"])
                     row = {"workload": name, "model": model, "texts_per_request": per_request,
-                           "rate_limit": rate_limit, "tokenizers": instances,
-                           "max_batch_tokens": budget, "pad_to_multiple_of": int(tracked["pad_to_multiple_of"]),
-                           "batch_overhead_tokens": int(tracked["batch_overhead_tokens"]),
-                           "split_overhead_tokens": int(tracked["split_overhead_tokens"]),
-                           "min_padding_efficiency": float(tracked["min_padding_efficiency"]),
-                           "pad_to_power_of_two": tracked["pad_to_power_of_two"] == "true",
+                           "rate_limit": rate_limit, "tokenizers": loaded["instances"],
+                           "max_batch_tokens": int(loaded["parameters"]["max_batch_tokens"]),
+                           "pad_to_multiple_of": int(loaded["parameters"]["pad_to_multiple_of"]),
+                           "batch_overhead_tokens": int(loaded["parameters"]["batch_overhead_tokens"]),
+                           "split_overhead_tokens": int(loaded["parameters"]["split_overhead_tokens"]),
+                           "min_padding_efficiency": float(loaded["parameters"]["min_padding_efficiency"]),
+                           "pad_to_power_of_two": loaded["parameters"]["pad_to_power_of_two"] == "true",
                            "concurrency": concurrency, "texts_per_s": rate,
                            "encoder_rows_per_run": rows_per_run(before, after, "embedding"),
                            "tokenizer_requests_per_run": rows_per_run(before, after, "tokenizer"),

@@ -9,7 +9,7 @@ import stat
 import numpy as np
 import pytest
 
-from conftest import start_server, stop_server, wait_for_proxy
+from conftest import PROJECT, start_server, stop_server, wait_for_proxy
 from local_triton import launch
 from triton_clients import infer
 
@@ -103,8 +103,9 @@ def test_gpu_variants_parse_as_model_configs(minilm_repository):
 def test_tokenizer_gpu_variants_group_lengths_coarser(minilm_repository):
     """tokenizer/configs/{gpu,gpu-trt}.pbtxt (loaded with the encoder's under --model-config-name) are the tokenizer's
     config.pbtxt with coarser length groups (docs/benchmarks-gpu.md: runs of 3 rows -> 222 on an H100; one request's
-    32 mixed texts in 1 run instead of ~6), and nothing else changed."""
-    from exporting.repository import GPU_TOKENIZER
+    32 mixed texts in 1 run instead of ~6) and the GPU table's instance count and queue bound, and nothing else
+    changed."""
+    from exporting.repository import GPU, GPU_TOKENIZER
 
     cpu = parse(os.path.join(minilm_repository, "tokenizer", "config.pbtxt"))
     assert set(GPU_TOKENIZER) == {"pad_to_multiple_of", "pad_to_power_of_two", "batch_overhead_tokens",
@@ -114,7 +115,37 @@ def test_tokenizer_gpu_variants_group_lengths_coarser(minilm_repository):
         for key, value in GPU_TOKENIZER.items():
             assert config.parameters[key].string_value == value != cpu.parameters[key].string_value, (variant, key)
             config.parameters[key].string_value = cpu.parameters[key].string_value
+        assert [g.count for g in config.instance_group] == [GPU["tokenizer"]["instances"]]
+        assert config.dynamic_batching.default_queue_policy.max_queue_size == GPU["tokenizer"]["max_queue_size"]
+        config.instance_group[0].count = cpu.instance_group[0].count
+        config.dynamic_batching.default_queue_policy.max_queue_size = \
+            cpu.dynamic_batching.default_queue_policy.max_queue_size
         assert config == cpu, variant
+
+
+def test_the_gpu_configs_hold_the_gpu_tables_values_whatever_the_cpu_config_says(tmp_path):
+    """Issue 51: the CPU tokenizer's second instance (a CPU fix) reached the GPU config and halved passages on an
+    H200. The GPU configs take instance counts, queue bound and grouping from the GPU table alone: a CPU config with
+    other values changes none of them."""
+    from exporting import pbtxt, repository
+
+    cpu = pbtxt.read(os.path.join(PROJECT, "model_repository", "tokenizer", "config.pbtxt"))
+    other = pbtxt.with_max_queue_size(pbtxt.with_instance_count(cpu, 3), 7)
+    other = pbtxt.with_parameters(other, dict.fromkeys(repository.GPU_TOKENIZER, "3"))
+    assert pbtxt.instance_count(other) == 3 and pbtxt.max_queue_size(other) == 7
+    for text in (cpu, other):
+        gpu = repository.gpu_tokenizer_config(text)
+        assert pbtxt.instance_count(gpu) == repository.GPU["tokenizer"]["instances"] == 1
+        assert pbtxt.max_queue_size(gpu) == repository.GPU["tokenizer"]["max_queue_size"]
+        assert {k: v for k, v in pbtxt.parameters(gpu).items() if k in repository.GPU_TOKENIZER} == \
+            repository.GPU_TOKENIZER
+        assert pbtxt.parameters(gpu)["max_batch_tokens"] == pbtxt.parameters(text)["max_batch_tokens"]
+    values = {"outputs": '  { name: "embedding", data_type: TYPE_FP32, dims: [ 8 ] }', "short_tokens": 4,
+              "long_tokens": 16, "max_batch_tokens": 16384}
+    repository.write_gpu_configs(str(tmp_path), values, 512, 16384)
+    for variant in ("gpu", "gpu-trt"):
+        config = pbtxt.read(os.path.join(tmp_path, "configs", f"{variant}.pbtxt"))
+        assert pbtxt.instance_count(config) == repository.GPU["encoder"]["instances"], variant
 
 
 def test_the_export_digest_covers_the_tokenizers_gpu_grouping(monkeypatch):

@@ -36,6 +36,38 @@ def with_parameters(text, values):
     return text
 
 
+# The first instance group's count: `instance_group [ { kind: KIND_CPU, count: 2, rate_limiter { resources [ { ...
+# count: 1 } ] } } ]` (the resources' counts come after it); the dynamic batcher's default queue bound.
+INSTANCE_COUNT = re.compile(r"(instance_group\s*\[\s*\{[^}]*?\bcount:\s*)(\d+)")
+MAX_QUEUE_SIZE = re.compile(r"(default_queue_policy\s*\{[^}]*?\bmax_queue_size:\s*)(\d+)")
+
+
+def instance_count(text):
+    match = INSTANCE_COUNT.search(text)
+    return int(match.group(2)) if match else None
+
+
+def max_queue_size(text):
+    match = MAX_QUEUE_SIZE.search(text)
+    return int(match.group(2)) if match else None
+
+
+def with_instance_count(text, count):
+    """`text` with its (first) instance group's count; KeyError when it has no instance group with a count."""
+    text, found = INSTANCE_COUNT.subn(lambda match: f"{match.group(1)}{int(count)}", text, count=1)
+    if not found:
+        raise KeyError("instance_group count")
+    return text
+
+
+def with_max_queue_size(text, size):
+    """`text` with its default queue policy's max_queue_size; KeyError when it has none."""
+    text, found = MAX_QUEUE_SIZE.subn(lambda match: f"{match.group(1)}{int(size)}", text, count=1)
+    if not found:
+        raise KeyError("default_queue_policy max_queue_size")
+    return text
+
+
 def max_batch_size(text):
     match = MAX_BATCH_SIZE.search(text)
     return int(match.group(1)) if match else 0

@@ -3,6 +3,7 @@ model_repository/ (the encoder's GPU variants included), the encoder's warm-up s
 (token_budget.c compiled), the tokenizer's tokenizer.json, and the staged models installed into the repository."""
 import glob
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -60,11 +61,12 @@ MODEL_CODE = {
 
 def templates_digest():
     """sha256 of every config template export renders (model_repository/*/*.template), of the encoder's batching
-    strategy it compiles (token_budget.c), of the models' library it installs (model_library/), of the tokenizer's
-    GPU grouping (GPU_TOKENIZER) and of the graph it exports (build/exporting/graph.py: the encoder's outputs, e.g.
-    `embedding_unnormalized`, which an older export lacks): an export made from other ones is stale, and
+    strategy it compiles (token_budget.c), of the models' library it installs (model_library/), of the GPU table
+    (GPU, the tokenizer's grouping GPU_TOKENIZER in it) and of the graph it exports (build/exporting/graph.py: the
+    encoder's outputs, e.g. `embedding_unnormalized`, which an older export lacks): an export made from other ones is
+    stale, and
     --skip-if-exported redoes it (else a changed config, strategy, library or graph never reaches it)."""
-    digest = hashlib.sha256(repr(sorted(GPU_TOKENIZER.items())).encode() + b"\0")
+    digest = hashlib.sha256(json.dumps(GPU, sort_keys=True).encode() + b"\0")
     sources = glob.glob(os.path.join(SOURCE_REPOSITORY, "*", "*.template")) + [
         os.path.join(SOURCE_REPOSITORY, "embedding", "token_budget.c"), *(os.path.join(PROJECT, source)
                                                                           for source, _ in (*LIBRARY, TRITON_SERVER)),
@@ -223,19 +225,35 @@ def copy_tokenizer(staging, tokenizer):
 # 27 rows): one tokenizer execute's texts pad to one width, and consecutive executes now mostly share it.
 GPU_TOKENIZER = {"pad_to_multiple_of": "32", "pad_to_power_of_two": "true", "batch_overhead_tokens": "4096",
                  "split_overhead_tokens": "8192", "min_padding_efficiency": "0"}
+# The GPU configs' own values, whatever the CPU configs say (issue 51: the CPU's second tokenizer instance, the fix
+# of a CPU stall, reached the GPU config through it and halved passages there: 524 -> 275 texts/s at 64 in flight on
+# an H200, mixed single texts 658 -> 164, as each execute then took 2 requests instead of 7-14, of other widths).
+GPU = {
+    "tokenizer": {"instances": 1, "max_queue_size": 512, "parameters": GPU_TOKENIZER},
+    "encoder": {"instances": 1},  # one instance on each GPU the pod sees
+}
+
+
+def gpu_tokenizer_config(text, table=None):
+    """The tokenizer's config for GPUs from its CPU config `text`: GPU's instance count, queue bound and length
+    grouping (table: GPU["tokenizer"]'s keys, for the GPU bench's matrix). KeyError names what `text` lacks."""
+    table = {**GPU["tokenizer"], **(table or {})}
+    text = pbtxt.with_instance_count(text, table["instances"])
+    text = pbtxt.with_max_queue_size(text, table["max_queue_size"])
+    return pbtxt.with_parameters(text, table["parameters"])
 
 
 def write_tokenizer_gpu_configs(tokenizer_dir):
-    """<tokenizer>/configs/{gpu,gpu-trt}.pbtxt: the tokenizer's config.pbtxt with GPU_TOKENIZER's length grouping.
+    """<tokenizer>/configs/{gpu,gpu-trt}.pbtxt: the tokenizer's config.pbtxt with the GPU table's values.
     Triton loads them under --model-config-name (launcher MODEL_CONFIG_NAME), as the encoder's configs/."""
     with open(os.path.join(tokenizer_dir, "config.pbtxt"), encoding="utf-8") as handle:
         text = handle.read()
     try:
-        text = pbtxt.with_parameters(text, GPU_TOKENIZER)
+        text = gpu_tokenizer_config(text)
     except KeyError as missing:
-        fail(f"tokenizer/config.pbtxt has no parameter {missing.args[0]!r}")
-    header = ("# Written by build/export.py: config.pbtxt with the length grouping for GPUs (GPU_TOKENIZER in "
-              "build/exporting/repository.py).\n")
+        fail(f"tokenizer/config.pbtxt has no {missing.args[0]!r}")
+    header = ("# Written by build/export.py: config.pbtxt with the GPU table's instances, queue bound and length "
+              "grouping (GPU in build/exporting/repository.py).\n")
     os.makedirs(os.path.join(tokenizer_dir, "configs"), exist_ok=True)
     for variant in ("gpu", "gpu-trt"):
         with open(os.path.join(tokenizer_dir, "configs", f"{variant}.pbtxt"), "w", encoding="utf-8") as handle:
@@ -301,7 +319,7 @@ def write_gpu_configs(encoder_dir, values, max_length, max_batch_tokens):
     for variant, extra in (("gpu", {}), ("gpu-trt", {"rows": rows, **shapes})):
         with open(os.path.join(encoder_dir, "configs", f"{variant}.pbtxt"), "w", encoding="utf-8") as handle:
             handle.write(render(os.path.join(SOURCE_REPOSITORY, "embedding", f"{variant}.pbtxt.template"),
-                                **values, **extra))
+                                **values, **extra, gpu_instances=GPU["encoder"]["instances"]))
 
 
 def tokenizer_parameter(key):
