@@ -310,6 +310,17 @@ def markdown(run, plot_names):
                 f"{', '.join(run['tail']['extras'])} exported beside it and loaded (bench/tail.py), in interleaved "
                 f"rounds of {run['tail']['seconds']:g} s readings. Each cell: p50 / p99 ms (p99/p50); every reading, "
                 "not an average: a stall comes in some rounds only.", "", tail_table(run["tail"]), ""]
+    if run.get("backends"):
+        from bench.backends import table as backends_table
+
+        out += ["## The encoder on Triton's C++ onnxruntime backend and on the stand-in", "",
+                "The same scratch repository served twice in alternating rounds (bench/backends.py): `embedding` on "
+                f"Triton's own backend (`{run['backends']['real_backend']}`, r24.07, CPU, the container's code) and "
+                "on the Python stand-in (`local_triton/onnxruntime/model.py`, what a machine without that backend "
+                "runs). perf_analyzer over gRPC as in the tables above; the ratio is to the workload's onnxruntime "
+                "ceiling in-process; CPU per text is the server's processes' CPU time (tritonserver and every stub) "
+                "over the texts the encoder ran, perf_analyzer's trial windows included.", "",
+                backends_table(run["backends"]), ""]
     if run.get("images"):
         from bench.images import section
 

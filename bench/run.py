@@ -32,7 +32,10 @@ Steps, in one process:
       ceiling on the same texts, and its memory at 10,000 and 100,000 rows, on the step-4 server;
   12. the tail with several exports (bench/tail.py): single queries to the export through KServe HTTP, gRPC and the
       HTTP front at 16 and 64 connections, 3 interleaved rounds, with two other exports loaded, in their own server;
-      every reading's p99/p50 is printed (target: KServe HTTP's ≤ 3).
+      every reading's p99/p50 is printed (target: KServe HTTP's ≤ 3);
+  13. the encoder's backend (bench/backends.py): Triton's C++ onnxruntime backend (ONNXRUNTIME_BACKEND, or
+      --onnxruntime-backend) against the stand-in, in alternating servers: queries at 32 in flight and
+      client-batched requests, their ratio to the ceiling and the server's CPU per text.
 """
 import argparse
 import json
@@ -49,7 +52,7 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if PROJECT not in sys.path:
     sys.path.insert(0, PROJECT)
 
-from bench import baselines, breakdown, bulk, common, loadgen, overhead, report  # noqa: E402
+from bench import backends, baselines, breakdown, bulk, common, loadgen, overhead, report  # noqa: E402
 from bench import corpus as corpus_lib  # noqa: E402
 from bench import images as images_bench  # noqa: E402
 from bench import rerank as rerank_bench  # noqa: E402
@@ -386,6 +389,11 @@ def parse_args(argv):
                         "export's image ensemble against onnxruntime in-process, bench/images.py)")
     parser.add_argument("--images-architecture", default=images_bench.ARCHITECTURE,
                         help="step 9's open_clip architecture (default ViT-B-32)")
+    parser.add_argument("--onnxruntime-backend", default=os.environ.get("ONNXRUNTIME_BACKEND", ""),
+                        help="step 13: a folder holding Triton's libtriton_onnxruntime.so, measured against the "
+                        "stand-in (default: ONNXRUNTIME_BACKEND; none: the step is left out). Steps 4-12 run on the "
+                        "backend ONNXRUNTIME_BACKEND names, as the launcher does")
+    parser.add_argument("--no-backends", action="store_true", help="leave out step 13")
     parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a launcher setting for the server (repeatable), e.g. RATE_LIMIT=off")
     parser.add_argument("--server-arg", action="append", default=[], help="extra tritonserver argument")
@@ -458,12 +466,19 @@ def main(argv=None):
         tail = tail_bench.measure(os.path.join(args.work_dir, "tail"), scratch, rounds=1 if args.short else 3,
                                   seconds=2 if args.short else 5, progress=progress)
         progress(tail_bench.summary(tail))
+    backend_run = None
+    if not args.no_backends:
+        backend_run = backends.measure(os.path.join(args.work_dir, "backends"), scratch, workloads,
+                                       args.onnxruntime_backend, rounds=1 if args.short else 2,
+                                       window_requests=args.min_window_requests * 4, max_trials=args.max_trials,
+                                       stability=args.stability, progress=progress)
     run = {
         "mode": args.mode, "command": command_line, "device": args.device, "manifest": manifest,
         "repository": os.path.relpath(source, PROJECT) if source.startswith(PROJECT) else source,
         "bench_owned_export": owned, "encoder_threads": threads, "probe": probe, "breakdown": times, "overhead": floor,
         "one_in_flight": one_in_flight,
-        "rerank": reranking, "images": pictures, "bulk": bulk_run, "tail": tail,
+        "rerank": reranking, "images": pictures, "bulk": bulk_run, "tail": tail, "backends": backend_run,
+        "onnxruntime_backend": common.launch.describe_onnxruntime_backend(),
         "client_tokenize_us": baselines.client_tokenization_cost(
             tokenizer, [t["text"] for t in workloads[next(iter(workloads))]["texts"][:200]], 0.5),
         "workloads": {name: {k: w.get(k) for k in ("info", "ceiling", "ceiling_sweep", "grouped", "results")}

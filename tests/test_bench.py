@@ -63,6 +63,18 @@ def test_short_benchmark_produces_report(minilm_repository, tmp_path):
     floor = run["overhead"]  # the serving floor's pair, measured in its own server
     assert floor["ensemble"]["requests_per_s"] > 0 and floor["echo_ensemble"]["requests_per_s"] > 0
     assert floor["ratio"] == floor["ensemble"]["requests_per_s"] / floor["echo_ensemble"]["requests_per_s"]
+    # step 13: with Triton's C++ onnxruntime backend at hand (CI's ONNXRUNTIME_BACKEND), it against the stand-in
+    from local_triton import launch
+
+    assert run["onnxruntime_backend"] == launch.describe_onnxruntime_backend()
+    if launch.onnxruntime_backend():
+        rows = run["backends"]["rows"]
+        assert {(r["backend"], r["workload"]) for r in rows} == {
+            (backend, workload) for backend in ("stand-in", "triton") for workload in ("queries", "client-batched")}
+        assert all(r["texts_per_s"] > 0 and r["cpu_ms_per_text"] > 0 for r in rows), rows
+        assert "## The encoder on Triton's C++ onnxruntime backend and on the stand-in" in report
+    else:
+        assert run["backends"] is None
 
 
 def test_gpu_script_pipeline_runs_on_cpu(tmp_path):
