@@ -85,7 +85,7 @@ def settings():
                            max_concurrent_requests=256, admission_target_s=2.0, max_body_bytes=2097152,
                            body_timeout_s=5.0, swagger_path=None, max_image_bytes=1, max_images_per_request=1,
                            image_url_hosts="", image_url_max_bytes=1, image_url_timeout_s=1.0,
-                           image_url_allow_private=False, max_embed_all_numbers=4_000_000)
+                           image_url_allow_private=False, max_embed_all_numbers=4_000_000, request_timeout_s=60.0)
 
 
 def apps(width):
