@@ -112,6 +112,15 @@ def report(case, requests, fault_at, fail_fast_s=FAIL_FAST_S):
     return measured
 
 
+# On the stand-in the encoder is a Python stub of its own, which can die and be reloaded in place. On Triton's C++
+# onnxruntime backend (ONNXRUNTIME_BACKEND: CI) it runs inside tritonserver: no stub of its own can die (the
+# server's own death is the restart tests'), so the encoder's reload-in-place case does not exist there, and the
+# stranded-calls case kills the nearest stub on the encoder's path, the BLS model that calls it (a BLS caller: the
+# supervisor restarts the server at once instead of reloading it).
+ENCODER_HAS_STUB = launch.onnxruntime_backend() is None
+ENCODER_PATH_STUB = "embedding" if ENCODER_HAS_STUB else "ensemble_bls"
+
+
 def stub_pids(server_pid, model):
     """Every live stub of `model` (the tokenizer has two instances)."""
     return {pid for pid, (state, argv) in launch.children(server_pid).items()
@@ -286,7 +295,7 @@ class TestReloadInPlace:
         assert len(latencies) >= 100 and "200" in statuses and set(statuses) <= {"200", "429"}, measured
         assert p99 < 0.2, measured
 
-    @pytest.mark.parametrize("model", ["tokenizer", "embedding"])
+    @pytest.mark.parametrize("model", ["tokenizer", *(["embedding"] if ENCODER_HAS_STUB else [])])
     def test_stub_killed_under_load_is_reloaded_in_place(self, reloading, model):
         def scenario():
             wait_healthy(reloading.proxy_url)
@@ -627,17 +636,18 @@ class TestStrandedCalls:
         for attempt in range(2):  # the kill may abort tritonserver first (UPSTREAM_ABORT): then once more
             wait_healthy(few_bls_threads.proxy_url)
             requests, fault_at, restarted, server_pid, log = kill_under_load_and_watch_the_restart(few_bls_threads,
-                                                                                                  "embedding")
+                                                                                                  ENCODER_PATH_STUB)
             if UPSTREAM_ABORT not in log:
                 break
             print(f"\ntritonserver aborted ({UPSTREAM_ABORT}), attempt {attempt + 1}")
         else:
             raise AssertionError(f"tritonserver aborted twice in a row ({UPSTREAM_ABORT})")
-        measured = report("embedding stub killed, 4 BLS threads for 8 clients (launcher restarts tritonserver)",
-                          requests, fault_at)
+        measured = report(f"{ENCODER_PATH_STUB} stub killed, 4 BLS threads for 8 clients (launcher restarts "
+                          f"tritonserver)", requests, fault_at)
         assert measured["recovery_s"] < 60, measured
         assert restarted and few_bls_threads.server_pid() != server_pid
-        assert "BLS threads wait for ever on dead stubs" in log, log[-3000:]
+        assert "BLS threads wait for ever on dead stubs" in log or (
+            not ENCODER_HAS_STUB and "a BLS caller: reloading it can abort" in log), log[-3000:]
         recovered = min(r.ended for r in requests if r.outcome == 200 and r.started > restarted)
         assert all(r.outcome == 200 for r in requests if r.started > recovered), "serving again, every request"
 

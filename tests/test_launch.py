@@ -276,3 +276,25 @@ def test_the_onnxruntime_models_are_served_by_the_backend_the_launcher_names(min
         assert mapped and named.startswith("triton: ") and "embedding" not in stubs, (named, stubs)
     else:
         assert not mapped and named.startswith("stand-in") and "embedding" in stubs, (named, stubs)
+
+
+def test_jemalloc_is_preloaded_where_the_encoders_run_in_tritonservers_process(tmp_path, monkeypatch):
+    """With glibc's malloc, tritonserver kept ~35 MiB per load/unload cycle once the C++ onnxruntime backend ran the
+    encoders in its process (tests/test_models.py's cycles: +14.7 %); with jemalloc +1.8 %. The launcher preloads it
+    there (MALLOC=system: not), never for the stand-in, and keeps what LD_PRELOAD already held."""
+    from local_triton import launch
+
+    folder = tmp_path / "ort"
+    folder.mkdir()
+    (folder / "libtriton_onnxruntime.so").write_bytes(b"")
+    library = tmp_path / "libjemalloc.so.2"
+    library.write_bytes(b"")
+    monkeypatch.setattr(launch, "JEMALLOC", (str(library),))
+    env = {"ONNXRUNTIME_BACKEND": str(folder), "LD_PRELOAD": "/other.so"}
+    launch.preload_allocator(env)
+    assert env["LD_PRELOAD"] == f"{library}:/other.so"
+    launch.preload_allocator(env)  # once
+    assert env["LD_PRELOAD"] == f"{library}:/other.so"
+    for unchanged in ({}, {"ONNXRUNTIME_BACKEND": str(folder), "MALLOC": "system"}):
+        launch.preload_allocator(unchanged)
+        assert "LD_PRELOAD" not in unchanged

@@ -363,7 +363,8 @@ def test_readiness_gate_auth_and_clean_stop(proxy_only_repository, tmp_path):
             key = {"Authorization": "Bearer s3cret"}
             assert_error(http.post("/v1/embeddings", json=body, headers=key), 503, "no model is served")
             assert_error(http.post("/v1/embedding", json=[{"query": "x"}], headers=key), 503)
-            assert http.get("/v1/models", headers=key).json() == {"object": "list", "data": []}
+            assert http.get("/v1/models", headers=key).json() == {
+                "object": "list", "data": [], "onnxruntime_backend": launch.describe_onnxruntime_backend()}
             assert http.get("/metrics").status_code == 200
         # The key is read from the environment, never from a config Triton serves back.
         config = httpx.get(f"http://{running.http_url}/v2/models/proxy/config", timeout=10).text
