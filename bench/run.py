@@ -470,7 +470,8 @@ def main(argv=None):
     if not args.no_backends:
         backend_run = backends.measure(os.path.join(args.work_dir, "backends"), scratch, workloads,
                                        args.onnxruntime_backend, rounds=1 if args.short else 2,
-                                       window_requests=args.min_window_requests * 4, max_trials=args.max_trials,
+                                       window_requests=args.min_window_requests * (1 if args.short else 4),
+                                       max_trials=args.max_trials,
                                        stability=args.stability, progress=progress)
     run = {
         "mode": args.mode, "command": command_line, "device": args.device, "manifest": manifest,

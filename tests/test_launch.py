@@ -13,19 +13,28 @@ import pytest
 from conftest import MODEL_PYTHON, PROJECT, free_port, port_is_free
 
 
-def test_launcher_serves_and_stops_cleanly_on_sigterm(minilm_repository, tmp_path):
-    http_port, grpc_port, metrics_port, proxy_port = (free_port() for _ in range(4))
+def launcher_until_ready(repository, tmp_path, *extra_args, env=None):
+    """`python -m local_triton.launch` as `make serve` runs it, logging to tmp_path/launch.log, once it says ready.
+    Returns (process, (http, grpc, metrics, proxy) ports)."""
+    ports = tuple(free_port() for _ in range(4))
     log = open(tmp_path / "launch.log", "w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "local_triton.launch", "--model-repository", str(minilm_repository),
-         "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port)],
-        cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PROXY_PORT": str(proxy_port)})
+        [sys.executable, "-m", "local_triton.launch", "--model-repository", str(repository),
+         "--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2]), *extra_args],
+        cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PROXY_PORT": str(ports[3]),
+                                                                **(env or {})})
+    deadline = time.monotonic() + 180
+    while "tritonserver ready" not in (tmp_path / "launch.log").read_text():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError("launcher never reported ready:\n" + (tmp_path / "launch.log").read_text()[-3000:])
+        time.sleep(0.5)
+    return process, ports
+
+
+def test_launcher_serves_and_stops_cleanly_on_sigterm(minilm_repository, tmp_path):
+    process, (http_port, grpc_port, metrics_port, proxy_port) = launcher_until_ready(minilm_repository, tmp_path)
     try:
-        deadline = time.monotonic() + 180
-        while "tritonserver ready" not in (tmp_path / "launch.log").read_text():
-            assert process.poll() is None, (tmp_path / "launch.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "launcher never reported ready"
-            time.sleep(0.5)
         with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/models/ensemble/ready") as response:
             assert response.status == 200
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics") as response:
@@ -173,21 +182,10 @@ def test_sigterm_stops_a_rerank_that_would_outlast_the_drain(minilm_repository, 
     import numpy as np
     import tritonclient.grpc as grpcclient
 
-    http_port, grpc_port, metrics_port, proxy_port = (free_port() for _ in range(4))
-    log = open(tmp_path / "launch.log", "w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "local_triton.launch", "--model-repository", str(minilm_repository),
-         "--http-port", str(http_port), "--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port),
-         "--model-python", MODEL_PYTHON],
-        cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
-        env={**os.environ, "PROXY_PORT": str(proxy_port), "EXIT_TIMEOUT_S": "30"})
-    outcome = []
+    process, ports = launcher_until_ready(minilm_repository, tmp_path, "--model-python", MODEL_PYTHON,
+                                          env={"EXIT_TIMEOUT_S": "30"})
+    grpc_port, outcome = ports[1], []
     try:
-        deadline = time.monotonic() + 180
-        while "tritonserver ready" not in (tmp_path / "launch.log").read_text():
-            assert process.poll() is None, (tmp_path / "launch.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "launcher never reported ready"
-            time.sleep(0.5)
         words = ["a", "panda", "eats", "bamboo", "in", "the", "quiet", "forest", "while", "the", "fox", "jumps",
                  "over", "the", "lazy", "dog"]
         documents = np.array([" ".join(words[(i + k) % len(words)] for k in range(100)).encode()

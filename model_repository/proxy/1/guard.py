@@ -59,7 +59,7 @@ class HttpGuard:
         # Admitted at its first Triton call (service.infer), after the route has checked its key and fields.
         request = admission.Request(self.gate, admission.REQUEST_COST + len(body), self.settings.request_timeout_s)
         admission.begin(request)
-        left = True
+        left = False  # (an error raised by the app is answered by the layers above: the client is still there)
         try:
             left = await self.run(scope, receive, released_when_answered(send, request), body)
         finally:
