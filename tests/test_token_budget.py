@@ -169,6 +169,9 @@ def test_the_batcher_polls_instead_of_spinning_over_a_batch_that_cannot_grow(str
               f"sleeps {statistics.median(listens) * 1e6:.0f} µs")
         assert len(slept) >= 20  # polling: a busy loop would never sleep (one sleep + window = ~200 µs: ~500)
         assert statistics.median(listens) >= 75e-6  # after a sleep, ~100 µs in which the lock is held only briefly
-        assert asleep <= 0.08  # not asleep all the time (~half of it)
+        # not asleep all the time: the windows between sleeps add up to a share of it (~half by design; a share, not
+        # a time, since on an idle VM the 100 µs sleeps took up to ~500 µs: 83-122 ms asleep in a 100 ms run, 17-26 %
+        # in windows of 97 µs)
+        assert sum(listens) >= 0.05 * (asleep + sum(listens)), (asleep, sum(listens))
     print(f"1000 growing passes {taking * 1000:.1f} ms")
     assert taking < 0.05  # 1000 passes that take a request: none sleeps (sleeping, they would take >= 100 ms)
