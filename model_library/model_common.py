@@ -284,7 +284,7 @@ class Deadline:
                                                   "not started")
         if self.end is None:
             return 0
-        left = int((self.end - time.monotonic()) * 1e6)
+        left = int(self.left_s() * 1e6)
         if left <= 0:
             raise ModelError("timeout", None, "the request's timeout expired before its next step")
         return left

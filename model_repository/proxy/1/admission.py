@@ -66,6 +66,11 @@ class Ticket:
             self.gate.finish(self)
 
 
+def held(cost, share):
+    """What a request of `cost` holds of the gate: at most `share` (None: all of it)."""
+    return cost if share is None else min(cost, share)
+
+
 class WorkGate:
     """Used from the HTTP server's event loop only (no locks)."""
 
@@ -86,7 +91,7 @@ class WorkGate:
         """The cost admitted and not finished, each request's counted up to the share one request may hold: the
         share follows the rate, so a long job holds half the budget however the rate moves while it runs."""
         share = self.share()
-        return sum(t.cost if share is None else min(t.cost, share) for t in self.open)
+        return sum(held(t.cost, share) for t in self.open)
 
     def rate(self):
         """Cost finished per busy second between the window's first and last finish; None while less than
@@ -105,8 +110,8 @@ class WorkGate:
 
     def wait_s(self, cost=0):
         """How long the work in flight (plus `cost`) would take at the measured rate; None: not known yet."""
-        rate, share = self.rate(), self.share()
-        return None if not rate else (self.in_flight + (cost if share is None else min(cost, share))) / rate
+        rate = self.rate()
+        return None if not rate else (self.in_flight + held(cost, self.share())) / rate
 
     def refusal(self, cost):
         """Why a request of `cost` is refused now (a sentence), or None: admit it. A request is always admitted when
