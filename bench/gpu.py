@@ -2,13 +2,19 @@
 
     python -m bench.gpu                                # on a GPU machine: the full matrix
     python -m bench.gpu --device cpu --tiny --short    # the same pipeline on CPU with a tiny model (tests/test_bench)
+    python -m bench.gpu --encoder torchscript ...      # the encoder in Triton's C++ PyTorch backend (no Python stub)
+    python -m bench.gpu --arms widths,ragged ...       # each configuration with the encoder's batches of equal
+                                                       # widths, then with ragged batching (--ragged: ragged only)
 
 Written for the lent GPU machines: Python 3.12, torch with CUDA, tokenizers and numpy, but no onnxruntime-gpu, no
 transformers, no network. So the encoder is bench/models/torch_encoder (a 24-layer, 1024-wide XLM-R-shaped
-transformer with random weights, PyTorch fp16, in a Python-backend model) instead of the container's onnxruntime
-backend, the tokenizer is the project's own model with the 250k XLM-R tokenizer (tests/fixtures), and the load is
-plain KServe HTTP from this process's threads. tritonserver comes from the nvidia-pytriton wheel
-(`pip install --no-deps` of the carried wheel is enough: local_triton/launch.py needs only its binaries).
+transformer with random weights, PyTorch fp16) instead of the container's onnxruntime backend: in a Python-backend
+model by default, or with --encoder torchscript the same module as TorchScript in Triton's C++ PyTorch backend, which
+bench/build_pytorch_backend.sh builds against the machine's torch (bench/gpu_encoders.py: both encoders, their one
+config, and a check that they answer alike). The tokenizer is the project's own model with the 250k XLM-R tokenizer
+(tests/fixtures), and the load is plain KServe HTTP from this process's threads. tritonserver comes from the
+nvidia-pytriton wheel (`pip install --no-deps` of the carried wheel is enough: local_triton/launch.py needs only its
+binaries).
 
 Workloads (bench/corpus.py): queries, passages and mixed (both, shuffled; only with --mixed), one text per request
 to `ensemble`, and client-batched, 32 mixed texts per request to `ensemble_bls` and to `ensemble`. Matrix
@@ -16,10 +22,14 @@ to `ensemble`, and client-batched, 32 mixed texts per request to `ensemble_bls` 
 GPU grouping export writes (GPU_TOKENIZER in build/exporting/repository.py) against the tracked CPU one, RATE_LIMIT
 off, and the CPU default (on) once, which fits a lent machine's 15 minutes. GPU utilisation is sampled with
 nvidia-smi during every run.
+
+Arms (--arms): `widths`, the encoder as shipped (Triton's batcher joins requests of equal widths only, hence the
+tokenizer's width groups), and `ragged`, the encoder with ragged batching (what export --ragged-batch gives the real
+encoder: one run holds requests of any widths; bench/gpu_encoders.py). Each configuration of the matrix is served
+once per arm, arms in turn, the same tokenizer config for both; every row says its arm.
 """
 import argparse
 import http.client
-import importlib.util
 import itertools
 import json
 import lzma
@@ -32,7 +42,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
 import urllib.request
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,7 +50,7 @@ if PROJECT not in sys.path:
 
 from tokenizers import Tokenizer  # noqa: E402
 
-from bench import common  # noqa: E402
+from bench import common, gpu_encoders  # noqa: E402
 from bench import corpus as corpus_lib  # noqa: E402
 
 BGE_M3_SHAPE = {"vocab": 250002, "hidden": 1024, "layers": 24, "heads": 16, "ffn": 4096, "positions": 8194}
@@ -79,11 +88,14 @@ def loaded_config(http_port, model):
 
 
 def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, max_batch_tokens,
-                     tokenizer_parameters=None):
-    """tokenizer (the project's model + `tokenizer`), embedding (torch_encoder), ensemble and ensemble_bls (the
-    project's templates and BLS model).
-    tokenizer_parameters: {name: value} replacing the tracked config's. Returns (the repository path, the tokenizer
-    model's parameters as written)."""
+                     tokenizer_parameters=None, encoder="python", torchscript_file=None, ragged=False):
+    """tokenizer (the project's model + `tokenizer`), embedding (torch_encoder: in a Python-backend model, or as
+    TorchScript in the C++ PyTorch backend, bench/gpu_encoders.py), ensemble and ensemble_bls (the project's
+    templates and BLS model).
+    tokenizer_parameters: {name: value} replacing the tracked config's. torchscript_file: the encoder exported once
+    for the run (gpu_encoders.export_torchscript, of the same raggedness). ragged: the encoder takes ragged batches
+    (the `ragged` arm). Returns (the repository path, the tokenizer model's parameters as
+    written)."""
     from exporting import repository as export_repository  # (bench/common.py put build/ on sys.path)
 
     repository = os.path.join(work_dir, "repository")
@@ -94,29 +106,16 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
     tokenizer.save(os.path.join(tokenizer_dir, "1", "tokenizer.json"))
     tokenizer.no_padding()
     config_path = os.path.join(tokenizer_dir, "config.pbtxt")
-    with open(config_path, encoding="utf-8") as handle:
-        text = handle.read()
-    # through the config module, never a text replace (one stopped matching when the tracked count became 2)
-    text = common.pbtxt.with_instance_count(text, tokenizer_instances)
-    text = common.pbtxt.with_parameters(text, {"max_batch_tokens": max_batch_tokens, **(tokenizer_parameters or {})})
-    with open(config_path, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    # through Triton's ModelConfig (build/exporting/pbtxt.py), never a text replace (one stopped matching when the
+    # tracked count became 2)
+    config = common.pbtxt.with_instance_count(common.pbtxt.read(config_path), tokenizer_instances)
+    config = common.pbtxt.with_parameters(config, {"max_batch_tokens": max_batch_tokens,
+                                                   **(tokenizer_parameters or {})})
+    common.pbtxt.write(config_path, config)
 
-    encoder_dir = os.path.join(repository, "embedding")
-    common.copy_model(os.path.join(PROJECT, "bench", "models", "torch_encoder"), encoder_dir)
-    kind = "KIND_GPU" if device == "cuda" else "KIND_CPU"
-    parameters = {**shape, "device": device, "max_batch_tokens": max_batch_tokens}
-    with open(os.path.join(encoder_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
-        handle.write(
-            'backend: "python"\nmax_batch_size: 256\n'
-            'input [ { name: "input_ids", data_type: TYPE_INT64, dims: [ -1 ] },\n'
-            '        { name: "attention_mask", data_type: TYPE_INT64, dims: [ -1 ] } ]\n'
-            f'output [ {{ name: "embedding", data_type: TYPE_FP32, dims: [ {shape["hidden"]} ] }} ]\n'
-            "dynamic_batching { max_queue_delay_microseconds: 0 }\n"
-            f'instance_group [ {{ kind: {kind}, count: 1, rate_limiter {{ resources [ {{ name: "cores", count: 1 }} ] '
-            "priority: 1 } } ]\n"
-            + "".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in parameters.items()))
-    export_repository.build_batch_strategy(encoder_dir)  # the token budget, as export builds it
+    # the encoder, its config (the same batching for both encoders) and its token budget
+    gpu_encoders.write_encoder(encoder, os.path.join(repository, "embedding"), shape, device, max_batch_tokens,
+                               torchscript_file, ragged)
     # The tokenizer's per-text outputs, public in both models; the BLS model's embedding is as wide as asked.
     per_text = ['  { name: "num_tokens", data_type: TYPE_INT32, dims: [ 1 ] }',
                 '  { name: "truncated", data_type: TYPE_BOOL, dims: [ 1 ] }']
@@ -136,7 +135,7 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
             os.path.join(PROJECT, "model_repository", "ensemble_bls", "config.pbtxt.template"), tokenizer="tokenizer",
             encoder="embedding", inputs=export_repository.TEXT_INPUT,
             outputs=",\n".join(['  { name: "embedding", data_type: TYPE_FP32, dims: [ -1 ] }'] + per_text)))
-    return repository, common.pbtxt.parameters(text)
+    return repository, common.pbtxt.parameters(config)
 
 
 class GpuSampler:
@@ -253,12 +252,7 @@ def rows_per_run(before, after, model):
 
 def encoder_class():
     """The served encoder's own class (bench/models/torch_encoder), loaded without Triton's utils module."""
-    sys.modules.setdefault("triton_python_backend_utils", types.ModuleType("triton_python_backend_utils"))
-    path = os.path.join(PROJECT, "bench", "models", "torch_encoder", "1", "model.py")
-    spec = importlib.util.spec_from_file_location("torch_encoder_model", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return gpu_encoders.stand_in_module()
 
 
 def ceiling(shape, device, tokenizer, workloads, batches, seconds):
@@ -303,6 +297,16 @@ def levels(text):
     return [int(x) for x in text.split(",") if x]
 
 
+ARMS = ("widths", "ragged")
+
+
+def arm_list(text):
+    arms = [x for x in text.split(",") if x]
+    if not arms or set(arms) - set(ARMS) or len(set(arms)) < len(arms):
+        raise argparse.ArgumentTypeError(f"{text!r}: some of {', '.join(ARMS)}, each once")
+    return arms
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -321,6 +325,18 @@ def parse_args(argv):
                                                               "(default 2,8,16); an empty list skips a workload")
     parser.add_argument("--client-processes", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)),
                         help="load generator processes (default: half the cores, at most 8)")
+    parser.add_argument("--encoder", choices=gpu_encoders.ENCODERS, default="python",
+                        help="how `embedding` serves the stand-in encoder: python (a Python-backend model, the "
+                             "default) or torchscript (Triton's C++ PyTorch backend, bench/build_pytorch_backend.sh)")
+    parser.add_argument("--pytorch-backend", help="with --encoder torchscript: the folder holding "
+                                                  "libtriton_pytorch.so (default: PYTORCH_BACKEND, else "
+                                                  ".triton/pytorch-backend)")
+    parser.add_argument("--arms", type=arm_list, default=["widths"],
+                        help="the encoder's batching, comma-separated, each configuration served once per arm: widths "
+                             "(equal widths only, as shipped; the default) and ragged (ragged batching, any widths in "
+                             "one run)")
+    parser.add_argument("--ragged", dest="arms", action="store_const", const=["ragged"],
+                        help="the ragged arm alone (--arms ragged)")
     parser.add_argument("--work-dir", default=os.path.join(PROJECT, "bench", "results", "gpu"))
     parser.add_argument("--output", help="report path (default docs/benchmarks-gpu.md; short: in --work-dir)")
     args = parser.parse_args(argv)
@@ -360,26 +376,40 @@ def main(argv=None):
     # The ceiling's batch sizes: the served encoder's own (up to max_batch_size 256) and smaller.
     batches = {"queries": [16, 64, 256], "passages": [8, 32, 64], "mixed": [16, 64, 256],
                "client-batched": [32, 64, 256]}
+    # The C++ backend's layout first (a missing build fails here, before any measurement)
+    server_args, server_env = gpu_encoders.server_options(args.encoder, args.pytorch_backend)
     best = ceiling(shape, args.device, tokenizer, workloads, batches, min(args.seconds, 10.0))
+    torchscript_files = dict.fromkeys(args.arms)
+    if args.encoder == "torchscript":  # exported once for every server of the run (one file per arm)
+        for arm in args.arms:
+            torchscript_files[arm] = os.path.join(args.work_dir, "torchscript", f"{arm}.pt")
+            started = time.monotonic()
+            gpu_encoders.export_torchscript(shape, args.device, torchscript_files[arm], arm == "ragged")
+            progress(f"TorchScript encoder ({arm}) exported in {time.monotonic() - started:.1f} s: "
+                     f"{torchscript_files[arm]}")
     rows, results = [], os.path.join(args.work_dir, "results.json")
 
     def save():  # after every row: a run cut short keeps what it measured
         with open(results, "w", encoding="utf-8") as handle:
-            json.dump({"rows": rows, "machine": machine, "shape": shape, "device": args.device,
+            json.dump({"rows": rows, "machine": machine, "shape": shape, "device": args.device, "encoder": args.encoder,
+                       "arms": args.arms,
                        "ceiling": {name: {"texts_per_s": rate, "batch": batch} for name, (rate, batch) in best.items()},
                        "client_processes": args.client_processes}, handle, indent=1)
     save()
-    for rate_limit, instances, budget, padding in args.matrix:
+    for (rate_limit, instances, budget, padding), arm in itertools.product(args.matrix, args.arms):
+        progress(f"arm {arm}: rate limiter {rate_limit}, {instances} tokenizer(s), {budget} tokens, {padding}")
         repository, _ = build_repository(args.work_dir, shape, args.device, tokenizer, instances, budget,
-                                         padding)
+                                         padding, args.encoder, torchscript_files[arm], arm == "ragged")
         ports = common.free_ports()
         server = common.start_server(repository, ports, os.path.join(args.work_dir, "tritonserver.log"),
                                      {"RATE_LIMIT": rate_limit,
-                                      "LOAD_MODELS": "tokenizer,embedding,ensemble,ensemble_bls"},
-                                     timeout_s=900)
+                                      "LOAD_MODELS": "tokenizer,embedding,ensemble,ensemble_bls", **server_env},
+                                     server_args, timeout_s=900)
         try:
             loaded = loaded_config(ports["http"], "tokenizer")  # what the server runs, not what was meant
             progress(f"tokenizer as loaded: {loaded['instances']} instance(s), {loaded['parameters']}")
+            if gpu_encoders.loaded_ragged(ports["http"]) != (arm == "ragged"):
+                raise SystemExit(f"bench: the encoder as loaded does not match the arm {arm} (its config's inputs)")
             for (name, concurrencies), model in ((item, model) for item in args.levels.items()
                                                  for model in WORKLOAD_MODELS[item[0]]):
                 per_request = corpus_lib.WORKLOADS[name].texts_per_request
@@ -391,8 +421,8 @@ def main(argv=None):
                                                       args.client_processes, model, per_request)
                     util, memory = sampler.summary()
                     after = executions(ports["metrics"])
-                    row = {"workload": name, "model": model, "texts_per_request": per_request,
-                           "rate_limit": rate_limit, "tokenizers": loaded["instances"],
+                    row = {"workload": name, "model": model, "texts_per_request": per_request, "encoder": args.encoder,
+                           "arm": arm, "rate_limit": rate_limit, "tokenizers": loaded["instances"],
                            "max_batch_tokens": int(loaded["parameters"]["max_batch_tokens"]),
                            "pad_to_multiple_of": int(loaded["parameters"]["pad_to_multiple_of"]),
                            "batch_overhead_tokens": int(loaded["parameters"]["batch_overhead_tokens"]),
@@ -417,24 +447,31 @@ def write_report(args, rows, machine, shape, best):
     def num(value, digits=1):
         return "—" if value is None else f"{value:,.{digits}f}"
 
+    flags = (f"{' --device cpu' if args.device == 'cpu' else ''}{' --tiny' if args.tiny else ''}"
+             f"{' --short' if args.short else ''}{' --encoder torchscript' if args.encoder == 'torchscript' else ''}"
+             f"{'' if args.arms == ['widths'] else ' --arms ' + ','.join(args.arms)}")
     lines = [f"# GPU benchmark: a bge-m3-sized encoder ({args.device})", "",
-             f"Generated by `python -m bench.gpu{' --tiny' if args.tiny else ''}{' --short' if args.short else ''}` "
+             f"Generated by `python -m bench.gpu{flags}` "
              f"on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; GPU: {machine or 'none'}. Encoder: "
              f"{shape['layers']} layers, hidden {shape['hidden']}, vocabulary {shape['vocab']:,}, random weights, "
-             "PyTorch fp16 in a Python-backend model (the lent machines have no onnxruntime-gpu): the container's "
+             f"{gpu_encoders.describe(args.encoder, args.device, args.pytorch_backend)} (the lent machines have no "
+             "onnxruntime-gpu): the container's "
              "onnxruntime backend would run the exported ONNX instead. Tokenizer: the project's model with the 250k "
              "XLM-R tokenizer. Load: KServe HTTP, closed loops in client processes; queries, passages, mixed one text "
-             "per request, client-batched 32 mixed texts per request (in flight: requests).", "",
+             "per request, client-batched 32 mixed texts per request (in flight: requests). Arm: `widths`, the "
+             "encoder's batcher joins requests of equal widths only (as shipped); `ragged`, ragged batching (one run "
+             "holds requests of any widths, padded to the widest in the encoder: export --ragged-batch).", "",
              "Ceiling: the same encoder in the bench's own process on the same texts, sorted by length, at its best "
              "batch size: " + "; ".join(f"{name} {rate:,.1f} texts/s (batch {batch})"
                                         for name, (rate, batch) in best.items()) +
              f". Load: {args.client_processes} client processes.", "",
-             "| workload | model | rate limiter | tokenizers | max_batch_tokens | pad to | power of two | "
+             "| workload | model | arm | rate limiter | tokenizers | max_batch_tokens | pad to | power of two | "
              "run overhead | split overhead | min efficiency | in flight | texts/s | of ceiling | p50 ms | p99 ms | "
              "encoder rows/run | GPU util % | GPU MiB | errors |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['workload']} | {r['model']} | {r['rate_limit']} | {r['tokenizers']} | "
+        lines.append(f"| {r['workload']} | {r['model']} | {r.get('arm', 'widths')} | {r['rate_limit']} | "
+                     f"{r['tokenizers']} | "
                      f"{r['max_batch_tokens']} | "
                      f"{r['pad_to_multiple_of']} | {'yes' if r.get('pad_to_power_of_two') else 'no'} | "
                      f"{r['batch_overhead_tokens']} | {r['split_overhead_tokens']} | "

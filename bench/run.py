@@ -44,6 +44,7 @@ import platform
 import re
 import shutil
 import statistics
+import string
 import subprocess
 import sys
 import time
@@ -87,47 +88,56 @@ def make_scratch(source, work_dir, manifest, device):
 
 
 def add_pytorch_baseline(scratch, manifest, device):
-    """The same Hugging Face folder in a Python-backend PyTorch model (bench/models/pytorch_baseline)."""
+    """The same Hugging Face folder in a Python-backend PyTorch model (bench/models/pytorch_baseline), its config
+    rendered from the template there."""
     from exporting.source import resolve_model  # (bench/common.py put build/ on sys.path)
+    source = os.path.join(PROJECT, "bench", "models", "pytorch_baseline")
     target = os.path.join(scratch, "pytorch_baseline")
-    common.copy_model(os.path.join(PROJECT, "bench", "models", "pytorch_baseline"), target)
-    with open(os.path.join(target, "config.pbtxt"), encoding="utf-8") as handle:
-        text = handle.read()
-    values = {"MAX_BATCH_SIZE": 64, "EMBEDDING_SIZE": manifest["embedding_size"],
-              "MODEL_PATH": resolve_model(manifest["model"]), "POOLING": manifest.get("pooling", "mean"),
-              "MAX_LENGTH": manifest["max_length"], "DEVICE": device, "THREADS": common.encoder_threads(scratch)}
-    for key, value in values.items():
-        text = text.replace(f"@{key}@", str(value))
-    if device == "cuda":
-        text = text.replace("kind: KIND_CPU", "kind: KIND_GPU")
+    common.copy_model(source, target, "*.template")
+    with open(os.path.join(source, "config.pbtxt.template"), encoding="utf-8") as handle:
+        template = string.Template(handle.read())
+    values = {"max_batch_size": 64, "embedding_size": manifest["embedding_size"],
+              "model_path": resolve_model(manifest["model"]), "pooling": manifest.get("pooling", "mean"),
+              "max_length": manifest["max_length"], "device": device, "threads": common.encoder_threads(scratch),
+              "kind": "KIND_GPU" if device == "cuda" else "KIND_CPU"}
     with open(os.path.join(target, "config.pbtxt"), "w", encoding="utf-8") as handle:
-        handle.write(text)
+        handle.write(template.substitute(values))
 
 
 def add_probe(scratch):
     """ensemble_probe: the ensemble plus the padded attention_mask as an output (padding efficiency)."""
     probe = os.path.join(scratch, "ensemble_probe")
     os.makedirs(os.path.join(probe, "1"), exist_ok=True)
-    with open(os.path.join(scratch, "ensemble", "config.pbtxt"), encoding="utf-8") as handle:
-        text = handle.read()
-    text = re.sub(r"^output \[", 'output [\n  { name: "attention_mask", data_type: TYPE_INT64, dims: [ -1 ] },', text,
-                  count=1, flags=re.M)
-    with open(os.path.join(probe, "config.pbtxt"), "w", encoding="utf-8") as handle:
-        handle.write(text)
+    config = common.pbtxt.read(os.path.join(scratch, "ensemble", "config.pbtxt"))
+    common.pbtxt.write(os.path.join(probe, "config.pbtxt"),
+                       common.pbtxt.with_output(config, "attention_mask", "TYPE_INT64", [-1]))
+
+
+# Parameters worth a line in the report: the grouping, the token budget, threads, the proxy's BLS calls in flight.
+TUNING_PARAMETERS = ("thread_count", "pad_to_multiple_of", "min_padding_efficiency", "batch_overhead_tokens",
+                     "split_overhead_tokens", "max_batch_tokens", "bls_concurrency")
 
 
 def tuning_snapshot(repository):
-    """The tuning-relevant lines of every config in the measured repository, for the report."""
-    keep = re.compile(r"max_queue_delay_microseconds|queue_policy|instance_group|thread_count|pad_to_multiple_of|"
-                      r"min_padding_efficiency|batch_overhead_tokens|split_overhead_tokens|max_batch_size|"
-                      r"max_batch_tokens|bls_concurrency")
+    """The tuning-relevant values of every config in the measured repository, for the report: max_batch_size, the
+    dynamic batcher's delay and the rest of it, the instance groups and the TUNING_PARAMETERS, one line each."""
     snapshot = {}
     for model in ("tokenizer", "embedding", "ensemble", "proxy"):
         path = os.path.join(repository, model, "config.pbtxt")
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as handle:
-                snapshot[model] = [line.strip() for line in handle if keep.search(line) and
-                                   not line.strip().startswith("#")]
+        if not os.path.exists(path):
+            continue
+        config = common.pbtxt.read(path)
+        lines = [f"max_batch_size: {config.max_batch_size}"]
+        if config.HasField("dynamic_batching"):  # the delay even when 0 (text_format leaves defaults out)
+            batching = config.dynamic_batching
+            lines.append(f"max_queue_delay_microseconds: {batching.max_queue_delay_microseconds}")
+            batching.ClearField("max_queue_delay_microseconds")
+            if common.pbtxt.one_line(batching):
+                lines.append(f"dynamic_batching {{ {common.pbtxt.one_line(batching)} }}")
+        lines += [f"instance_group {{ {common.pbtxt.one_line(group)} }}" for group in config.instance_group]
+        lines += [f"{key}: {value}" for key, value in sorted(common.pbtxt.parameters(config).items())
+                  if any(word in key for word in TUNING_PARAMETERS)]
+        snapshot[model] = lines
     return snapshot
 
 

@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import statistics
 import sys
 import tempfile
@@ -29,7 +28,6 @@ from bench import common  # noqa: E402
 
 SHORT = "how do I reset my password"
 LONG = " ".join(["The committee reviewed the proposal in detail and asked for a revised budget before the vote."] * 12)
-WARMUP_BLOCK = re.compile(r"^model_warmup \[.*?^\]\n", re.S | re.M)
 
 
 def scratch_copy(source, target, warm):
@@ -38,11 +36,9 @@ def scratch_copy(source, target, warm):
     if not warm:
         for model in ("tokenizer", "embedding"):
             path = os.path.join(target, model, "config.pbtxt")
-            with open(path, encoding="utf-8") as handle:
-                text, count = WARMUP_BLOCK.subn("", handle.read())
-            assert count == 1, f"{path}: expected one model_warmup block, found {count}"
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(text)
+            config = common.pbtxt.read(path)
+            assert config.model_warmup, f"{path}: no model_warmup to remove"
+            common.pbtxt.write(path, common.pbtxt.without_warmup(config))
 
 
 def infer_ms(port, text):

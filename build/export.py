@@ -115,6 +115,10 @@ def parse_args(argv):
                         "text and image towers; needs --name")
     parser.add_argument("--pretrained", help="with --open-clip: a pretrained tag (downloaded from the hub) or a "
                         "checkpoint file, as open_clip takes it; 'none' = random weights (tests)")
+    parser.add_argument("--ragged-batch", action="store_true",
+                        help="an encoder that takes ragged batches (Triton's allow_ragged_batch): one encoder run "
+                             "holds texts of any widths, padded in the graph to the widest (text embeddings only; "
+                             "measured against width groups in bench/TUNING.md)")
     parser.add_argument("--skip-if-exported", action="store_true",
                         help="do nothing when the repository holds an export of --model under this name "
                              "(or any, if no --model)")
@@ -142,6 +146,8 @@ def main(argv=None):
         return 0
     check_name(repository, args.name)
     started = time.monotonic()
+    if args.ragged_batch and args.open_clip:
+        fail("--ragged-batch: text embedding exports only (not --open-clip)")
     if args.open_clip:
         return export_clip(args, repository, started)
     args.model = args.model or DEFAULT_MODEL
@@ -150,9 +156,13 @@ def main(argv=None):
 
     folder = resolve_model(args.model)
     config = AutoConfig.from_pretrained(folder)
+    if args.ragged_batch and config.model_type == "clip":
+        fail("--ragged-batch: text embedding exports only (not CLIP)")
     if config.model_type == "clip":
         return export_clip(args, repository, started, folder)
     kind = cross_encoder.detect_kind(config)
+    if args.ragged_batch and kind == "cross-encoder":
+        fail("--ragged-batch: text embedding exports only (not a cross-encoder)")
     if kind == "cross-encoder":
         cross_encoder.check_arguments(args)
     tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -185,12 +195,15 @@ def main(argv=None):
         token_budget = build_batch_strategy(os.path.join(staging, names[2]))
         onnx_path = finalize_onnx(export_onnx(encoder, tokenizer, outputs, workdir),
                                   os.path.join(staging, names[2], "1"), args.fp16, args.external_data, static_dims,
-                                  token_guard(token_budget, names, max_length))
-        figures = parity_check(encoder, tokenizer, onnx_path, outputs, max_length, 0.999 if args.fp16 else 0.9999)
+                                  token_guard(token_budget, names, max_length),
+                                  tokenizer.pad_token_id if args.ragged_batch else None)
+        figures = parity_check(encoder, tokenizer, onnx_path, outputs, max_length, 0.999 if args.fp16 else 0.9999,
+                               ragged=args.ragged_batch)
         write_tokenizer(tokenizer, max_length, os.path.join(staging, names[1], "1"))
         write_prompts(os.path.join(staging, names[1], "1"), prompts, default_prompt)
         write_vectors(os.path.join(staging, names[3], "1"), dimensions, calibration)
-        write_configs(staging, names, outputs, config.hidden_size, colbert_dim, warmup, max_length)
+        write_configs(staging, names, outputs, config.hidden_size, colbert_dim, warmup, max_length,
+                      ragged=args.ragged_batch)
         write_chunks_config(staging, names, chunks_name(args.name), config.hidden_size)
         write_warmup(staging, names[2], tokenizer, warmup)
         manifest = {
@@ -202,7 +215,8 @@ def main(argv=None):
             "special_token_ids": special_ids, "dimensions": dimensions, "prompts": prompts,
             "default_prompt_name": default_prompt,
             "calibration": calibration and {k: v for k, v in calibration.items() if k != "ranges"},
-            "fp16": args.fp16, "token_budget_batching": token_budget, "opset": OPSET,
+            "fp16": args.fp16, "token_budget_batching": token_budget, "ragged_batch": args.ragged_batch,
+            "opset": OPSET,
             "onnx": os.path.relpath(onnx_path, staging), "parity": figures,
             # the encoder's embedding_unnormalized (TEI's normalize: false), with a dense output only
             "unnormalized_output": "dense" in outputs,

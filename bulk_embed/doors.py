@@ -4,11 +4,12 @@ reach the proxy. Both answer a request of texts with the same columns, and say w
 
 - Refused(index, kind, message): the server refuses that one text (empty, invalid UTF-8, too long...): it goes to the
   rejects file and the request is sent again without it;
-- Retry(after_s, reason): overloaded, unavailable, restarting, a timeout: the same request again later;
+- Retry(reason, after_s, kind): overloaded, unavailable, restarting, a timeout, or a fault (kind "internal", retried
+  a few times): the same request again later;
 - JobError: what no retry can change (a flag the export does not serve, a wrong key): the job stops, resumable.
 
 Which is which comes from the error contract (model_library/model_errors.py: the kind and the field of a model's
-error; the HTTP front's status and the field its message leads with), never from reading prose.
+error; the HTTP front's status, and the kind (`code`) and `field` its error body carries), never from reading prose.
 """
 import base64
 import http.client
@@ -24,21 +25,16 @@ import numpy as np
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(PROJECT, "model_library"))
 import model_errors  # noqa: E402  (the models' error contract, read by every caller)
+import model_outputs  # noqa: E402  (the models' output names)
 
 # output kind (--outputs) -> (the BLS model's tensors, the Parquet columns it fills)
+QUANTIZED = tuple(model_outputs.QUANTIZED)
 KINDS = {
-    "float": (("embedding",), ("embedding",)),
-    "int8": (("embedding_int8",), ("embedding_int8",)),
-    "uint8": (("embedding_uint8",), ("embedding_uint8",)),
-    "binary": (("embedding_binary",), ("embedding_binary",)),
-    "ubinary": (("embedding_ubinary",), ("embedding_ubinary",)),
-    "sparse": (("sparse_indices", "sparse_values", "sparse_count"), ("sparse_indices", "sparse_values")),
-    "colbert": (("colbert_vectors", "colbert_length"), ("colbert",)),
-    "colbert_fp16": (("colbert_vectors_fp16", "colbert_length"), ("colbert_fp16",)),
-    "colbert_int8": (("colbert_vectors_int8", "colbert_length"), ("colbert_int8",)),
-    "colbert_binary": (("colbert_vectors_binary", "colbert_length"), ("colbert_binary",)),
+    "float": (model_outputs.TENSORS["dense"], ("embedding",)),
+    **{kind: (model_outputs.TENSORS[kind], model_outputs.TENSORS[kind]) for kind in QUANTIZED},
+    "sparse": (model_outputs.TENSORS["sparse"], ("sparse_indices", "sparse_values")),
+    **{kind: (model_outputs.TENSORS[kind], (kind,)) for kind in ("colbert", *model_outputs.COLBERT_COMPACT)},
 }
-QUANTIZED = ("int8", "uint8", "binary", "ubinary")
 RETRY_KINDS = ("overloaded", "unavailable", "timeout", "cancelled")
 REQUEST_TIMEOUT_S = 600.0  # one request of up to 256 long texts on a CPU: minutes at worst, never hours
 
@@ -50,9 +46,12 @@ class Refused(Exception):
 
 
 class Retry(Exception):
-    def __init__(self, reason, after_s=None):
+    """kind: the error's kind; "internal" (a fault of the server, not a busy or restarting one) is retried only a
+    few times (job.INTERNAL_RETRIES)."""
+
+    def __init__(self, reason, after_s=None, kind=None):
         super().__init__(reason)
-        self.reason, self.after_s = reason, after_s
+        self.reason, self.after_s, self.kind = reason, after_s, kind
 
 
 class JobError(Exception):
@@ -147,7 +146,7 @@ def failure(message):
         if name == "text" and index is not None:
             return Refused(index, info.kind, model_errors.problem(info))
     if info.kind in RETRY_KINDS or info.kind == "internal":  # internal: a stub restarting; retried a few times
-        return Retry(f"{info.kind}: {info.message}")
+        return Retry(f"{info.kind}: {info.message}", kind=info.kind)
     return JobError(info.message)
 
 
@@ -192,23 +191,20 @@ class HttpDoor:
             payload = response.read()
         except (OSError, http.client.HTTPException) as error:
             self.local.__dict__.pop("connection", None)
-            raise Retry(f"{self.host}: {error}") from None
+            raise Retry(f"{self.host}: {error}", kind="unavailable") from None
         if response.status == 200:
             return json.loads(payload)
-        try:
-            error = json.loads(payload)["error"]
-            message, code = error.get("message", ""), error.get("code")
-        except (ValueError, KeyError, TypeError, AttributeError):
-            message, code = payload[:300].decode("utf-8", "replace"), None
+        message, kind, field = error_body(payload)
         if response.status in (429, 503, 504):
             after = response.getheader("Retry-After")
-            raise Retry(f"HTTP {response.status}: {message}", float(after) if after and after.isdigit() else None)
+            raise Retry(f"HTTP {response.status}: {message}", float(after) if after and after.isdigit() else None,
+                        kind or "unavailable")
         if response.status >= 500:  # a fault: retried a few times, as KServe's internal errors are
-            raise Retry(f"internal: HTTP {response.status}: {message}")
-        field = message.split(" ", 1)[0]  # the front's messages lead with their field: `input[3] is empty`
-        name, index = model_errors.split_field(field)
-        if name == "input" and index is not None and response.status in (400, 422):
-            raise Refused(index, code or "invalid_input", message[len(field):].lstrip())
+            raise Retry(f"internal: HTTP {response.status}: {message}", kind="internal")
+        name, index = model_errors.split_field(field or "")
+        if name == "input" and index is not None and kind in model_errors.CLIENT_KINDS:
+            problem = message[len(field):].lstrip() if message.startswith(field) else message
+            raise Refused(index, kind, problem)
         raise JobError(f"HTTP {response.status} from {path}: {message}")
 
     def limits(self):
@@ -258,6 +254,19 @@ class HttpDoor:
             truncated |= np.array([bool(item.get("truncated")) for item in data])
             tokens = tokens or int(answer.get("usage", {}).get("total_tokens", 0))
         return Answer(columns, truncated, tokens)
+
+
+def error_body(payload):
+    """An HTTP front error's (message, kind, field): OpenAI's shape {"error": {message, code, field}} (Cohere's has
+    it too) or TEI's {error, code, field} (GET /info); (the start of the body, None, None) for any other answer."""
+    try:
+        body = json.loads(payload)
+        error = body["error"]
+        if isinstance(error, str):
+            return error, body.get("code"), body.get("field")
+        return error.get("message", ""), error.get("code"), error.get("field")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return payload[:300].decode("utf-8", "replace"), None, None
 
 
 def valid_utf8(data):

@@ -74,7 +74,7 @@ def send(door, request, truncate, max_wait_s):
             rejects.append(reject(row, refused.kind, refused.message))
             continue
         except Retry as retry:
-            internal += retry.reason.startswith("internal")
+            internal += retry.kind == "internal"
             pause = retry.after_s if retry.after_s is not None else min(MAX_BACKOFF_S, 0.5 * 2 ** attempt)
             attempt += 1
             if internal > INTERNAL_RETRIES or waited + pause > max_wait_s:

@@ -3,12 +3,18 @@ starting a tritonserver that dies on its first bind (or, worse, a proxy that rea
 
 The owner comes from /proc: the LISTEN socket's inode in /proc/net/tcp{,6}, then the process whose /proc/<pid>/fd
 holds `socket:[inode]`. Processes of other users are not readable: then the owner is unknown, the port still taken.
+
+Which ports are the launcher's: server_ports (tritonserver's HTTP, gRPC and metrics ports, and the proxy's when it
+loads); taken_line says which of them are taken, in the launcher's one line.
 """
 import errno
 import glob
 import os
 import re
 import socket
+
+from .server import every_model
+from .settings import setting
 
 LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's `st` column
 # A command line is printed, and tritonserver's carries the admin key (--http-restricted-api=...:admin-key=<key>).
@@ -120,3 +126,44 @@ def describe(found):
     for role, _, port, why in found:
         by_why.setdefault(why, []).append(f"port {port} ({role})")
     return "; ".join(f"{', '.join(ports)}: {why}" for why, ports in by_why.items())
+
+
+def _proxy_parameter(path, key):
+    """A `parameters { key: "<key>" value: { string_value: "..." } }` line of the proxy's config.pbtxt, or None.
+    Read here, not through Triton's ModelConfig (build/exporting/pbtxt.py): the launcher runs in the tritonserver
+    image, which has neither protobuf nor tritonclient's model_config_pb2. It only reads (never edits), a file the
+    project writes one parameter a line (model_repository/proxy/config.pbtxt); comment lines are skipped."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = [line for line in handle if not line.lstrip().startswith("#")]
+    except OSError:
+        return None
+    found = re.search(r'key:\s*"' + re.escape(key) + r'"\s*value:?\s*\{\s*string_value:\s*"([^"]*)"', "".join(lines))
+    return found.group(1) if found else None
+
+
+def server_ports(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, extra_args=(), env=None):
+    """[(role, address, port)] of what tritonserver will bind: its HTTP, gRPC and metrics ports (unless extra_args
+    turn one off), and the proxy's (PROXY_HOST / PROXY_PORT, else its config.pbtxt's) when the proxy loads."""
+    address = setting("TRITON_ADDRESS", "127.0.0.1", env)
+    found = [(role, bind, port) for role, bind, port in (
+        ("HTTP", address, http_port), ("gRPC", address, grpc_port),
+        ("metrics", setting("TRITON_METRICS_ADDRESS", address, env), metrics_port))
+        if f"--allow-{role.lower()}=false" not in extra_args]
+    config = os.path.join(model_repository, "proxy", "config.pbtxt")
+    if os.path.isfile(config):
+        names = [name.strip() for name in setting("LOAD_MODELS", "*", env).split(",")]
+        if setting("MODEL_CONTROL", "explicit", env) != "explicit" or "proxy" in names or \
+                (names == ["*"] and "proxy" in every_model(model_repository)):
+            host = setting("PROXY_HOST", _proxy_parameter(config, "host") or "0.0.0.0", env)
+            found.append(("proxy", host, int(setting("PROXY_PORT", _proxy_parameter(config, "port") or 8080, env))))
+    return found
+
+
+def taken_line(listed):
+    """The one line that says which of the server_ports() `listed` are taken and by whom; '' when all are free."""
+    found = taken(listed)
+    if not found:
+        return ""
+    return (f"launch: {describe(found)}; not starting tritonserver (free the port or choose another: "
+            f"HTTP_PORT, GRPC_PORT, METRICS_PORT, PROXY_PORT)")

@@ -6,7 +6,7 @@ The launcher writes a JSON line per server to this process's stdin: {"pgid": <se
 without stopping it: SIGKILL to the server's process group, i.e. tritonserver and every Python stub (the proxy and
 its port included), then what the launcher would have removed (the stubs' /dev/shm regions, the key files).
 
-The server's PR_SET_PDEATHSIG (launch.start) kills tritonserver alone; its stubs leave only once tritonserver is
+The server's PR_SET_PDEATHSIG (server.start) kills tritonserver alone; its stubs leave only once tritonserver is
 reaped (they poll kill(parent, 0)), which is up to whoever adopts it. This process does not wait for that. Ctrl-C,
 SIGHUP and SIGTERM are ignored: the launcher drains on those, and this process ends with the launcher's pipe.
 """
@@ -23,7 +23,7 @@ if not __package__:  # run as a script (the launcher starts it so): model_librar
 from model_library.triton_server import process_table  # noqa: E402
 
 SHM_PREFIX = "/dev/shm/triton_"
-KEYS_PREFIX = "triton-embed-keys-"  # launch.keys_to_files()'s directories
+KEYS_PREFIX = "triton-embed-keys-"  # settings.keys_to_files()'s directories
 GONE_S = 10.0
 
 

@@ -79,19 +79,23 @@ def test_short_benchmark_produces_report(minilm_repository, tmp_path):
 
 def test_gpu_script_pipeline_runs_on_cpu(tmp_path):
     """bench/gpu.py (for a lent GPU) with a tiny encoder on CPU: its repository (ensemble_bls included), server,
-    load (one text and 32 texts per request) and report work."""
+    load (one text and 32 texts per request) and report work, for both arms: the encoder's batches of equal widths
+    and ragged batching (bench/gpu_encoders.py's ragged Python-backend encoder)."""
     result = subprocess.run([sys.executable, "-m", "bench.gpu", "--device", "cpu", "--tiny", "--short",
-                             "--seconds", "2", "--work-dir", str(tmp_path)],
+                             "--seconds", "2", "--arms", "widths,ragged", "--work-dir", str(tmp_path)],
                             cwd=PROJECT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    rows = json.loads((tmp_path / "results.json").read_text())["rows"]
-    assert {(r["workload"], r["model"]) for r in rows} == {
-        ("queries", "ensemble"), ("passages", "ensemble"), ("client-batched", "ensemble_bls"),
-        ("client-batched", "ensemble")}
+    run = json.loads((tmp_path / "results.json").read_text())
+    rows = run["rows"]
+    assert run["arms"] == ["widths", "ragged"]
+    assert {(r["workload"], r["model"], r["arm"]) for r in rows} == {
+        (workload, model, arm) for arm in ("widths", "ragged") for workload, model in (
+            ("queries", "ensemble"), ("passages", "ensemble"), ("client-batched", "ensemble_bls"),
+            ("client-batched", "ensemble"))}
     assert all(r["texts_per_s"] > 0 and r["errors"] == 0 for r in rows)
     report = (tmp_path / "benchmarks-gpu.md").read_text()
-    assert "| queries | ensemble | on | 1 | 16384 |" in report
-    assert "| client-batched | ensemble_bls | on | 1 | 16384 |" in report
+    assert "| queries | ensemble | widths | on | 1 | 16384 |" in report
+    assert "| client-batched | ensemble_bls | ragged | on | 1 | 16384 |" in report
 
 
 def test_storage_benchmark_on_a_slice(tmp_path):

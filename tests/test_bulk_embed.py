@@ -104,10 +104,10 @@ class FakeDoor:
             raise JobError("the server went away for good")
         if self.overloaded:
             self.overloaded -= 1
-            raise Retry("overloaded: queue full", after_s=0.25)
+            raise Retry("overloaded: queue full", after_s=0.25, kind="overloaded")
         if self.internal:
             self.internal -= 1
-            raise Retry("internal: stub restarting")
+            raise Retry("internal: stub restarting", kind="internal")
         for i, text in enumerate(texts):
             if not text:
                 raise Refused(i, "invalid_input", "is empty")

@@ -108,3 +108,18 @@ def test_container_and_tests_share_the_serving_pins():
     assert "-r requirements-serving.txt" in open(os.path.join(PROJECT, "requirements.txt"), encoding="utf-8").read()
     runtime = re.split(r"\nFROM [^\n]* AS export", open(DOCKERFILE, encoding="utf-8").read(), flags=re.I)[0]
     assert dockerfile_pins(runtime) == serving
+
+
+def test_the_runtime_stage_holds_every_project_package_the_launcher_imports():
+    """The image's CMD runs `python3 -m local_triton.launch` in /opt/triton-embed: every project package its modules
+    import (local_triton itself, model_library) must be copied there, or the container exits at its first line."""
+    packages = {"local_triton"}
+    for path in glob.glob(os.path.join(PROJECT, "local_triton", "*.py")):
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            packages |= {n.split(".")[0] for n in names if os.path.isdir(os.path.join(PROJECT, n.split(".")[0]))}
+    runtime = re.split(r"\nFROM [^\n]* AS export", open(DOCKERFILE, encoding="utf-8").read(), flags=re.I)[0]
+    copied = set(re.findall(r"^COPY\s+(\w+)/\s+/opt/triton-embed/\1/", runtime, flags=re.M))
+    assert packages == {"local_triton", "model_library"} and packages <= copied, (packages, copied)

@@ -88,9 +88,10 @@ def test_reexport_over_another_model_is_consistent(xlmr_repository, minilm_repos
     # Tokenizer files: the XLM-R one replaced MiniLM's (the planted vocab.txt is gone), the code stays.
     tokenizer_dir = os.path.join(xlmr_repository, "tokenizer", "1")
     files = set(os.listdir(tokenizer_dir)) - {"__pycache__"}
-    # prompts.json: none here; model_common.py, model_errors.py: the models' library, installed beside model.py
-    assert files == {"model.py", "grouping.py", "model_common.py", "model_errors.py", "tokenizer.json",
-                     "prompts.json"}, files
+    # prompts.json: none here; model_common.py, model_errors.py, model_outputs.py: the models' library, installed
+    # beside model.py
+    assert files == {"model.py", "grouping.py", "model_common.py", "model_errors.py", "model_outputs.py",
+                     "tokenizer.json", "prompts.json"}, files
     tokenizer = json.load(open(os.path.join(tokenizer_dir, "tokenizer.json"), encoding="utf-8"))
     assert tokenizer["model"]["type"] == "Unigram" and len(tokenizer["model"]["vocab"]) == 250002
     assert tokenizer["padding"]["pad_id"] == 1 and tokenizer["truncation"]["max_length"] == TINY_XLMR_MAX_LENGTH
@@ -248,7 +249,7 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
               for path in glob.glob(os.path.join(PROJECT, pattern))}
     code = {p for p in tracked if p.endswith(".py") or p.endswith("/config.pbtxt") or p.endswith("warmup/text")}
     code.discard("model_library/in_process.py")  # runs model code outside Triton (tests, bench): never installed
-    installed = ("model_common.py", "model_errors.py", "triton_server.py")  # the library's copies in the checkout
+    installed = ("model_common.py", "model_errors.py", "model_outputs.py", "triton_server.py")  # the library's copies
     assert code == listed - {p for p in listed if p not in tracked and p.endswith(installed)}
     checkout = tmp_path / "checkout"
     for path in tracked:
@@ -269,6 +270,7 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
         assert not any(n.endswith((".json", ".pyc")) or n.startswith("configs") for n in names), (kind, names)
         assert ("1/model_common.py" in names) == (kind not in ("proxy", "supervisor")), kind
         assert ("1/model_errors.py" in names) == (kind != "supervisor"), kind  # the proxy reads the error contract
+        assert ("1/model_outputs.py" in names) == (kind != "supervisor"), kind  # and the output vocabulary
         assert ("1/triton_server.py" in names) == (kind in ("proxy", "supervisor")), kind
 
 
@@ -395,3 +397,14 @@ def test_the_export_digest_covers_the_graph(monkeypatch, tmp_path):
     same = repository.templates_digest()
     copy.write_bytes(open(graph.__file__, "rb").read() + b"\n# another graph\n")
     assert repository.templates_digest() != same
+
+
+def test_the_graph_returns_the_output_vocabularys_tensors():
+    """graph.OUTPUT_TENSORS (the encoder's outputs, with their Triton types) and model_library/model_outputs.py (the
+    names the models and tools use) name the same tensors for every family the graph has."""
+    from exporting.graph import OUTPUT_TENSORS
+
+    from model_library import model_outputs
+
+    for family, tensors in OUTPUT_TENSORS.items():
+        assert tuple(name for name, _, _ in tensors) == model_outputs.TENSORS[family], family

@@ -51,7 +51,7 @@ def check(response, status, param, words, case):
     assert response.status_code == status, (case, response.status_code, response.text[:400])
     assert response.headers["content-type"].startswith("application/json"), (case, response.text[:200])
     error = response.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}, (case, error)
+    assert set(error) == {"message", "type", "param", "code", "field"}, (case, error)
     assert error["param"] == param, (case, error)
     assert all(word in error["message"] for word in words), (case, error)
 

@@ -55,55 +55,56 @@ def test_load_models_star_skips_the_default_exports_unexported_folders(tmp_path)
     """LOAD_MODELS=* (the default): a repository with only named exports (a CLIP one, say) serves them; the default
     export's folders, templates and code until something is exported into them, are not asked for. Once the default
     export is there, they are."""
-    from local_triton import launch
+    from local_triton import server
 
-    for folder in (*launch.DEFAULT_EXPORT_FOLDERS, "proxy", "supervisor", "clip", "clip_image", "clip_tokenizer"):
+    for folder in (*server.DEFAULT_EXPORT_FOLDERS, "proxy", "supervisor", "clip", "clip_image", "clip_tokenizer"):
         (tmp_path / folder / "1").mkdir(parents=True)
     (tmp_path / "clip" / "1" / "export.json").write_text('{"name": "clip", "image_model": "clip_image"}')
-    command = launch.server_command(str(tmp_path), 1, 2, 3, env={})
+    command = server.server_command(str(tmp_path), 1, 2, 3, env={})
     loaded = {arg.split("=", 1)[1] for arg in command if arg.startswith("--load-model=")}
     assert loaded == {"clip", "clip_image", "clip_tokenizer", "proxy", "supervisor"}
     (tmp_path / "tokenizer" / "1" / "tokenizer.json").write_text("{}")  # an exported tokenizer alone loads
-    command = launch.server_command(str(tmp_path), 1, 2, 3, env={})
+    command = server.server_command(str(tmp_path), 1, 2, 3, env={})
     assert "--load-model=tokenizer" in command and "--load-model=embedding" not in command
-    for folder in launch.DEFAULT_EXPORT_FOLDERS[1:]:  # the default export: generated configs everywhere
+    for folder in server.DEFAULT_EXPORT_FOLDERS[1:]:  # the default export: generated configs everywhere
         (tmp_path / folder / "config.pbtxt").write_text("")
-    command = launch.server_command(str(tmp_path), 1, 2, 3, env={})
+    command = server.server_command(str(tmp_path), 1, 2, 3, env={})
     loaded = {arg.split("=", 1)[1] for arg in command if arg.startswith("--load-model=")}
-    assert set(launch.DEFAULT_EXPORT_FOLDERS) <= loaded
-    assert "--load-model=*" in launch.server_command(str(tmp_path / "missing"), env={})
+    assert set(server.DEFAULT_EXPORT_FOLDERS) <= loaded
+    assert "--load-model=*" in server.server_command(str(tmp_path / "missing"), env={})
 
 
 def test_keys_to_files_moves_plain_keys_into_private_files(tmp_path):
     """Issue 16: every Python stub inherits tritonserver's environment, so the launcher hands it the keys as files
     (0600 in a 0700 directory) instead of values; *_FILE settings pass through; the server's cleanup removes them."""
-    from local_triton import launch
+    from local_triton import settings
+    from local_triton.process_group import Server
 
     env = {"API_KEY": "user-key", "ADMIN_API_KEY": "admin-key", "PATH": "/bin"}
-    directory = launch.keys_to_files(env)
+    directory = settings.keys_to_files(env)
     try:
         assert set(env) == {"API_KEY_FILE", "ADMIN_API_KEY_FILE", "PATH"} and env["PATH"] == "/bin"
         assert os.stat(directory).st_mode & 0o777 == 0o700
         for name, value in (("API_KEY", "user-key"), ("ADMIN_API_KEY", "admin-key")):
             assert os.path.dirname(env[f"{name}_FILE"]) == directory
             assert os.stat(env[f"{name}_FILE"]).st_mode & 0o777 == 0o600
-            assert launch.secret(name, env) == value  # as the proxy's secret() reads it
-        assert launch.admin_key_for(env) == "admin-key"
+            assert settings.secret(name, env) == value  # as the proxy's secret() reads it
+        assert settings.admin_key_for(env) == "admin-key"
     finally:
-        launch.Server(None, keys_dir=directory).cleanup()
+        Server(None, keys_dir=directory).cleanup()
     assert not os.path.exists(directory)
 
     mounted = tmp_path / "admin"
     mounted.write_text("from-a-secret\n")
     env = {"ADMIN_API_KEY_FILE": str(mounted), "API_KEY": ""}  # a file already: untouched; empty: unset
-    assert launch.keys_to_files(env) is None
+    assert settings.keys_to_files(env) is None
     assert env == {"ADMIN_API_KEY_FILE": str(mounted)}
     env = {"API_KEY": "plain wins", "API_KEY_FILE": str(mounted)}  # secret()'s order: the plain value first
-    directory = launch.keys_to_files(env)
+    directory = settings.keys_to_files(env)
     try:
-        assert set(env) == {"API_KEY_FILE"} and launch.secret("API_KEY", env) == "plain wins"
+        assert set(env) == {"API_KEY_FILE"} and settings.secret("API_KEY", env) == "plain wins"
     finally:
-        launch.Server(None, keys_dir=directory).cleanup()
+        Server(None, keys_dir=directory).cleanup()
 
 
 def environ(pid):
@@ -225,22 +226,22 @@ def test_a_real_onnxruntime_backend_folder_is_laid_out_with_the_server_library_i
     """ONNXRUNTIME_BACKEND: the backends folder's onnxruntime/ is that folder (the backend finds libonnxruntime
     beside itself), in a backends folder of its own beside the stand-in's, with lib/libtritonserver.so pointing at the
     wheel's renamed server library; a folder without the backend is one line, not a server that fails later."""
-    from local_triton import launch
+    from local_triton import backends as launcher_backends
 
     folder = tmp_path / "ort"
     folder.mkdir()
     (folder / "libtriton_onnxruntime.so").write_bytes(b"")
-    backends = launch.prepare_backends(backend_dir=str(tmp_path / "backends"), ort_folder=str(folder))
+    backends = launcher_backends.prepare_backends(backend_dir=str(tmp_path / "backends"), ort_folder=str(folder))
     assert backends.endswith("-ort") and os.path.realpath(os.path.join(backends, "onnxruntime")) == str(folder)
     library = os.path.join(backends, "lib", "libtritonserver.so")
     assert os.path.islink(library) and "nvidia_pytriton.libs/libtritonserver" in os.readlink(library)
     assert os.path.isfile(os.path.join(backends, "python", "libtriton_python.so"))
-    stand_in = launch.prepare_backends(backend_dir=str(tmp_path / "backends"))
+    stand_in = launcher_backends.prepare_backends(backend_dir=str(tmp_path / "backends"))
     assert os.path.isfile(os.path.join(stand_in, "onnxruntime", "model.py"))  # the stand-in's, untouched
-    assert launch.onnxruntime_backend({"ONNXRUNTIME_BACKEND": str(folder)}) == str(folder)
-    assert launch.onnxruntime_backend({}) is None
+    assert launcher_backends.onnxruntime_backend({"ONNXRUNTIME_BACKEND": str(folder)}) == str(folder)
+    assert launcher_backends.onnxruntime_backend({}) is None
     with pytest.raises(SystemExit, match="holds no libtriton_onnxruntime.so"):
-        launch.onnxruntime_backend({"ONNXRUNTIME_BACKEND": str(tmp_path)})
+        launcher_backends.onnxruntime_backend({"ONNXRUNTIME_BACKEND": str(tmp_path)})
 
 
 def test_the_onnxruntime_models_are_served_by_the_backend_the_launcher_names(minilm_repository, tmp_path):
@@ -280,19 +281,19 @@ def test_jemalloc_is_preloaded_where_the_encoders_run_in_tritonservers_process(t
     """With glibc's malloc, tritonserver kept ~35 MiB per load/unload cycle once the C++ onnxruntime backend ran the
     encoders in its process (tests/test_models.py's cycles: +14.7 %); with jemalloc +1.8 %. The launcher preloads it
     there (MALLOC=system: not), never for the stand-in, and keeps what LD_PRELOAD already held."""
-    from local_triton import launch
+    from local_triton import backends
 
     folder = tmp_path / "ort"
     folder.mkdir()
     (folder / "libtriton_onnxruntime.so").write_bytes(b"")
     library = tmp_path / "libjemalloc.so.2"
     library.write_bytes(b"")
-    monkeypatch.setattr(launch, "JEMALLOC", (str(library),))
+    monkeypatch.setattr(backends, "JEMALLOC", (str(library),))
     env = {"ONNXRUNTIME_BACKEND": str(folder), "LD_PRELOAD": "/other.so"}
-    launch.preload_allocator(env)
+    backends.preload_allocator(env)
     assert env["LD_PRELOAD"] == f"{library}:/other.so"
-    launch.preload_allocator(env)  # once
+    backends.preload_allocator(env)  # once
     assert env["LD_PRELOAD"] == f"{library}:/other.so"
     for unchanged in ({}, {"ONNXRUNTIME_BACKEND": str(folder), "MALLOC": "system"}):
-        launch.preload_allocator(unchanged)
+        backends.preload_allocator(unchanged)
         assert "LD_PRELOAD" not in unchanged

@@ -250,7 +250,7 @@ def test_truncation_is_default_and_truncate_false_is_an_error(client):
     assert result["data"][0]["truncated"] is True and result["usage"]["prompt_tokens"] == MAX_LENGTH
     error = assert_error(client.post("/v1/embeddings", json={"input": ["ok", LONG_TEXT], "truncate": False}), 422,
                          "input[1]", str(MAX_LENGTH), "tokens")
-    assert error["code"] == "context_length_exceeded"
+    assert error["code"] == "too_long"
     assert_error(client.post("/v1/embedding", params={"truncate": "false"}, json=[{"query": LONG_TEXT}]), 422,
                  "query[0]", str(MAX_LENGTH))
     short = client.post("/v1/embeddings", json={"input": ["short"], "truncate": False})

@@ -73,7 +73,7 @@ def test_infer_refuses_no_input_a_text_model_and_no_clip_model():
     error_of(client.post("/infer", json={"text": [], "image": []}), 400, "'text' or 'image'")
     error = error_of(client.post("/infer", json={"text": ["x"], "model": "fake-dense"}), 400, "fake-dense",
                      "text only")
-    assert error["code"] == "images_not_served"
+    assert error["code"] == "not_served"
     error_of(client.post("/infer", json={"image": [b64(PNG), "BAD!"]}), 400, "image[1]", "base64")
     error_of(make_client().post("/infer", json={"text": ["x"]}), 404, "no CLIP model", "build/export.py")
 

@@ -103,6 +103,23 @@ def test_a_batch_first_request_is_always_taken(strategy):
     batcher.close()
 
 
+def test_a_batch_of_several_widths_counts_every_row_at_the_widest(strategy):
+    """A ragged encoder (export --ragged-batch) pads every row of a run to its widest: the budget holds that, not the
+    sum of each request's rows x width (13,760 here, which would pass)."""
+    batcher = Batcher(strategy)
+    batcher.init()
+    assert batcher.include(10, 64)  # 640
+    assert not batcher.include(10, 1024)  # 20 x 1024 = 20480
+    assert batcher.include(100, 128)  # 110 x 128 = 14080
+    assert not batcher.include(20, 16)  # 130 x 128 = 16640
+    batcher.fini()  # queued; the next pass continues it at its widest
+    batcher.init()
+    assert batcher.include(18, 8)  # 128 x 128 = 16384: at the budget
+    assert not batcher.include(1, 8)
+    batcher.fini()
+    batcher.close()
+
+
 def timed_passes(batcher, count, include=None):
     """`count` passes over the batcher's payload (Fini + Init, as r24.07's GetDynamicBatch starts each pass),
     each including `include` (rows, width) or asking about nothing; returns the seconds they took."""

@@ -4,7 +4,7 @@
     graph.py       the encoder wrapper (pooling, heads, normalization), ONNX export and finalizing
     parity.py      the exported graph checked against PyTorch
     repository.py  the Triton side: names, rendered configs, warm-up and tokenizer files, batchstrategy.so, install
-    pbtxt.py       the one reader of config.pbtxt text
+    pbtxt.py       config.pbtxt through Triton's ModelConfig: parse, read and edit fields, write
 
 Nothing under model_repository/ imports these: export code is never serving code.
 """

@@ -203,10 +203,84 @@ def add_token_guard(model, budget, message):
         graph.node.insert(0, node)
 
 
-def finalize_onnx(exported, version_dir, fp16, external_data, static_dims, token_guard=None):
+RAGGED_LENGTHS = "row_lengths"  # the batch input Triton fills (BATCH_ITEM_SHAPE of input_ids): each row's width
+
+
+def add_ragged_inputs(model, pad_id):
+    """Let one encoder run hold requests of any widths (Triton's ragged batching, `--ragged-batch`).
+
+    Triton's onnxruntime backend hands a ragged input to the graph as one flat 1-D tensor, every request's tokens
+    back to back, and fills the batch input `row_lengths` ([rows, 1] int32, BATCH_ITEM_SHAPE) with each row's width.
+    These nodes, put at the head of the graph, rebuild the padded [rows, widest] input_ids and attention_mask the rest
+    of the graph reads: Gather(flat, start of row + position) where the position is inside the row, else `pad_id` and
+    a mask of 0, so the added padding is the tokenizer's own and every row's outputs are those of the padded graph.
+    Runs after add_token_guard, whose Shape then measures the rebuilt batch (rows x widest), what the run costs."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = model.graph
+    rebuilt = {"input_ids": "ragged/input_ids", "attention_mask": "ragged/attention_mask"}
+
+    def rename(nodes):
+        for node in nodes:
+            for i, name in enumerate(node.input):
+                if name in rebuilt:
+                    node.input[i] = rebuilt[name]
+            for attribute in node.attribute:
+                for sub in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                    rename(sub.node)
+
+    rename(graph.node)
+    graph.initializer.extend([numpy_helper.from_array(np.array(value, np.int64), f"ragged/{name}") for name, value in
+                              (("zero", 0), ("one", 1), ("axis0", [0]), ("axis1", [1]), ("pad", pad_id))])
+    node = helper.make_node
+    nodes = [
+        node("Squeeze", [RAGGED_LENGTHS, "ragged/axis1"], ["ragged/lengths32"], name="ragged/Squeeze"),
+        node("Cast", ["ragged/lengths32"], ["ragged/lengths"], name="ragged/Cast", to=TensorProto.INT64),
+        node("CumSum", ["ragged/lengths", "ragged/zero"], ["ragged/ends"], name="ragged/Ends"),
+        node("Sub", ["ragged/ends", "ragged/lengths"], ["ragged/starts"], name="ragged/Starts"),
+        node("ReduceMax", ["ragged/lengths"], ["ragged/width"], name="ragged/Width", keepdims=0),
+        node("Range", ["ragged/zero", "ragged/width", "ragged/one"], ["ragged/positions"], name="ragged/Positions"),
+        node("Unsqueeze", ["ragged/positions", "ragged/axis0"], ["ragged/columns"], name="ragged/Columns"),
+        node("Unsqueeze", ["ragged/starts", "ragged/axis1"], ["ragged/row_starts"], name="ragged/RowStarts"),
+        node("Unsqueeze", ["ragged/lengths", "ragged/axis1"], ["ragged/row_lengths"], name="ragged/RowLengths"),
+        node("Less", ["ragged/columns", "ragged/row_lengths"], ["ragged/inside"], name="ragged/Inside"),
+        node("Add", ["ragged/row_starts", "ragged/columns"], ["ragged/index"], name="ragged/Index"),
+        node("Where", ["ragged/inside", "ragged/index", "ragged/zero"], ["ragged/safe_index"], name="ragged/Safe"),
+        node("Gather", ["input_ids", "ragged/safe_index"], ["ragged/ids"], name="ragged/GatherIds", axis=0),
+        node("Where", ["ragged/inside", "ragged/ids", "ragged/pad"], [rebuilt["input_ids"]], name="ragged/PadIds"),
+        node("Gather", ["attention_mask", "ragged/safe_index"], ["ragged/mask"], name="ragged/GatherMask", axis=0),
+        node("Where", ["ragged/inside", "ragged/mask", "ragged/zero"], [rebuilt["attention_mask"]],
+             name="ragged/PadMask"),
+    ]
+    for item in reversed(nodes):
+        graph.node.insert(0, item)
+    for tensor in graph.input:
+        if tensor.name in rebuilt:
+            shape = tensor.type.tensor_type.shape
+            while len(shape.dim) > 1:
+                shape.dim.pop()
+            shape.dim[0].Clear()
+            shape.dim[0].dim_param = "tokens"
+    graph.input.append(helper.make_tensor_value_info(RAGGED_LENGTHS, TensorProto.INT32, ["rows", 1]))
+
+
+def ragged_feeds(input_ids, attention_mask):
+    """A right-padded batch as Triton's ragged batching hands it to the graph when each row is its own request:
+    every row's tokens (its padding left out) back to back, and each row's width."""
+    import numpy as np
+
+    lengths = np.maximum(attention_mask.sum(axis=1), 1)
+    rows = [slice(r * input_ids.shape[1], r * input_ids.shape[1] + n) for r, n in enumerate(lengths)]
+    return {"input_ids": np.concatenate([input_ids.reshape(-1)[r] for r in rows]),
+            "attention_mask": np.concatenate([attention_mask.reshape(-1)[r] for r in rows]),
+            RAGGED_LENGTHS: lengths.astype(np.int32).reshape(-1, 1)}
+
+
+def finalize_onnx(exported, version_dir, fp16, external_data, static_dims, token_guard=None, ragged_pad_id=None):
     """Fix the declared output shapes (Triton's ORT backend compares them with config.pbtxt exactly), optionally
-    convert to fp16, add the token guard (token_guard = (budget, message): add_token_guard), and save in the
-    layout Triton's ORT backend loads."""
+    convert to fp16, add the token guard (token_guard = (budget, message): add_token_guard), take ragged inputs
+    (ragged_pad_id, the tokenizer's pad id: add_ragged_inputs), and save in the layout Triton's ORT backend loads."""
     import onnx
 
     model = onnx.load(exported)
@@ -221,6 +295,8 @@ def finalize_onnx(exported, version_dir, fp16, external_data, static_dims, token
         model = convert_float_to_float16(model, keep_io_types=True)
     if token_guard is not None:
         add_token_guard(model, *token_guard)
+    if ragged_pad_id is not None:
+        add_ragged_inputs(model, ragged_pad_id)
     if model.ir_version > MAX_IR_VERSION:
         model.ir_version = MAX_IR_VERSION
     os.makedirs(version_dir, exist_ok=True)

@@ -10,7 +10,7 @@ the export image has no sentence-transformers, so the export itself compares wit
 import json
 
 from . import fail
-from .graph import output_names
+from .graph import output_names, ragged_feeds
 
 PARITY_TEXTS = [
     "Hello world",
@@ -23,8 +23,9 @@ PARITY_TEXTS = [
 
 
 
-def parity_check(encoder, tokenizer, onnx_path, outputs, max_length, min_cosine, max_norm_error=None):
+def parity_check(encoder, tokenizer, onnx_path, outputs, max_length, min_cosine, max_norm_error=None, ragged=False):
     """ORT vs the PyTorch module on mixed lengths (one truncated), for every output. Returns the figures.
+    ragged: the graph takes ragged inputs (graph.add_ragged_inputs); it gets each text unpadded, as one batch.
     max_norm_error: the largest relative difference of embedding_unnormalized's norms (default 1e-3, 1e-2 when
     min_cosine is below 0.9999: fp16)."""
     import numpy as np
@@ -36,8 +37,8 @@ def parity_check(encoder, tokenizer, onnx_path, outputs, max_length, min_cosine,
         expected = [t.numpy() for t in encoder(batch["input_ids"], batch["attention_mask"])]
     session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
     names = output_names(outputs)
-    actual = dict(zip(names, session.run(names, {"input_ids": batch["input_ids"].numpy(),
-                                                 "attention_mask": batch["attention_mask"].numpy()})))
+    feeds = {"input_ids": batch["input_ids"].numpy(), "attention_mask": batch["attention_mask"].numpy()}
+    actual = dict(zip(names, session.run(names, ragged_feeds(**feeds) if ragged else feeds)))
     expected = dict(zip(names, expected))
 
     def cosines(a, b):

@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 
 from . import fail, pbtxt, read_json
-from .graph import ENCODER_ONLY, OUTPUT_TENSORS, WITH_DENSE, public_families, token_guard_message
+from .graph import ENCODER_ONLY, OUTPUT_TENSORS, RAGGED_LENGTHS, WITH_DENSE, public_families, token_guard_message
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE_REPOSITORY = os.path.join(PROJECT, "model_repository")
@@ -39,9 +39,11 @@ COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8
 # those into another export served the default's prompts (issue 40).
 # {kind: [(source under the project, destination in the model's folder)]}
 # the models' library (model_library/): the error contract (model_errors.py: plain Python, the proxy reads it
-# too) and what every inference model shares (model_common.py), installed beside each one's model.py
+# too), the output vocabulary (model_outputs.py: the proxy's too) and what every inference model shares
+# (model_common.py), installed beside each one's model.py
 ERROR_CONTRACT = (os.path.join("model_library", "model_errors.py"), "1/")
-LIBRARY = [(os.path.join("model_library", "model_common.py"), "1/"), ERROR_CONTRACT]
+OUTPUT_VOCABULARY = (os.path.join("model_library", "model_outputs.py"), "1/")
+LIBRARY = [(os.path.join("model_library", "model_common.py"), "1/"), ERROR_CONTRACT, OUTPUT_VOCABULARY]
 TRITON_SERVER = (os.path.join("model_library", "triton_server.py"), "1/")  # Triton's HTTP API, flags, processes
 MODEL_CODE = {
     "tokenizer": [("model_repository/tokenizer/config.pbtxt", "config.pbtxt"),
@@ -53,7 +55,7 @@ MODEL_CODE = {
     "late_chunking": [("model_repository/late_chunking/1/model.py", "1/"), *LIBRARY],
     "image_preprocess": [("model_repository/tokenizer/image_preprocess.py", "1/model.py"), *LIBRARY],
     "proxy": [("model_repository/proxy/config.pbtxt", "config.pbtxt"), ("model_repository/proxy/1/*.py", "1/"),
-              ERROR_CONTRACT, TRITON_SERVER],
+              ERROR_CONTRACT, OUTPUT_VOCABULARY, TRITON_SERVER],
     "supervisor": [("model_repository/supervisor/config.pbtxt", "config.pbtxt"),
                    ("model_repository/supervisor/1/model.py", "1/"), TRITON_SERVER],
 }
@@ -151,8 +153,22 @@ def triton_dims(dims, hidden_size, colbert_dim):
     return ", ".join(str({"D": hidden_size, "C": colbert_dim}.get(d, d)) for d in dims)
 
 
+def encoder_inputs(ragged=False):
+    """The encoder config's inputs. Ragged (export --ragged-batch): one batch may hold requests of any widths; the
+    backend hands the graph every request's tokens flat, with each row's width in the batch input `row_lengths`
+    (graph.add_ragged_inputs rebuilds the padded batch)."""
+    flag = ", allow_ragged_batch: true" if ragged else ""
+    lines = [f'  {{ name: "{name}", data_type: TYPE_INT64, dims: [ -1 ]{flag} }}'
+             for name in ("input_ids", "attention_mask")]
+    text = ",\n".join(lines)
+    if ragged:
+        text += (f'\n]\nbatch_input [\n  {{ kind: BATCH_ITEM_SHAPE, target_name: "{RAGGED_LENGTHS}", '
+                 'data_type: TYPE_INT32, source_input: "input_ids" }')
+    return text
+
+
 def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max_length, encoder_only=ENCODER_ONLY,
-                  with_dense=WITH_DENSE):
+                  with_dense=WITH_DENSE, ragged=False):
     """Render the encoder's (CPU and GPU), the ensemble's, the BLS model's and the rerank model's (when `names` has
     one) configs; copy the code of the Python models for a named export. `outputs`: export.json's; the graph also
     has `with_dense` (graph.WITH_DENSE: embedding_unnormalized) and `encoder_only` (token_embeddings) families, which
@@ -167,10 +183,10 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
     os.makedirs(encoder_dir, exist_ok=True)
     budget = tokenizer_parameter("max_batch_tokens")
     values = {"outputs": ",\n".join(encoder_lines), "short_tokens": warmup[0], "long_tokens": warmup[1],
-              "max_batch_tokens": budget}
+              "max_batch_tokens": budget, "encoder_inputs": encoder_inputs(ragged)}
     with open(os.path.join(encoder_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render(os.path.join(SOURCE_REPOSITORY, "embedding", "config.pbtxt.template"), **values))
-    write_gpu_configs(encoder_dir, values, max_length, int(budget))
+    write_gpu_configs(encoder_dir, values, max_length, int(budget), ragged)
     public = lines + ['  { name: "num_tokens", data_type: TYPE_INT32, dims: [ 1 ] }',
                       '  { name: "truncated", data_type: TYPE_BOOL, dims: [ 1 ] }']
     maps = [f'      output_map {{ key: "{n}", value: "{n}" }}' for n, _, _ in declarations]
@@ -234,30 +250,32 @@ GPU = {
 }
 
 
-def gpu_tokenizer_config(text, table=None):
-    """The tokenizer's config for GPUs from its CPU config `text`: GPU's instance count, queue bound and length
-    grouping (table: GPU["tokenizer"]'s keys, for the GPU bench's matrix). KeyError names what `text` lacks."""
+def gpu_tokenizer_config(config, table=None):
+    """The tokenizer's config for GPUs from its CPU config (pbtxt: a ModelConfig or its text, returned in that form):
+    GPU's instance count, queue bound and length grouping (table: GPU["tokenizer"]'s keys, for the GPU bench's
+    matrix). KeyError names what `config` lacks."""
     table = {**GPU["tokenizer"], **(table or {})}
-    text = pbtxt.with_instance_count(text, table["instances"])
-    text = pbtxt.with_max_queue_size(text, table["max_queue_size"])
-    return pbtxt.with_parameters(text, table["parameters"])
+    config = pbtxt.with_instance_count(config, table["instances"])
+    config = pbtxt.with_max_queue_size(config, table["max_queue_size"])
+    return pbtxt.with_parameters(config, table["parameters"])
 
 
 def write_tokenizer_gpu_configs(tokenizer_dir):
-    """<tokenizer>/configs/{gpu,gpu-trt}.pbtxt: the tokenizer's config.pbtxt with the GPU table's values.
+    """<tokenizer>/configs/{gpu,gpu-trt}.pbtxt: the tokenizer's config.pbtxt with the GPU table's values, written
+    through Triton's ModelConfig (build/exporting/pbtxt.py: no comments; config.pbtxt has them).
     Triton loads them under --model-config-name (launcher MODEL_CONFIG_NAME), as the encoder's configs/."""
-    with open(os.path.join(tokenizer_dir, "config.pbtxt"), encoding="utf-8") as handle:
-        text = handle.read()
     try:
-        text = gpu_tokenizer_config(text)
+        config = gpu_tokenizer_config(pbtxt.read(os.path.join(tokenizer_dir, "config.pbtxt")))
+    except pbtxt.ConfigError as error:
+        fail(str(error))
     except KeyError as missing:
         fail(f"tokenizer/config.pbtxt has no {missing.args[0]!r}")
-    header = ("# Written by build/export.py: config.pbtxt with the GPU table's instances, queue bound and length "
-              "grouping (GPU in build/exporting/repository.py).\n")
+    header = ("# Written by build/export.py: config.pbtxt with the GPU table's instances, queue bound and length\n"
+              "# grouping (GPU in build/exporting/repository.py), through Triton's ModelConfig: what each value\n"
+              "# means is in ../config.pbtxt's comments.\n")
     os.makedirs(os.path.join(tokenizer_dir, "configs"), exist_ok=True)
     for variant in ("gpu", "gpu-trt"):
-        with open(os.path.join(tokenizer_dir, "configs", f"{variant}.pbtxt"), "w", encoding="utf-8") as handle:
-            handle.write(header + text)
+        pbtxt.write(os.path.join(tokenizer_dir, "configs", f"{variant}.pbtxt"), config, header)
 
 
 def clip_image_names(name):
@@ -290,7 +308,7 @@ def write_cross_encoder_configs(staging, names, labels, warmup, max_length):
                          '  { name: "query_truncated", data_type: TYPE_BOOL, dims: [ 1 ] }']
     budget = tokenizer_parameter("max_batch_tokens")
     values = {"outputs": ",\n".join(declared), "short_tokens": warmup[0], "long_tokens": warmup[1],
-              "max_batch_tokens": budget}
+              "max_batch_tokens": budget, "encoder_inputs": encoder_inputs()}
     renders = [(encoder, "embedding/config.pbtxt.template", values),
                (ensemble, "ensemble/pairs.pbtxt.template", {"tokenizer": tokenizer, "encoder": encoder,
                                                             "outputs": ",\n".join(public)}),
@@ -307,24 +325,29 @@ def write_cross_encoder_configs(staging, names, labels, warmup, max_length):
     copy_model_code("cross_encoder_rerank", os.path.join(staging, rerank))
 
 
-def write_gpu_configs(encoder_dir, values, max_length, max_batch_tokens):
+def write_gpu_configs(encoder_dir, values, max_length, max_batch_tokens, ragged=False):
     """The encoder's configs for GPUs, <encoder>/configs/{gpu,gpu-trt}.pbtxt (Triton --model-config-name, launcher
     MODEL_CONFIG_NAME), rendered from model_repository/embedding/{gpu,gpu-trt}.pbtxt.template with the CPU config's
     values. TensorRT gets one optimization profile covering every batch the token budget allows (onnxruntime 1.18.1
-    uses the first profile only), so rows x length = max_batch_tokens. Options: docs/deploying.md. Unmeasured."""
+    uses the first profile only), so rows x length = max_batch_tokens. Options: docs/deploying.md. Unmeasured.
+    A ragged encoder gets no gpu-trt.pbtxt: its profiles would be over flat token counts, untried."""
     rows = max(1, min(256, max_batch_tokens // max_length))
     shapes = {f"{kind}_shapes": ",".join(f"{name}:{r}x{length}" for name in ("input_ids", "attention_mask"))
               for kind, r, length in (("min", 1, 1), ("opt", rows, max(1, max_length // 2)), ("max", rows, max_length))}
     os.makedirs(os.path.join(encoder_dir, "configs"), exist_ok=True)
-    for variant, extra in (("gpu", {}), ("gpu-trt", {"rows": rows, **shapes})):
+    for variant, extra in (("gpu", {}), ("gpu-trt", {"rows": rows, **shapes}))[:1 if ragged else 2]:
         with open(os.path.join(encoder_dir, "configs", f"{variant}.pbtxt"), "w", encoding="utf-8") as handle:
             handle.write(render(os.path.join(SOURCE_REPOSITORY, "embedding", f"{variant}.pbtxt.template"),
-                                **values, **extra, gpu_instances=GPU["encoder"]["instances"]))
+                                **{**values, "encoder_inputs": encoder_inputs(ragged)}, **extra,
+                                gpu_instances=GPU["encoder"]["instances"]))
 
 
 def tokenizer_parameter(key):
     """A parameter of the tracked tokenizer config (the home of settings the encoder shares)."""
-    value = pbtxt.parameter(os.path.join(SOURCE_REPOSITORY, "tokenizer", "config.pbtxt"), key)
+    try:
+        value = pbtxt.parameter(os.path.join(SOURCE_REPOSITORY, "tokenizer", "config.pbtxt"), key)
+    except pbtxt.ConfigError as error:
+        fail(str(error))
     if value is None:
         fail(f"tokenizer/config.pbtxt has no parameter {key!r}")
     return value

@@ -6,7 +6,9 @@ Triton 2.48 serves a model whose config says `backend: "onnxruntime"` with
 found first, so this file never shadows it. It honours the same config.pbtxt: the
 `default_model_filename`, the ORT thread parameters, and the dynamic batcher's batches
 (requests arrive unstacked here, so rows are concatenated and run as one batch, like the
-real backend does).
+real backend does), and ragged batching: an input with `allow_ragged_batch` goes to the graph
+flat, every request's elements back to back, with the config's batch inputs beside it (only
+BATCH_ITEM_SHAPE, what a --ragged-batch export takes), as the real backend hands them.
 """
 import json
 import os
@@ -34,21 +36,34 @@ class TritonPythonModel:
         self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         self.input_names = [i["name"] for i in config["input"]]
         self.output_names = [o["name"] for o in config["output"]]
+        self.ragged = {i["name"] for i in config["input"] if i.get("allow_ragged_batch")}
+        self.batch_inputs = []  # (target name, source input): BATCH_ITEM_SHAPE only
+        for batch_input in config.get("batch_input", []):
+            if batch_input.get("kind") != "BATCH_ITEM_SHAPE":
+                raise pb_utils.TritonModelException(f"the stand-in has no batch input {batch_input.get('kind')}")
+            self.batch_inputs += [(target, batch_input["source_input"][0]) for target in batch_input["target_name"]]
 
     def execute(self, requests):
         feeds = [
             [pb_utils.get_input_tensor_by_name(r, name).as_numpy() for name in self.input_names]
             for r in requests
         ]
-        # The dynamic batcher only merges equal shapes; anything else runs request by request.
-        shapes = {tuple(a.shape[1:] for a in f) for f in feeds}
+        # The dynamic batcher only merges equal shapes, unless the inputs that differ are ragged; anything else runs
+        # request by request.
+        shapes = {tuple(a.shape[1:] for name, a in zip(self.input_names, f) if name not in self.ragged)
+                  for f in feeds}
         groups = [list(range(len(requests)))] if len(shapes) == 1 else [[i] for i in range(len(requests))]
         responses = [None] * len(requests)
         for group in groups:
             batch = {
-                name: np.concatenate([feeds[i][k] for i in group]) if len(group) > 1 else feeds[group[0]][k]
+                name: (np.concatenate([feeds[i][k].reshape(-1) for i in group]) if name in self.ragged else
+                       np.concatenate([feeds[i][k] for i in group]) if len(group) > 1 else feeds[group[0]][k])
                 for k, name in enumerate(self.input_names)
             }
+            for target, source in self.batch_inputs:  # per row of each request: its shape past the batch dim
+                k = self.input_names.index(source)
+                batch[target] = np.array([feeds[i][k].shape[1:] for i in group for _ in range(feeds[i][k].shape[0])],
+                                         dtype=np.int32)
             # Only the outputs the group's requests asked for (all when none says), as the real backend returns:
             # token_embeddings, [rows, tokens, hidden], is large and wanted only by the late chunking model.
             asked = set().union(*(requests[i].requested_output_names() for i in group))

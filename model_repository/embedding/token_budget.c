@@ -6,7 +6,9 @@
  * queued request still fits the batch being formed. build/export.py compiles this file into
  * <encoder>/batchstrategy.so and writes max_batch_tokens into the encoder's config.pbtxt.
  *
- * A request's size is rows x padded width of its input_ids. The first request of a batch is always taken: this
+ * A batch's size is its rows x its widest request's width: what the encoder pads it to. Without ragged batching every
+ * request of a batch has one width, and that is the sum of rows x width; with it (an export made with
+ * --ragged-batch: build/exporting/graph.py, add_ragged_inputs) the graph pads every row to the widest. The first request of a batch is always taken: this
  * library cannot refuse a request. Triton core r24.07 (dynamic_batch_scheduler.cc, CustomBatchIncl) only logs an
  * error returned here and goes on with should_include as set; should_include = false for a batch's first request
  * leaves it at the head of the queue, re-asked in a busy loop, and stalls the model until the request's timeout.
@@ -86,7 +88,8 @@ typedef struct Batcher Batcher;
 
 typedef struct {
   Batcher* batcher;
-  uint64_t used;
+  uint64_t rows;  /* of the requests included so far */
+  uint64_t width; /* the widest of them */
   bool empty;
   void** payload; /* the payload's user-pointer slot this state was created for */
   bool asked;     /* IncludeRequest was called with it */
@@ -198,7 +201,8 @@ TRITONBACKEND_ModelBatchInitialize(const TRITONBACKEND_Batcher* batcher, void** 
   batch->empty = true;
   batch->payload = userp;
   if (owner->last_finalized.asked && owner->last_finalized.payload == userp) { /* a new pass, same queued payload */
-    batch->used = owner->last_finalized.used;
+    batch->rows = owner->last_finalized.rows;
+    batch->width = owner->last_finalized.width;
     batch->empty = owner->last_finalized.empty;
   }
   owner->last_finalized.asked = false;
@@ -215,8 +219,7 @@ TRITONBACKEND_ModelBatchIncludeRequest(TRITONBACKEND_Request* request, void* use
   TRITONBACKEND_Input* input = NULL;
   const int64_t* shape = NULL;
   uint32_t dims = 0;
-  uint64_t tokens = 1;
-  TRITONSERVER_Error* error = TRITONBACKEND_RequestInput(request, "input_ids", &input);
+    TRITONSERVER_Error* error = TRITONBACKEND_RequestInput(request, "input_ids", &input);
   if (error == NULL) {
     error = TRITONBACKEND_InputProperties(input, NULL, NULL, &shape, &dims, NULL, NULL);
   }
@@ -227,12 +230,17 @@ TRITONBACKEND_ModelBatchIncludeRequest(TRITONBACKEND_Request* request, void* use
     batch->empty = false;
     return NULL;
   }
-  for (uint32_t i = 0; i < dims; i++) {
-    tokens *= (uint64_t)shape[i];
+  /* [rows, width]: the tokenizer's and ensemble_bls's requests; any other rank counts as rows of one token each */
+  uint64_t rows = dims > 0 ? (uint64_t)shape[0] : 1;
+  for (uint32_t i = 1; i + 1 < dims; i++) {
+    rows *= (uint64_t)shape[i];
   }
-  *should_include = batch->empty || batch->used + tokens <= batch->batcher->budget;
+  uint64_t width = dims > 1 ? (uint64_t)shape[dims - 1] : 1;
+  uint64_t widest = width > batch->width ? width : batch->width;
+  *should_include = batch->empty || (batch->rows + rows) * widest <= batch->batcher->budget;
   if (*should_include) {
-    batch->used += tokens;
+    batch->rows += rows;
+    batch->width = widest;
     batch->empty = false;
     batch->took = true;
   }

@@ -35,18 +35,23 @@ import triton_python_backend_utils as pb_utils
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_common  # noqa: E402  (installed beside this file by build/export.py)
+import model_outputs  # noqa: E402  (the same)
 
 TOKENIZER_OUTPUTS = ["input_ids", "attention_mask", "num_tokens", "truncated", "length_group"]
 FROM_TOKENIZER = {"num_tokens", "truncated", "query_truncated"}
-PAD_VALUES = {"sparse_indices": -1}  # the encoder pads sparse ids with -1; every other output with 0
-QUANTIZED = {"embedding_int8": "int8", "embedding_uint8": "uint8", "embedding_binary": "binary",
-             "embedding_ubinary": "ubinary"}
+PAD_VALUES = {model_outputs.SPARSE[0]: -1}  # the encoder pads sparse ids with -1; every other output with 0
+# Per token of a row, the encoder's outputs that follow its width have one entry, ColBERT's one fewer (no vector for
+# CLS). A ragged encoder (export --ragged-batch) pads them to the widest row of its run: what is past the row's own
+# width is padding, cut here.
+PAST_WIDTH = {model_outputs.COLBERT[0]: -1}
+QUANTIZED = {name: precision for precision, name in model_outputs.QUANTIZED.items()}  # output -> its precision
 VECTORS = {"embedding", *QUANTIZED}  # their -1 dimension is the request's width, not a per-token one
-UNNORMALIZED = "embedding_unnormalized"  # the encoder's own output, its -1 dimension the request's width too
+UNNORMALIZED = model_outputs.UNNORMALIZED  # the encoder's own output, its -1 dimension the request's width too
 PROMPT_PARAMETERS = ("prompt_name", "input_type")
-COLBERT_TYPES = {"colbert_vectors_fp16": "fp16", "colbert_vectors_int8": "int8", "colbert_vectors_binary": "binary"}
-COLBERT_SOURCES = ["colbert_vectors", "colbert_length"]  # what the compact forms are computed from
-ON_REQUEST = {"token_embeddings", UNNORMALIZED}  # sent only when asked for by name (a request naming none: the rest)
+COLBERT_TYPES = {name: kind.removeprefix("colbert_") for kind, name in model_outputs.COLBERT_COMPACT.items()}
+COLBERT_SOURCES = list(model_outputs.COLBERT)  # what the compact forms are computed from
+# sent only when asked for by name (a request naming none gets the rest)
+ON_REQUEST = {model_outputs.TOKEN_EMBEDDINGS, UNNORMALIZED}
 
 
 def quantize(vectors, precision, ranges):
@@ -164,9 +169,13 @@ class TritonPythonModel(model_common.RequestModel):
             runs.append((rows, cut, self.runs_pool.submit(call, self.encoder_model, inputs, encoder_outputs, deadline)))
         for rows, cut, run in runs:
             for name, part in run.result().items():
+                dims = self.variable_dims.get(name, ())
+                if dims:
+                    part = part[(slice(None), *(slice(0, cut + PAST_WIDTH.get(name, 0)) if i in dims else slice(None)
+                                                for i in range(part.ndim - 1)))]
                 if name not in results:
                     shape = list(part.shape)
-                    for dim in self.variable_dims.get(name, ()):
+                    for dim in dims:
                         shape[dim + 1] += width - cut  # sparse: `width` ids; ColBERT: `width - 1` vectors
                     shape[0] = len(ids)
                     results[name] = np.full(shape, PAD_VALUES.get(name, 0), dtype=part.dtype)

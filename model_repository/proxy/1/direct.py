@@ -14,6 +14,7 @@ import sys
 import traceback
 
 import orjson
+from errors import status
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
@@ -90,7 +91,7 @@ class DirectRoutes:
         except Exception as error:  # noqa: BLE001 - answered as FastAPI would: the app's handler, else 500
             handle = self.handler(error)
             if handle is None:
-                await PlainTextResponse("Internal Server Error", 500)(scope, receive, send)
+                await PlainTextResponse("Internal Server Error", status("internal"))(scope, receive, send)
                 traceback.print_exception(error, file=sys.stderr)
                 return None
             response = await handle(request, error)

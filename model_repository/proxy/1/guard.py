@@ -3,9 +3,8 @@ import asyncio
 import time
 
 import admission
-from http_errors import ApiError, dialect
-
-ADMIN_PATHS = ("/v1/models/", "/load_clip_model", "/unload_clip_model", "/delete_clip_model")  # not admitted
+import dialects
+from errors import ApiError, response
 
 
 def released_when_answered(send, request):
@@ -23,7 +22,8 @@ class HttpGuard:
 
     - while shutting down, or while not live (the supervisor is restarting the server): 503 with Retry-After;
     - each inference request's admission.Request (its cost, its deadline), which its first Triton call admits or
-      refuses with 429 (service.infer: after the route's key and field checks); admin routes are not admitted;
+      refuses with 429 (service.infer: after the route's key and field checks); the admin router's routes are not
+      admitted (dialects.admin);
     - a body that is not JSON: 415 (stops cross-site "simple" POSTs), over max_body_bytes: 413, not received within
       body_timeout_s: 408;
     - a client that leaves before its answer: the route is cancelled (its Triton call's result is dropped), its work
@@ -39,12 +39,10 @@ class HttpGuard:
         if scope["method"] in ("GET", "HEAD", "OPTIONS"):  # probes, metrics, model lists: answered while draining
             return await self.run(scope, receive, send, None)
         if self.service.draining:
-            return await self.refuse(scope, send, ApiError(503, "the server is shutting down", "shutting_down",
-                                                    headers={"Retry-After": "1", "Connection": "close"}))
+            return await self.refuse(scope, send, ApiError("the server is shutting down", "shutting_down"))
         live, why = self.service.live()
         if not live:  # the supervisor restarts this server: a request served now would be cut by the restart
-            return await self.refuse(scope, send, ApiError(503, f"the server is being restarted ({why})", "restarting",
-                                                    headers={"Retry-After": "2", "Connection": "close"}))
+            return await self.refuse(scope, send, ApiError(f"the server is being restarted ({why})", "restarting"))
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.run(scope, receive, send, None)
         headers = dict(scope["headers"])
@@ -54,7 +52,7 @@ class HttpGuard:
             return await self.refuse(scope, send, error)
         except ConnectionError:
             return  # client left while sending: nothing to answer
-        if scope["path"].startswith(ADMIN_PATHS):  # not admitted: an admin action is no inference work
+        if dialects.admin(scope["path"]):  # not admitted: an admin action is no inference work
             return await self.run(scope, receive, send, body)
         # Admitted at its first Triton call (service.infer), after the route has checked its key and fields.
         request = admission.Request(self.gate, admission.REQUEST_COST + len(body), self.settings.request_timeout_s)
@@ -73,29 +71,28 @@ class HttpGuard:
         content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
         declared = headers.get(b"content-length", b"")
         limit = self.settings.max_body_bytes
-        close = {"Connection": "close"}  # refused before its body was read: the connection goes with it
+        # (refused before its body was read: the connection goes with the answer, errors.KINDS says)
         if declared.isdigit() and int(declared) > limit:
-            raise ApiError(413, f"request body is over the limit of {limit} bytes (setting max_body_bytes)",
-                           "body_too_large", headers=close)
+            raise ApiError(f"request body is over the limit of {limit} bytes (setting max_body_bytes)",
+                           "body_too_large")
         # No body at all (Content-Length 0, or neither it nor chunked: `curl -X POST .../load`) needs no type.
         empty = declared == b"0" or (not declared and b"transfer-encoding" not in headers)
         if content_type != b"application/json" and not content_type.endswith(b"+json") and not empty:
-            raise ApiError(415, "send the body as JSON with 'Content-Type: application/json'",
-                           "unsupported_media_type", headers=close)
+            raise ApiError("send the body as JSON with 'Content-Type: application/json'", "unsupported_media_type")
         chunks, size = [], 0
         deadline = time.monotonic() + self.settings.body_timeout_s
         while True:
             try:
                 message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
             except asyncio.TimeoutError:
-                raise ApiError(408, f"request body not received within {self.settings.body_timeout_s:g} s "
-                                    f"(setting body_timeout_s)", "body_timeout", headers=close) from None
+                raise ApiError(f"request body not received within {self.settings.body_timeout_s:g} s (setting "
+                               f"body_timeout_s)", "body_timeout") from None
             if message["type"] == "http.disconnect":
                 raise ConnectionError
             size += len(message.get("body", b""))
             if size > limit:
-                raise ApiError(413, f"request body is over the limit of {limit} bytes (setting max_body_bytes)",
-                               "body_too_large", headers=close)
+                raise ApiError(f"request body is over the limit of {limit} bytes (setting max_body_bytes)",
+                               "body_too_large")
             chunks.append(message.get("body", b""))
             if not message.get("more_body"):
                 return b"".join(chunks)
@@ -137,5 +134,4 @@ class HttpGuard:
 
     @staticmethod
     async def refuse(scope, send, error):
-        response = error.response(dialect(scope))
-        await response({"type": "http"}, None, send)
+        await response(error, dialects.shape(scope))({"type": "http"}, None, send)

@@ -1,16 +1,20 @@
 """The proxy model: an HTTP server inside Triton (one container ships) that translates HTTP to Triton calls on the
 exports' models, in-process through BLS. This file is the Triton glue: settings, and the parts beside it wired up:
-  app.py        the app, and its routes (OpenAI, seed API, bge-m3 outputs, late chunking, admin) over the Service
-                protocol; routes_cohere.py (Cohere's embed and rerank), routes_tei.py (TEI's API); route_helpers.py
-                what the routes share (key gates, model lookup, HTTP's own limits, the embed and rerank calls)
-  service.py    the service: BLS calls to each export's BLS, ensemble and rerank models; admin load/unload
+  app.py        the app, assembled from one router per dialect over the Service protocol: routes_openai.py
+                (OpenAI's embeddings and models, bge-m3's /v1/encode, late chunking), routes_seed.py (the seed API),
+                routes_cohere.py (Cohere's embed and rerank), routes_tei.py (TEI's API), routes_admin.py (load,
+                unload), routes_server.py (probes, /metrics); dialects.py makes each router and says which dialect
+                a path speaks; route_helpers.py what the routes share (key gates, model lookup, HTTP's own rules
+                on the inputs, each once, the embed and rerank calls)
+  service.py    the service, in three parts: inference.py (BLS calls to each export's models, the models' errors
+                as kinds), admin.py (load/unload), readiness.py's ModelReadiness (which models are ready)
   registry.py   the exports (cards) and their models' readiness;  triton_server.py  Triton's HTTP API (library)
   readiness.py  keeps readiness current; calls on a model that stops being ready fail at once
   guard.py      admission, body limits, disconnects;  server.py  uvicorn in its own thread
   direct.py     the plain routes' requests without FastAPI's request pipeline
   images.py     images over HTTP (CLIP exports): base64, data URIs, URL fetching and their limits
-  errors.py, http_errors.py  the service's error kinds and their HTTP answers (OpenAI's shape; TEI's on its
-                routes);  metrics.py, schemas.py
+  errors.py     the error table: every error's kind, its status and each dialect's body (OpenAI's, Cohere's,
+                TEI's); http_errors.py FastAPI's and pydantic's errors as kinds;  metrics.py, schemas.py
 Dead stubs are the supervisor model's job (model_repository/supervisor), not this one's.
 """
 import json

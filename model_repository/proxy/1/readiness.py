@@ -10,6 +10,10 @@ restarted. It also restarts the HTTP server's thread should it stop, and fails e
 Triton's HTTP port is read only once it answers as this stub's own tritonserver (answers_as: the server's --id): an
 orphan server left on the port (or any other process) would otherwise answer for ours, and /health would say 200
 for a server that is still loading, or that never gets the port and dies.
+
+ModelReadiness is the service's part of it (service.Service): what Triton says of each model, kept where requests
+read it without a question to Triton. No import of the proxy's own modules: tests/test_launch_lifecycle.py loads
+this file alone.
 """
 import json
 import os
@@ -30,6 +34,22 @@ def answers_as(triton, server_id):
         return json.loads(answer[1]).get("name") == server_id
     except (ValueError, AttributeError):
         return False
+
+
+class ModelReadiness:
+    """Service's readiness state: registry.ready (model -> ready) and bls_rows (a BLS or image model's max_batch_size,
+    learnt off the request path while it is ready)."""
+
+    def refresh_readiness(self):
+        """From the readiness thread (and after admin actions): one question per model, so requests never wait."""
+        for card in list(self.registry.cards_by_name.values()):
+            for name in card.models:
+                ready = bool(self.triton.ready(name))
+                if not ready:
+                    self.bls_rows.pop(name, None)
+                elif name in (card.bls, card.image) and name not in self.bls_rows:  # learnt off the request path
+                    self.bls_rows[name] = max(1, int((self.triton.config(name) or {}).get("max_batch_size") or 1))
+                self.registry.ready[name] = ready
 
 
 class Readiness:

@@ -142,14 +142,14 @@ class Registry:
         card = self.find(model) if model else self.default_card()
         if card is None:
             if not model:
-                raise Unavailable("no model is served: export one (build/export.py)", "model_not_found")
+                raise Unavailable("no model is served: export one (build/export.py)", "no_model_served")
             served = ", ".join(sorted(c.id for c in self.cards())) or "none"
             raise NotFound(f"model '{model}' is not served here (served: {served})", "model_not_found", "model")
         if not self.is_ready(card):
             if not self.expected(card):
                 raise NotFound(f"model '{card.id}' is not loaded (POST /v1/models/{card.id}/load)", "model_not_found",
                                "model")
-            raise Unavailable(f"model '{card.id}' is not ready (loading)", "model_not_ready", "model", retry_after=1)
+            raise Unavailable(f"model '{card.id}' is not ready (loading)", "model_not_ready", "model")
         return card
 
     def cards(self):

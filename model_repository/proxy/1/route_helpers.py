@@ -1,17 +1,20 @@
-"""What every dialect's routes share (app.py: OpenAI, the seed API, bge-m3's outputs, rerank, admin; routes_tei.py:
-Hugging Face TEI's API; routes_cohere.py: Cohere's): the orjson route class, the key gates, the model lookup, HTTP's
-own limits on texts, the embed call with its metrics, and the answer's pieces. No Triton import here."""
+"""What every dialect's routes share (routes_openai.py, routes_seed.py, routes_cohere.py, routes_tei.py,
+routes_admin.py): the orjson route class, the key gates, the model lookup, HTTP's own rules on a request's inputs
+(each written once, naming the field in the dialect's own words), the embed and rerank calls with their metrics,
+and the answer's pieces. No Triton import here."""
 import base64
 import hmac
+import uuid
 from contextlib import contextmanager
 
+import errors
 import model_errors
+import model_outputs
 import numpy as np
 import orjson
-from errors import ServiceError, rename_field
+from errors import ApiError, rename_field
 from fastapi import Depends, Request
 from fastapi.routing import APIRoute
-from http_errors import ApiError
 from starlette.responses import Response
 
 import schemas
@@ -39,6 +42,15 @@ def json_response(content, headers=None):
     return Response(orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY), 200, headers, "application/json")
 
 
+ERROR_SCHEMAS = {"openai": schemas.ErrorResponse, "cohere": schemas.CohereErrorResponse,
+                 "tei": schemas.TeiErrorResponse}
+
+
+def error_responses(shape, routes="api"):
+    """OpenAPI's error answers of a dialect's routes, statuses from the error table (errors.KINDS)."""
+    return errors.documented(shape, ERROR_SCHEMAS[shape], routes)
+
+
 # ---------------------------------------------------------------- gates (route dependencies: checked before the body
 # is validated, so a caller without the key learns nothing about the request schema)
 def authorize(request, key, what="API"):
@@ -47,8 +59,7 @@ def authorize(request, key, what="API"):
         return
     scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
-        raise ApiError(401, f"missing or wrong {what} key: send 'Authorization: Bearer <key>'", "invalid_api_key",
-                       headers={"WWW-Authenticate": "Bearer"})
+        raise ApiError(f"missing or wrong {what} key: send 'Authorization: Bearer <key>'", "invalid_api_key")
 
 
 # async: FastAPI runs a plain `def` dependency in a worker thread, a thread round trip on every request (~0.3 ms).
@@ -58,62 +69,95 @@ async def user_key(request: Request):
 
 async def admin_key(request: Request):
     if not request.app.state.settings.admin_api_key:
-        raise ApiError(403, "the admin routes are off: set ADMIN_API_KEY (or ADMIN_API_KEY_FILE) to use them",
+        raise ApiError("the admin routes are off: set ADMIN_API_KEY (or ADMIN_API_KEY_FILE) to use them",
                        "admin_disabled")
     authorize(request, request.app.state.settings.admin_api_key, "admin")
 
 
-ERRORS = {status: {"model": schemas.ErrorResponse} for status in (400, 401, 404, 413, 415, 422, 429, 503, 504)}
 USER = [Depends(user_key)]
 
 
-# ---------------------------------------------------------------- helpers of the routes
+# ---------------------------------------------------------------- HTTP's own rules on the inputs, each once: `param`
+# is the request parameter in the dialect's words (input, inputs, texts, query, documents, ids), `field` the item
+def need_items(items, param, field=None, what="a text or a non-empty list of texts"):
+    """A request's list of inputs must hold one at least (400 invalid_input; TEI: 422)."""
+    if not items:
+        raise ApiError(f"is empty: send {what}", "invalid_input", param, field or param)
+
+
+def check_count(request, count, param):
+    """Items per request: at most max_inputs_per_request (the proxy cuts them into the BLS model's pieces)."""
+    limit = request.app.state.settings.max_inputs_per_request
+    if count > limit:
+        raise ApiError(f"{count} inputs is over the limit of {limit} per request (setting max_inputs_per_request)",
+                       "too_many", param)
+
+
+def check_length(request, length, field, param, unit="characters"):
+    """One input's length: at most max_input_chars characters (token ids for /decode: as many as a text's)."""
+    limit = request.app.state.settings.max_input_chars
+    if length > limit:
+        also = "" if unit == "characters" else ": as many as a text may have characters"
+        raise ApiError(f"holds {length} {unit}, over the limit of {limit} (setting max_input_chars{also})",
+                       "too_long", param, field)
+
+
+def check_text(request, text, field, param):
+    """One text: its characters, and JSON's lone surrogates ("\\ud800": valid JSON, not valid Unicode). Its own
+    rules (empty, bytes, tokens) are the tokenizer's: its error names the field too."""
+    check_length(request, len(text), field, param)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ApiError(f"is not valid Unicode: a lone surrogate at character {error.start}", "invalid_input",
+                           param, field) from None
+
+
+def check_texts(request, texts, param, count=True):
+    """check_text for each of a list of texts (param[i]); `count`: and how many (not for rerank, whose model counts
+    its documents)."""
+    if count:
+        check_count(request, len(texts), param)
+    for i, text in enumerate(texts):
+        check_text(request, text, f"{param}[{i}]", param)
+    return texts
+
+
+def refuse_cut(card, cut, param, single=False):
+    """truncate false: an input the model cut to its max length is a 422 naming it (param[i], or param itself for
+    a single one)."""
+    cut = np.asarray(cut, dtype=bool).reshape(-1)
+    if cut.any():
+        field = param if single else f"{param}[{int(np.argmax(cut))}]"
+        raise ApiError(f"is longer than the model's maximum of {card.max_length} tokens (truncate is false)",
+                       "too_long", param, field)
+
+
+def need(card, output, route, param="model"):
+    """The model must serve `output`; `param`: the client's field that asked for it (default: the model)."""
+    if output not in card.outputs:
+        raise ApiError(f"model '{card.id}' serves {', '.join(card.outputs)}, not {output} (needed by {route}); "
+                       f"export it with --outputs {output}", "not_served", param)
+
+
+def need_images(card):
+    if not card.image:
+        raise ApiError(f"model '{card.id}' serves text only: images need a CLIP export (one with an image model)",
+                       "not_served", "model")
+
+
+# ---------------------------------------------------------------- the calls
 def select(request, model):
     card = request.app.state.service.resolve(model)
     request.scope["state"]["model"] = card.id
     return card
 
 
-def check_texts(request, texts, param, count=True):
-    """What HTTP's own limits say of a list of texts: how many per request (`count`: the proxy cuts them into the
-    BLS model's pieces; not for rerank, whose model counts its documents), characters per text, JSON's lone
-    surrogates. The texts' own rules (empty, bytes, tokens) are the tokenizer's: its error names param[i]."""
-    settings = request.app.state.settings
-    if count and len(texts) > settings.max_inputs_per_request:
-        raise ApiError(422, f"{len(texts)} inputs is over the limit of {settings.max_inputs_per_request} per request "
-                            f"(setting max_inputs_per_request)", "too_many_inputs", param)
-    for i, text in enumerate(texts):
-        if len(text) > settings.max_input_chars:
-            raise ApiError(422, f"{param}[{i}] has {len(text)} characters, over the limit of "
-                                f"{settings.max_input_chars} (setting max_input_chars)", "input_too_long", param,
-                           field=f"{param}[{i}]")
-        if not text.isascii():
-            unicode_text(text, f"{param}[{i}]", param)
-    return texts
-
-
-def unicode_text(text, where, param):
-    """A 400 naming the text when it holds a lone surrogate (JSON's "\\ud800": valid JSON, not valid Unicode)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ApiError(400, f"{where} is not valid Unicode: a lone surrogate at character {error.start}",
-                       "invalid_text", param, field=where) from None
-
-
-def need(card, output, route, param="model"):
-    """A 400 when the model lacks `output`; `param`: the client's field that asked for it (default: the model)."""
-    if output not in card.outputs:
-        raise ApiError(400, f"model '{card.id}' serves {', '.join(card.outputs)}, not {output} (needed by {route}); "
-                            f"export it with --outputs {output}", "output_not_served", param)
-
-
 async def embed(request, card, texts, outputs, param, truncate, parameters=None):
     result = await request.app.state.service.embed(card, texts, outputs, param, parameters)
-    if not truncate and result.truncated.any():
-        i = int(np.argmax(result.truncated))
-        raise ApiError(422, f"{param}[{i}] is longer than the model's maximum of {card.max_length} tokens (truncate "
-                            f"is false)", "context_length_exceeded", param, field=f"{param}[{i}]")
+    if not truncate:
+        refuse_cut(card, result.truncated, param)
     request.app.state.metrics.observe_embedding(card.id, len(texts), int(result.tokens.sum()),
                                                 int(result.truncated.sum()))
     return result
@@ -125,7 +169,7 @@ def client_indices(param, indices):
     client's index instead: indices[i]."""
     try:
         yield
-    except (ApiError, ServiceError) as error:
+    except ApiError as error:
         name, i = model_errors.split_field(error.field or "")
         if name == param and i is not None and i < len(indices):
             rename_field(error, f"{param}[{indices[i]}]")
@@ -134,11 +178,11 @@ def client_indices(param, indices):
 
 @contextmanager
 def client_fields(renames):
-    """The models name their own fields (`dimensions`); a route whose client sent another name (Cohere's
-    `output_dimension`) answers in the client's terms: the error's param and the field its message leads with."""
+    """The models and the shared rules name their own fields (`dimensions`, `documents`); a route whose client sent
+    another name (Cohere's `output_dimension`, TEI's `texts`) answers in the client's terms: param and field."""
     try:
         yield
-    except (ApiError, ServiceError) as error:
+    except ApiError as error:
         if error.param in renames:
             name, i = model_errors.split_field(error.field or "")
             if name == error.param:
@@ -147,18 +191,41 @@ def client_fields(renames):
         raise
 
 
-def need_images(card):
-    if not card.image:
-        raise ApiError(400, f"model '{card.id}' serves text only: images need a CLIP export (one with an image "
-                            f"model)", "images_not_served", "model")
-
-
 async def embed_images(request, card, pictures, param, indices=None):
     vectors, inference_ms = await request.app.state.service.embed_images(card, pictures, param, indices)
     request.app.state.metrics.observe_embedding(card.id, len(pictures), 0, 0)
     return np.ascontiguousarray(vectors, dtype=np.float32), inference_ms
 
 
+MODES = model_outputs.MODES  # the rerank model's mode_scores columns
+
+
+async def score_documents(request, model, query, documents, weights=None, truncate=True, parameters=None):
+    """The export's rerank model over (query, documents), for every rerank dialect (and TEI's /similarity: dense
+    weights only): the checks that are HTTP's own, the model's kind, the call and its metrics -> (card, result, the
+    modes served, how many texts were cut). parameters: the request parameters (prompt_name), passed on."""
+    check_text(request, query, "query", "query")
+    check_texts(request, documents, "documents", count=False)  # the rerank model counts them (max_documents)
+    card = select(request, model)
+    if card.rerank is None:
+        raise ApiError(f"model '{card.id}' has no rerank model", "not_served", "model")
+    served = [mode for mode in MODES if mode in card.outputs]
+    if card.kind == "cross-encoder":
+        if weights is not None:
+            raise ApiError(f"weights: model '{card.id}' is a cross-encoder; weights are for bge-m3's modes",
+                           "invalid_value", "weights")
+    elif not served:
+        raise ApiError(f"model '{card.id}' serves none of dense, sparse, colbert", "not_served")
+    result = await request.app.state.service.rerank(card, query, documents, weights or (1.0, 1.0, 1.0), parameters)
+    if not truncate:
+        refuse_cut(card, [result.query_truncated], "query", single=True)
+        refuse_cut(card, result.truncated, "documents")
+    truncated = int(result.query_truncated) + int(result.truncated.sum())
+    request.app.state.metrics.observe_embedding(card.id, 1 + len(documents), result.tokens, truncated)
+    return card, result, served, truncated
+
+
+# ---------------------------------------------------------------- the answers' pieces
 def usage(tokens):
     return {"prompt_tokens": int(tokens), "total_tokens": int(tokens)}
 
@@ -176,14 +243,11 @@ def vector_rows(result, kind):
     return np.ascontiguousarray(result.dense, dtype=np.float32) if kind == "float" else result.quantized[kind]
 
 
-QUANTIZED = ("int8", "uint8", "binary", "ubinary")
+QUANTIZED = tuple(model_outputs.QUANTIZED)
 
 
 def as_list(value):
     return [value] if isinstance(value, str) else value
-
-
-MODES = ("dense", "sparse", "colbert")  # the rerank model's mode_scores columns
 
 
 def best_first(scores, top_n=None):
@@ -191,31 +255,26 @@ def best_first(scores, top_n=None):
     return sorted(range(len(scores)), key=lambda i: -scores[i])[:top_n or len(scores)]
 
 
-async def score_documents(request, model, query, documents, weights=None, truncate=True, parameters=None):
-    """The export's rerank model over (query, documents), for every rerank dialect (and TEI's /similarity: dense
-    weights only): the checks that are HTTP's own, the model's kind, the call and its metrics -> (card, result, the
-    modes served, how many texts were cut). parameters: the request parameters (prompt_name), passed on."""
-    settings = request.app.state.settings
-    unicode_text(query, "query", "query")
-    if len(query) > settings.max_input_chars:
-        raise ApiError(422, f"query has {len(query)} characters, over the limit of {settings.max_input_chars} "
-                            f"(setting max_input_chars)", "input_too_long", "query", field="query")
-    check_texts(request, documents, "documents", count=False)  # the rerank model counts them (max_documents)
-    card = select(request, model)
-    if card.rerank is None:
-        raise ApiError(400, f"model '{card.id}' has no rerank model", "output_not_served", "model")
-    served = [mode for mode in MODES if mode in card.outputs]
-    if card.kind == "cross-encoder":
-        if weights is not None:
-            raise ApiError(400, f"weights: model '{card.id}' is a cross-encoder; weights are for bge-m3's modes",
-                           "invalid_value", "weights")
-    elif not served:
-        raise ApiError(400, f"model '{card.id}' serves none of dense, sparse, colbert", "output_not_served")
-    result = await request.app.state.service.rerank(card, query, documents, weights or (1.0, 1.0, 1.0), parameters)
-    if not truncate and (result.query_truncated or result.truncated.any()):
-        what = "query" if result.query_truncated else f"documents[{int(np.argmax(result.truncated))}]"
-        raise ApiError(422, f"{what} is longer than the model's maximum of {card.max_length} tokens (truncate is "
-                            f"false)", "context_length_exceeded", what.split("[")[0], field=what)
-    truncated = int(result.query_truncated) + int(result.truncated.sum())
-    request.app.state.metrics.observe_embedding(card.id, 1 + len(documents), result.tokens, truncated)
-    return card, result, served, truncated
+def ranked(result, documents, top_n, return_documents, served=()):
+    """Cohere's results, best first: index, relevance_score, the per-mode scores of `served` (bge-m3's modes; v1
+    only), the document when asked."""
+    scores = result.scores.tolist()
+    modes = served if result.mode_scores is not None else ()
+    return [{"index": i, "relevance_score": scores[i],
+             **({"scores": {mode: float(result.mode_scores[i, MODES.index(mode)]) for mode in modes}}
+                if modes else {}),
+             **({"document": {"text": documents[i]}} if return_documents else {})}
+            for i in best_first(scores, top_n)]
+
+
+async def rerank_v1_answer(request, body):
+    """The rerank answer in Cohere's v1 shape, with bge-m3's per-mode scores and `usage`: POST /v1/rerank's, and
+    TEI's /rerank's for a body with Cohere's `documents` (Infinity's and Cohere's clients post there)."""
+    documents = [d if isinstance(d, str) else d.text for d in body.documents]
+    card, result, served, truncated = await score_documents(request, body.model, body.query, documents,
+                                                            body.weights, body.truncate)
+    answer = {"id": str(uuid.uuid4()), "results": ranked(result, documents, body.top_n, body.return_documents,
+                                                          served),
+              "model": card.id, "usage": usage(result.tokens),
+              "meta": {"api_version": {"version": "1"}, "billed_units": {"search_units": 1}}}
+    return json_response(answer, timing_headers(truncated, result.inference_ms))

@@ -1,22 +1,26 @@
 """Cohere's API, over the same models, limits and error contract as the other routes: embed v2 (POST /v2/embed) and
 v1 (POST /v1/embed), rerank v2 (POST /v2/rerank) and v1 (POST /v1/rerank, this server's own rerank route: Cohere's
-v1 shape with bge-m3's per-mode scores and weights). Cohere's SDK (ClientV2 / Client with base_url) posts to these."""
+v1 shape with bge-m3's per-mode scores and weights). Cohere's SDK (ClientV2 / Client with base_url) posts to these.
+Errors in Cohere's shape (its `message`, OpenAI's error object beside it); its fields by Cohere's names
+(`output_dimension`, `texts`)."""
 import uuid
 
+import dialects
 import route_helpers as shared
-from fastapi import APIRouter, Request
-from http_errors import ApiError
+from errors import ApiError
+from fastapi import Request
 
 import schemas
 
-router = APIRouter(route_class=shared.OrjsonRoute)
+router = dialects.router("cohere")
+ERRORS = shared.error_responses("cohere")
 
 
 async def embed_by_type(request, body, route, kinds, dimensions=None):
     """The texts' vectors of each embedding type -> (rows by type, tokens, the answer's timing headers)."""
     if body.truncate == "START":
-        raise ApiError(400, "truncate START is not served: the tokenizer keeps a text's first tokens (use END or "
-                            "NONE)", "invalid_value", "truncate")
+        raise ApiError("START is not served: the tokenizer keeps a text's first tokens (use END or NONE)",
+                       "invalid_value", "truncate", "truncate")
     card = shared.select(request, body.model)
     shared.need(card, "dense", route)
     parameters = {"dimensions": dimensions, "input_type": body.input_type, "prompt_name": body.prompt_name}
@@ -28,8 +32,7 @@ async def embed_by_type(request, body, route, kinds, dimensions=None):
             shared.timing_headers(result.truncated.sum(), result.inference_ms))
 
 
-@router.post("/v2/embed", dependencies=shared.USER, response_model=schemas.CohereEmbedResponse,
-             responses=shared.ERRORS)
+@router.post("/v2/embed", dependencies=shared.USER, response_model=schemas.CohereEmbedResponse, responses=ERRORS)
 async def cohere_embed(request: Request, body: schemas.CohereEmbedRequest):
     """Cohere's embed v2: `texts`, `input_type`, `embedding_types` (several at once), `output_dimension`."""
     embeddings, tokens, headers = await embed_by_type(request, body, "/v2/embed",
@@ -40,7 +43,7 @@ async def cohere_embed(request: Request, body: schemas.CohereEmbedRequest):
                                  "response_type": "embeddings_by_type"}, headers)
 
 
-@router.post("/v1/embed", dependencies=shared.USER, response_model=dict, responses=shared.ERRORS)
+@router.post("/v1/embed", dependencies=shared.USER, response_model=dict, responses=ERRORS)
 async def cohere_embed_v1(request: Request, body: schemas.CohereV1EmbedRequest):
     """Cohere's embed v1: without `embedding_types`, `embeddings` is the float vectors (`embeddings_floats`); with
     them, one list per type (`embeddings_by_type`), as v2's."""
@@ -53,50 +56,27 @@ async def cohere_embed_v1(request: Request, body: schemas.CohereV1EmbedRequest):
                                  "response_type": "embeddings_by_type" if by_type else "embeddings_floats"}, headers)
 
 
-@router.post("/v1/rerank", dependencies=shared.USER, response_model=schemas.RerankResponse,
-             responses=shared.ERRORS)
+@router.post("/v1/rerank", dependencies=shared.USER, response_model=schemas.RerankResponse, responses=ERRORS)
 async def rerank(request: Request, body: schemas.RerankRequest):
     """Scores each document against the query with the export's rerank model, by the model's kind: a cross-encoder's
     relevance (CrossEncoder.predict, FlagReranker.compute_score normalized); for an embedding model bge-m3's
     combined score, as FlagEmbedding's compute_score ('colbert+sparse+dense' with `weights`; models without
     sparse/ColBERT outputs use what they serve). Cohere's v1 shape, with `scores` per mode and `usage`."""
-    return await rerank_v1_answer(request, body)
+    return await shared.rerank_v1_answer(request, body)
 
 
-def ranked(result, documents, top_n, return_documents, served=()):
-    """Cohere's results, best first: index, relevance_score, the per-mode scores of `served` (bge-m3's modes; v1
-    only), the document when asked."""
-    scores = result.scores.tolist()
-    modes = served if result.mode_scores is not None else ()
-    return [{"index": i, "relevance_score": scores[i],
-             **({"scores": {mode: float(result.mode_scores[i, shared.MODES.index(mode)]) for mode in modes}}
-                if modes else {}),
-             **({"document": {"text": documents[i]}} if return_documents else {})}
-            for i in shared.best_first(scores, top_n)]
-
-
-async def rerank_v1_answer(request, body):
-    documents = [d if isinstance(d, str) else d.text for d in body.documents]
-    card, result, served, truncated = await shared.score_documents(request, body.model, body.query, documents,
-                                                                   body.weights, body.truncate)
-    results = ranked(result, documents, body.top_n, body.return_documents, served)
-    answer = {"id": str(uuid.uuid4()), "results": results, "model": card.id, "usage": shared.usage(result.tokens),
-              "meta": {"api_version": {"version": "1"}, "billed_units": {"search_units": 1}}}
-    return shared.json_response(answer, shared.timing_headers(truncated, result.inference_ms))
-
-
-@router.post("/v2/rerank", dependencies=shared.USER, response_model=dict, responses=shared.ERRORS)
+@router.post("/v2/rerank", dependencies=shared.USER, response_model=dict, responses=ERRORS)
 async def cohere_rerank_v2(request: Request, body: schemas.CohereRerankRequest):
     """Cohere's rerank v2: `query`, `documents`, `top_n`, `max_tokens_per_doc` -> `results` [{index,
     relevance_score}] best first, and `meta`. Documents are cut at the model's max tokens (max_tokens_per_doc may not
     ask for fewer)."""
     card = shared.select(request, body.model)
     if body.max_tokens_per_doc is not None and body.max_tokens_per_doc < card.max_length:
-        raise ApiError(400, f"max_tokens_per_doc {body.max_tokens_per_doc} is not served: documents are cut at the "
-                            f"model's max of {card.max_length} tokens (send at least that, or leave it out)",
-                       "invalid_value", "max_tokens_per_doc")
+        raise ApiError(f"{body.max_tokens_per_doc} is not served: documents are cut at the model's max of "
+                       f"{card.max_length} tokens (send at least that, or leave it out)", "invalid_value",
+                       "max_tokens_per_doc", "max_tokens_per_doc")
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
     _, result, _, truncated = await shared.score_documents(request, body.model, body.query, documents)
-    answer = {"id": str(uuid.uuid4()), "results": ranked(result, documents, body.top_n, body.return_documents),
+    answer = {"id": str(uuid.uuid4()), "results": shared.ranked(result, documents, body.top_n, body.return_documents),
               "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}}}
     return shared.json_response(answer, shared.timing_headers(truncated, result.inference_ms))

@@ -4,37 +4,38 @@ contract as the other routes: POST /embed, / (the served model's kind: /embed, o
 InferenceClient posts), /embed_all (the encoder's token vectors, from the BLS model), /embed_sparse, /rerank (TEI's
 `texts`, or Cohere's `documents`: answered as /v1/rerank), /predict (the cross-encoder's BLS model), /similarity
 (the rerank model, dense weights only), /tokenize and /decode (the tokenizer model's two tasks), GET /info. Errors
-in TEI's shape and statuses on every one of these paths, whatever the body (http_errors.TEI_PATHS): 422 for a
-validation error, 413 for too many inputs. `truncate` is false unless asked on every route (TEI started with
+in TEI's shape and statuses on every one of these paths, whatever the body (dialects.shape; statuses from the error
+table's TEI column, errors.KINDS): 422 for a validation error, 413 for too many inputs; the shared rules name TEI's
+fields (`texts`, `inputs.sentences`). `truncate` is false unless asked on every route (TEI started with
 --auto-truncate false, as /info says). TEI serves one model; here a body's `model` picks an export, else the default
 one."""
+import dialects
 import numpy as np
 import route_helpers as shared
-import routes_cohere
 from direct import DirectRoutes
-from fastapi import APIRouter, Request
-from http_errors import ApiError
+from errors import ApiError
+from fastapi import Request
 from pydantic import TypeAdapter
 
 import schemas
 
-router = APIRouter(route_class=shared.OrjsonRoute)
+router = dialects.router("tei")
+ERRORS = shared.error_responses("tei")
 EMBED, RERANK, COHERE_RERANK, PREDICT, SIMILARITY = (TypeAdapter(kind) for kind in (
     schemas.TeiEmbedRequest, schemas.TeiRerankRequest, schemas.RerankRequest, schemas.TeiPredictRequest,
     schemas.TeiSimilarityRequest))
 VERSION = "triton-embed 2.0 (TEI API 1.9)"
 
 
-
 def served_as_tei(body):
     """What TEI refuses or this server cannot do, named by field (422, TEI's Validation)."""
     direction = getattr(body, "truncation_direction", "Right")
     if direction.lower() == "left":
-        raise ApiError(422, "truncation_direction Left is not served: the tokenizer keeps a text's first tokens "
-                            "(Right)", "invalid_value", "truncation_direction")
+        raise ApiError("Left is not served: the tokenizer keeps a text's first tokens (Right)", "invalid_value",
+                       "truncation_direction", "truncation_direction")
 
 
-@router.post("/embed", dependencies=shared.USER, response_model=list[list[float]], responses=shared.ERRORS)
+@router.post("/embed", dependencies=shared.USER, response_model=list[list[float]], responses=ERRORS)
 async def tei_embed(request: Request, body: schemas.TeiEmbedRequest):
     """TEI's embed: `inputs` (a text or a list) -> one vector per input. `truncate` false or absent (TEI's
     default): an input over the model's max tokens is a 422."""
@@ -43,16 +44,14 @@ async def tei_embed(request: Request, body: schemas.TeiEmbedRequest):
 
 async def embed_answer(request, body):
     served_as_tei(body)
-    texts = shared.check_texts(request, shared.as_list(body.inputs), "inputs")
-    if not texts:
-        raise ApiError(422, "`inputs` cannot be empty", "invalid_input", "inputs")
+    texts = texts_of(request, body.inputs)
     card = shared.select(request, body.model)
     shared.need(card, "dense", "/embed")
     # normalize false (Haystack's TEI embedder sends it): the graph's pooled vector before its L2 step
     normalize = body.normalize is not False
     if not normalize and not card.unnormalized:
-        raise ApiError(422, f"normalize false needs the encoder's unnormalized output, which model '{card.id}' was "
-                            f"exported without (an older export): export it again", "invalid_value", "normalize")
+        raise ApiError(f"false needs the encoder's unnormalized output, which model '{card.id}' was exported "
+                       f"without (an older export): export it again", "invalid_value", "normalize", "normalize")
     parameters = {"dimensions": body.dimensions, "prompt_name": body.prompt_name}
     result = await shared.embed(request, card, texts, ("dense",) if normalize else ("unnormalized",), "inputs",
                                 bool(body.truncate), parameters)
@@ -62,7 +61,7 @@ async def embed_answer(request, body):
 
 
 @router.post("/embed_sparse", dependencies=shared.USER, response_model=list[list[schemas.SparseEntry]],
-             responses=shared.ERRORS)
+             responses=ERRORS)
 async def embed_sparse(request: Request, body: schemas.EmbedSparseRequest):
     """TEI's sparse route: `[[{"index": token id, "value": weight}, ...], ...]` per input. `truncate` as /embed's
     (false or absent: an input over the model's max tokens is a 422)."""
@@ -76,14 +75,14 @@ async def embed_sparse(request: Request, body: schemas.EmbedSparseRequest):
     return shared.json_response(rows, shared.timing_headers(result.truncated.sum(), result.inference_ms))
 
 
-@router.post("/rerank", dependencies=shared.USER, response_model=list[dict], responses=shared.ERRORS)
+@router.post("/rerank", dependencies=shared.USER, response_model=list[dict], responses=ERRORS)
 async def tei_rerank(request: Request):
     """TEI's rerank: `query`, `texts`, `raw_scores`, `return_text`, `truncate` -> `[{index, score, text?}]`, best
     first. A body with Cohere's `documents` instead is answered as POST /v1/rerank (Infinity's and Cohere's clients
     post there without a version); its errors, as every error on this path, in TEI's shape and statuses."""
     body = await DirectRoutes.json_body(request)
     if isinstance(body, dict) and "documents" in body and "texts" not in body:
-        return await routes_cohere.rerank_v1_answer(request, DirectRoutes.validated(body, COHERE_RERANK))
+        return await shared.rerank_v1_answer(request, DirectRoutes.validated(body, COHERE_RERANK))
     return await rerank_answer(request, DirectRoutes.validated(body, RERANK))
 
 
@@ -99,7 +98,7 @@ async def rerank_answer(request, body):
     return shared.json_response(ranked, shared.timing_headers(truncated, result.inference_ms))
 
 
-@router.post("/", dependencies=shared.USER, responses=shared.ERRORS)
+@router.post("/", dependencies=shared.USER, responses=ERRORS)
 async def tei_root(request: Request):
     """As TEI answers at its root, by the served model's kind: an embedding model's /embed (or /similarity for
     `inputs` with `source_sentence`, which TEI serves there with TASK=sentence-similarity), a one-label
@@ -124,20 +123,19 @@ def label_names(card):
 
 def texts_of(request, inputs):
     texts = shared.check_texts(request, shared.as_list(inputs), "inputs")
-    if not texts:
-        raise ApiError(422, "`inputs` cannot be empty", "invalid_input", "inputs")
+    shared.need_items(texts, "inputs")
     return texts
 
 
 def embedding_export(card, route):
-    """A 400 for a model that is not a text embedding export (TEI: "model is not an embedding model")."""
+    """A model that is not a text embedding export (TEI: "model is not an embedding model")."""
     if card.kind != "embedding":
-        raise ApiError(400, f"model '{card.id}' is a {card.kind} export; {route} serves text embedding exports",
-                       "output_not_served", "model")
+        raise ApiError(f"model '{card.id}' is a {card.kind} export; {route} serves text embedding exports",
+                       "not_served", "model")
 
 
 @router.post("/embed_all", dependencies=shared.USER, response_model=list[list[list[float]]],
-             responses=shared.ERRORS)
+             responses=ERRORS)
 async def embed_all(request: Request, body: schemas.TeiEmbedAllRequest):
     """TEI's embed_all: per input, every token's vector (special tokens included): the encoder's last hidden state,
     before pooling and normalization. `truncate` as /embed's. The answer holds at most max_embed_all_numbers
@@ -170,9 +168,9 @@ async def bound_token_vectors(request, card, texts, parameters):
 def answer_size(request, tokens, hidden):
     limit = request.app.state.settings.max_embed_all_numbers
     if tokens * hidden > limit:
-        raise ApiError(413, f"inputs: the answer would hold {tokens * hidden} numbers ({tokens} tokens x {hidden} "
-                            f"per token), over the limit of {limit} (setting max_embed_all_numbers): send fewer or "
-                            f"shorter inputs", "answer_too_large", "inputs", field="inputs")
+        raise ApiError(f"inputs: the answer would hold {tokens * hidden} numbers ({tokens} tokens x {hidden} per "
+                       f"token), over the limit of {limit} (setting max_embed_all_numbers): send fewer or shorter "
+                       f"inputs", "answer_too_large", "inputs")
 
 
 def predict_items(inputs):
@@ -180,20 +178,19 @@ def predict_items(inputs):
     of strings one input of 1 or 2 texts, a list of lists a batch of such."""
     if isinstance(inputs, str):
         return True, [(inputs,)]
-    if not inputs:
-        raise ApiError(422, "`inputs` cannot be empty", "invalid_input", "inputs")
+    shared.need_items(inputs, "inputs")
     single = isinstance(inputs[0], str)
     items = [inputs] if single else inputs
     for i, item in enumerate(items):
         if len(item) not in (1, 2):
             where = "inputs" if single else f"inputs[{i}]"
-            raise ApiError(422, f"{where} holds {len(item)} texts: an input is a text or a pair [text, text]",
-                           "invalid_value", "inputs", field=where)
+            raise ApiError(f"holds {len(item)} texts: an input is a text or a pair [text, text]", "invalid_value",
+                           "inputs", where)
     return single, [tuple(item) for item in items]
 
 
 @router.post("/predict", dependencies=shared.USER, response_model=list[dict] | list[list[dict]],
-             responses=shared.ERRORS)
+             responses=ERRORS)
 async def predict(request: Request, body: schemas.TeiPredictRequest):
     """TEI's predict: a cross-encoder's classifier over a text or a pair of texts (or a batch of them) -> per
     input, every label with its score, best first. A pair is (first, second) as the model reads a (query,
@@ -210,13 +207,11 @@ async def predict_answer(request, body):
         shared.check_texts(request, [items[i][0] for i in pairs], "inputs", count=False)
     card = shared.select(request, body.model)
     if card.kind != "cross-encoder":
-        raise ApiError(400, f"model '{card.id}' is not a classifier: /predict serves cross-encoder exports",
-                       "output_not_served", "model")
+        raise ApiError(f"model '{card.id}' is not a classifier: /predict serves cross-encoder exports", "not_served",
+                       "model")
     logits, scores, tokens, truncated, inference_ms = await request.app.state.service.predict(card, items, "inputs")
-    if not body.truncate and truncated.any():
-        i = int(np.argmax(truncated))
-        raise ApiError(422, f"inputs[{i}] is longer than the model's maximum of {card.max_length} tokens (truncate "
-                            f"is false)", "context_length_exceeded", "inputs", field=f"inputs[{i}]")
+    if not body.truncate:
+        shared.refuse_cut(card, truncated, "inputs")
     request.app.state.metrics.observe_embedding(card.id, sum(len(item) for item in items), tokens,
                                                 int(truncated.sum()))
     labels, values = label_names(card), logits if body.raw_scores else scores
@@ -226,7 +221,7 @@ async def predict_answer(request, body):
                                 shared.timing_headers(int(truncated.sum()), inference_ms))
 
 
-@router.post("/similarity", dependencies=shared.USER, response_model=list[float], responses=shared.ERRORS)
+@router.post("/similarity", dependencies=shared.USER, response_model=list[float], responses=ERRORS)
 async def similarity(request: Request, body: schemas.TeiSimilarityRequest):
     """TEI's similarity: the cosine similarity of `inputs.source_sentence` with each of `inputs.sentences`, from
     the export's rerank model with only its dense score (its vectors are unit length: cosine = dot product).
@@ -248,7 +243,7 @@ async def similarity_answer(request, body):
                                 shared.timing_headers(truncated, result.inference_ms))
 
 
-@router.post("/tokenize", dependencies=shared.USER, response_model=list[list[dict]], responses=shared.ERRORS)
+@router.post("/tokenize", dependencies=shared.USER, response_model=list[list[dict]], responses=ERRORS)
 async def tokenize(request: Request, body: schemas.TeiTokenizeRequest):
     """TEI's tokenize, from the export's tokenizer model: per input, every token (not truncated; the prompt's
     included) as {id, text, special, start, stop}; start and stop are bytes of the tokenized text, null for a
@@ -261,32 +256,25 @@ async def tokenize(request: Request, body: schemas.TeiTokenizeRequest):
                                    "stop": t.stop} for t in row] for row in tokens])
 
 
-@router.post("/decode", dependencies=shared.USER, response_model=list[str], responses=shared.ERRORS)
+@router.post("/decode", dependencies=shared.USER, response_model=list[str], responses=ERRORS)
 async def decode(request: Request, body: schemas.TeiDecodeRequest):
     """TEI's decode, from the export's tokenizer model: token ids (a list, or a list of lists) -> one text per
     list; skip_special_tokens (default true) leaves the special tokens out. Rows: at most max_inputs_per_request
     (413), each of 1 to max_input_chars ids (as a text's characters: 422)."""
     single = not body.ids or isinstance(body.ids[0], int)
     rows = [body.ids] if single else body.ids
-    settings = request.app.state.settings
-    if len(rows) > settings.max_inputs_per_request:
-        raise ApiError(422, f"{len(rows)} inputs is over the limit of {settings.max_inputs_per_request} per request "
-                            f"(setting max_inputs_per_request)", "too_many_inputs", "ids")
+    shared.check_count(request, len(rows), "ids")
     for i, row in enumerate(rows):
         where = "ids" if single else f"ids[{i}]"
-        if not row:
-            raise ApiError(422, f"{where} is empty: give at least one token id", "invalid_input", "ids", field=where)
-        if len(row) > settings.max_input_chars:
-            raise ApiError(422, f"{where} holds {len(row)} ids, over the limit of {settings.max_input_chars} "
-                                f"(setting max_input_chars: as many as a text may have characters)",
-                           "input_too_long", "ids", field=where)
+        shared.need_items(row, "ids", where, "at least one token id")
+        shared.check_length(request, len(row), where, "ids", "ids")
     card = shared.select(request, body.model)
     texts = await request.app.state.service.decode(card, rows, "ids",
                                                    {"skip_special_tokens": body.skip_special_tokens})
     return shared.json_response(texts)
 
 
-@router.get("/info", dependencies=shared.USER, response_model=dict, responses=shared.ERRORS)
+@router.get("/info", dependencies=shared.USER, response_model=dict, responses=ERRORS)
 async def info(request: Request, model: str | None = None):
     """TEI's info for the default export (or `?model=`): its id, type (pooling, or a cross-encoder's labels), max
     input length, this server's limits, prompts and version."""

@@ -383,9 +383,26 @@ class AdminResult(BaseModel):
 class ErrorBody(BaseModel):
     message: str
     type: str
-    param: str | None = None
-    code: str | None = None
+    param: str | None = Field(None, description="the request parameter at fault")
+    code: str = Field(description="the error's kind: one name per error, in every dialect")
+    field: str | None = Field(None, description="the item at fault as the client wrote it (`input[3]`); else param")
 
 
 class ErrorResponse(BaseModel):
+    """OpenAI's error shape (OpenAI's routes, the seed API's, the admin routes)."""
     error: ErrorBody
+
+
+class CohereErrorResponse(BaseModel):
+    """Cohere's routes: Cohere's `message`, and OpenAI's error object beside it."""
+    message: str
+    error: ErrorBody
+
+
+class TeiErrorResponse(BaseModel):
+    """TEI's error shape (every TEI route): TEI's `error` and `error_type`, then this server's code, param, field."""
+    error: str
+    error_type: str
+    code: str = Field(description="the error's kind, as OpenAI's `code` on the other routes")
+    param: str | None = None
+    field: str | None = None

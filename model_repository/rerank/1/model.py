@@ -24,10 +24,10 @@ sys.dont_write_bytecode = True  # the repository may be read-only storage: no __
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_common  # noqa: E402  (installed beside this file by build/export.py)
 import model_errors  # noqa: E402  (the same)
+import model_outputs  # noqa: E402  (the same)
 
-MODES = ("dense", "sparse", "colbert")
-TENSORS = {"dense": ("embedding",), "sparse": ("sparse_indices", "sparse_values", "sparse_count"),
-           "colbert": ("colbert_vectors", "colbert_length")}
+MODES = model_outputs.MODES
+TENSORS = {mode: model_outputs.TENSORS[mode] for mode in MODES}
 PROMPT_PARAMETERS = ("prompt_name", "input_type")  # request parameters passed on to the BLS model
 FLAG_EMBEDDING_BATCH = 256  # compute_score's default batch_size: the padding above is per batch of this many
 

@@ -1,0 +1,35 @@
+"""The HTTP API's dialects, one router each: every routes_*.py makes its router here (`router(name)`), and what the
+rest of the proxy needs to know of them is read from those routers, never listed again: which error shape a path
+answers in (shape: TEI's on TEI's paths whatever the body, Cohere's on Cohere's, else OpenAI's; also for the
+gate's refusals before any routing) and which paths are the admin's (admin: the gate admits no work for them)."""
+from fastapi import APIRouter
+from route_helpers import OrjsonRoute
+
+ROUTERS = {}  # dialect -> its router, in the order the routes_*.py modules were imported
+SHAPES = {"tei": "tei", "cohere": "cohere"}  # the error shape of each dialect that has its own; else OpenAI's
+
+
+def router(name):
+    """The router of dialect `name` (its routes are tagged with it in the OpenAPI document)."""
+    if name in ROUTERS:
+        raise ValueError(f"dialect {name!r} has a router already")
+    made = ROUTERS[name] = APIRouter(route_class=OrjsonRoute, tags=[name])
+    return made
+
+
+def speaks(path, names=None):
+    """The dialect whose router has a route for `path` (any method), the first of `names` (default: all); None:
+    no route has it."""
+    for name in names or ROUTERS:
+        if name in ROUTERS and any(route.path_regex.match(path) for route in ROUTERS[name].routes):
+            return name
+    return None
+
+
+def shape(scope):
+    """The error shape a request's answer takes: its path's dialect's, whatever the body."""
+    return SHAPES.get(speaks(scope.get("path", ""), list(SHAPES)), "openai")
+
+
+def admin(path):
+    return speaks(path, ["admin"]) == "admin"

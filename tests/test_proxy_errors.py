@@ -1,0 +1,192 @@
+"""The proxy's one error table and its dialects as units (issue 52): every error is a kind of errors.KINDS, no HTTP
+status is written outside it, every dialect's body carries the field as data (and bulk_embed's HTTP door reads it
+from there), each dialect's routes document their own error shape, the route lists are read from the routers, and
+no router imports another dialect's. Over the fake service of tests/test_proxy_app.py."""
+import ast
+import io
+import json
+import os
+import tokenize
+
+import pytest
+from test_proxy_app import error_of, make_client
+
+from conftest import PROJECT
+
+PROXY = os.path.join(PROJECT, "model_repository", "proxy", "1")
+LONG = " ".join(["w"] * 20)  # over the fake models' 16 tokens
+
+
+def code_of(name):
+    with open(os.path.join(PROXY, name), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def test_no_http_status_is_written_outside_the_error_table():
+    """Error statuses live in errors.KINDS only: no number from 400 to 599 in the proxy's code elsewhere (docstrings
+    and comments may name them) but these, which are no statuses: HTTPS's port, admission's REQUEST_COST, the
+    metrics' INPUT_BUCKETS."""
+    others = {"images.py": {"443"}, "admission.py": {"512"}, "metrics.py": {"512"}}
+    found = []
+    for name in sorted(os.listdir(PROXY)):
+        if not name.endswith(".py") or name == "errors.py":
+            continue
+        for token in tokenize.generate_tokens(io.StringIO(code_of(name)).readline):
+            if token.type == tokenize.NUMBER and token.string.isdigit() and 400 <= int(token.string) <= 599 and \
+                    token.string not in others.get(name, ()):
+                found.append(f"{name}:{token.start[0]}: {token.line.strip()}")
+    assert not found, found
+
+
+def test_every_kind_has_every_column():
+    import errors
+
+    for name, kind in errors.KINDS.items():
+        assert 400 <= kind.status <= 599 and 400 <= kind.tei_status <= 599 and kind.type and kind.tei_type, name
+        assert kind.routes in ("all", "api", "admin", "none"), name
+    assert set(errors.FROM_MODEL) == set(__import__("model_errors").KINDS)  # every kind of the contract, mapped
+    assert set(errors.FROM_MODEL.values()) <= set(errors.KINDS)
+    with pytest.raises(ValueError, match="unknown error kind"):
+        errors.ApiError("is wrong", "context_length_exceeded")
+
+
+@pytest.mark.parametrize("path, body, shape, field, param", [
+    ("/v1/embeddings", {"input": ["ok", " "]}, "openai", "input[1]", "input"),
+    ("/v2/embed", {"texts": ["ok", " "]}, "cohere", "texts[1]", "texts"),
+    ("/embed", {"inputs": ["ok", " "]}, "tei", "inputs[1]", "inputs"),
+    ("/rerank", {"query": "q", "texts": ["ok", LONG]}, "tei", "texts[1]", "texts"),  # a shared rule, renamed
+    ("/similarity", {"inputs": {"source_sentence": "q", "sentences": ["ok", LONG]}}, "tei", "inputs.sentences[1]",
+     "inputs.sentences"),
+    ("/v1/rerank", {"query": "q", "documents": ["ok", LONG], "truncate": False}, "cohere", "documents[1]",
+     "documents"),
+    ("/v1/embeddings", {"input": ["ok", "x" * 201]}, "openai", "input[1]", "input"),
+    ("/v1/embeddings", {"input": "x", "dimensions": 12}, "openai", "dimensions", "dimensions"),
+])
+def test_every_dialects_body_carries_the_field(path, body, shape, field, param):
+    """The field stays data to the end: the body's `field` is the item the message leads with, in the route's words,
+    beside `param` and the kind (`code`); Cohere's routes add Cohere's own `message`."""
+    response = make_client().post(path, json=body)
+    error = error_of(response, response.status_code, field)
+    assert (error["field"], error["param"]) == (field, param), error
+    assert error["message"].startswith(field), error
+    if shape == "cohere":
+        assert response.json()["message"] == error["message"]
+    assert isinstance(response.json()["error"], str) == (shape == "tei")
+
+
+def test_one_name_for_one_error_in_every_dialect():
+    """Too long (characters, tokens with truncate false) is `too_long`, too many is `too_many`, whatever the route
+    or the limit; TEI gives each kind its own status (413 for too_many) and OpenAI's routes theirs."""
+    client = make_client()
+    codes = {error_of(client.post(path, json=body), status)["code"] for path, body, status in (
+        ("/v1/embeddings", {"input": ["x" * 201]}, 422), ("/v1/embeddings", {"input": [LONG], "truncate": False}, 422),
+        ("/embed", {"inputs": [LONG]}, 422), ("/decode", {"ids": [1] * 201}, 422),
+        ("/predict", {"inputs": [[LONG]], "model": "fake-m3"}, 422))}
+    assert codes == {"too_long", "not_served"}  # (/predict on an embedding model: not served, before its length)
+    for path, body, status in (("/v1/embeddings", {"input": ["x"] * 17}, 422), ("/embed", {"inputs": ["x"] * 17}, 413),
+                               ("/decode", {"ids": [[1]] * 17}, 413)):
+        assert error_of(client.post(path, json=body), status)["code"] == "too_many", path
+
+
+def test_each_dialect_documents_its_own_error_shape():
+    spec = make_client().get("/openapi.json").json()
+
+    def schema(path, method, status):
+        content = spec["paths"][path][method]["responses"][str(status)]["content"]["application/json"]
+        return content["schema"]["$ref"].rsplit("/", 1)[1]
+    assert schema("/embed", "post", 422) == schema("/rerank", "post", 413) == "TeiErrorResponse"
+    assert schema("/v2/embed", "post", 400) == schema("/v1/rerank", "post", 422) == "CohereErrorResponse"
+    assert schema("/v1/embeddings", "post", 400) == schema("/v1/embedding", "post", 422) == "ErrorResponse"
+    assert schema("/v1/models/{model_id}/load", "post", 403) == "ErrorResponse"
+    assert "400" not in spec["paths"]["/embed"]["post"]["responses"]  # TEI answers a validation error 422
+    assert set(spec["components"]["schemas"]["TeiErrorResponse"]["properties"]) == {
+        "error", "error_type", "code", "param", "field"}
+
+
+def test_route_lists_are_read_from_the_routers():
+    import dialects
+    import routes_admin
+    import routes_tei
+
+    tei = {route.path for route in routes_tei.router.routes}
+    assert tei == {"/", "/embed", "/embed_all", "/embed_sparse", "/rerank", "/predict", "/similarity", "/tokenize",
+                   "/decode", "/info"}
+    assert all(dialects.shape({"path": path}) == "tei" for path in tei)
+    assert dialects.shape({"path": "/v2/rerank"}) == "cohere" and dialects.shape({"path": "/nope"}) == "openai"
+    assert {route.path for route in routes_admin.router.routes} == {
+        "/v1/models/{model_id:path}/load", "/v1/models/{model_id:path}/unload", "/load_clip_model",
+        "/unload_clip_model", "/delete_clip_model"}
+    assert dialects.admin("/v1/models/org/x/load") and dialects.admin("/load_clip_model")
+    assert not dialects.admin("/v1/models/org/x") and not dialects.admin("/v1/embeddings")
+
+
+def test_no_router_imports_another_dialects_router():
+    routers = {name[:-3] for name in os.listdir(PROXY) if name.startswith("routes_") and name.endswith(".py")}
+    assert routers == {"routes_openai", "routes_seed", "routes_cohere", "routes_tei", "routes_admin", "routes_server"}
+    for name in routers:
+        imported = {alias.name for node in ast.walk(ast.parse(code_of(name + ".py")))
+                    if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names} | {
+            node.module for node in ast.walk(ast.parse(code_of(name + ".py"))) if isinstance(node, ast.ImportFrom)}
+        assert not imported & (routers - {name}), (name, imported & routers)
+    app = ast.parse(code_of("app.py"))  # the app only assembles: no route of its own
+    assert not [node for node in ast.walk(app) if isinstance(node, ast.AsyncFunctionDef) and any(
+        isinstance(d, ast.Call) and getattr(d.func, "attr", "") in ("get", "post") for d in node.decorator_list)]
+
+
+# ---------------------------------------------------------------- bulk_embed's HTTP door reads the body, not the prose
+class Answer:
+    def __init__(self, status, body, headers=None):
+        self.status, self.body, self.headers = status, json.dumps(body).encode(), headers or {}
+
+    def read(self):
+        return self.body
+
+    def getheader(self, name):
+        return self.headers.get(name)
+
+
+class Connection:
+    def __init__(self, answer):
+        self.answer = answer
+
+    def request(self, *args):
+        pass
+
+    def getresponse(self):
+        return self.answer
+
+
+def door_answering(status, body, headers=None):
+    from bulk_embed.doors import HttpDoor
+
+    door = HttpDoor("http://proxy", None, ["float"], {})
+    door.local.connection = Connection(Answer(status, body, headers))
+    return door
+
+
+def test_the_http_door_reads_the_kind_and_the_field_from_the_body():
+    from bulk_embed.doors import JobError, Refused, Retry
+
+    client = make_client()
+    for texts, kind, problem in ((["ok", " "], "invalid_input", "is empty"),
+                                 (["ok", "x" * 201], "too_long", "holds 201 characters")):
+        response = client.post("/v1/embeddings", json={"input": texts})  # the front's own answer, as it is
+        with pytest.raises(Refused) as refused:
+            door_answering(response.status_code, response.json()).request("POST", "/v1/embeddings", {})
+        assert (refused.value.index, refused.value.kind) == (1, kind) and refused.value.message.startswith(problem)
+    # a message that leads with `input[0]` but whose field is another: no reject (was read from the prose once)
+    body = {"error": {"message": "input[0] looks wrong", "type": "x", "param": "model", "code": "not_served",
+                      "field": "model"}}
+    with pytest.raises(JobError):
+        door_answering(400, body).request("POST", "/v1/embeddings", {})
+    with pytest.raises(Retry) as fault:
+        door_answering(500, {"error": {"message": "x", "code": "inference_failed"}}).request("GET", "/info")
+    assert fault.value.kind == "internal"
+    with pytest.raises(Retry) as busy:
+        door_answering(429, {"error": {"message": "busy", "code": "overloaded"}}, {"Retry-After": "1"}).request(
+            "POST", "/v1/embeddings", {})
+    assert (busy.value.kind, busy.value.after_s) == ("overloaded", 1.0)
+    tei = client.post("/decode", json={"ids": [[1], []]}).json()  # TEI's shape (GET /info's errors)
+    from bulk_embed.doors import error_body
+    assert error_body(json.dumps(tei).encode()) == ("ids[1] is empty: send at least one token id", "invalid_input",
+                                                    "ids[1]")
