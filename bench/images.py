@@ -26,12 +26,9 @@ import sys
 import threading
 import time
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if PROJECT not in sys.path:
-    sys.path.insert(0, PROJECT)
-    sys.path.insert(0, os.path.join(PROJECT, "build"))
+from bench import common
 
-from bench import common  # noqa: E402
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ARCHITECTURE = "ViT-B-32"
 NAME = "clip"
@@ -120,6 +117,7 @@ def scene(name, size=256):
 def build_model(work_dir, architecture=ARCHITECTURE, seed=SEED):
     """(model, preprocess, tokenizer, checkpoint): seeded random weights, saved as the checkpoint the export takes."""
     import torch
+
     from exporting.clip import import_open_clip
 
     open_clip = import_open_clip()

@@ -15,11 +15,9 @@ import os
 import shutil
 import sys
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if PROJECT not in sys.path:
-    sys.path.insert(0, PROJECT)
+from bench import common, loadgen
 
-from bench import common, loadgen  # noqa: E402
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 QUERIES = os.path.join(PROJECT, "bench", "data", "queries.json")  # perf_analyzer input data, one text per entry
 XLMR_TOKENIZER = os.path.join(PROJECT, "tests", "fixtures", "xlmr-tokenizer")

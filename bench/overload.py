@@ -30,7 +30,7 @@ from tritonclient.utils import InferenceServerException
 from bench import common
 from bench import corpus as corpus_lib
 from bench.experiment import edit_configs
-from model_library.triton_server import process_table
+from model_library.triton_server import process_table, secret
 
 ROUTES = ("proxy_queries", "proxy_passages", "proxy_rerank", "kserve_query", "kserve_batch")
 REFUSED_HTTP = {429, 503}
@@ -253,8 +253,9 @@ def main(argv=None):
     parser.add_argument("--seconds", type=float, default=300, help="length of each run (default %(default)s)")
     parser.add_argument("--repository", help="an exported repository (default: model_repository/ if it holds an "
                         "export, else all-MiniLM-L6-v2 exported into bench/results/repository)")
-    parser.add_argument("--edit", action="append", default=[], help="MODEL:REGEX=>REPLACEMENT on the scratch "
-                        "copy's MODEL/config.pbtxt (bench/experiment.py's --edit), e.g. to try other queue bounds")
+    parser.add_argument("--edit", action="append", default=[], help="MODEL:TEXT, ModelConfig text merged "
+                        "into the scratch copy's MODEL/config.pbtxt (bench/experiment.py's --edit), e.g. to try other "
+                        "queue bounds")
     parser.add_argument("--routes", default=",".join(ROUTES), help="the routes the clients take in turn (default "
                         "%(default)s); proxy_queries,proxy_passages,proxy_rerank: the HTTP front alone")
     parser.add_argument("--output", default=os.path.join(common.RESULTS, "overload"), help="results folder")
@@ -281,7 +282,7 @@ def main(argv=None):
         grpc_url, proxy_url = f"127.0.0.1:{ports['grpc']}", f"http://127.0.0.1:{ports['proxy']}"
         reference = asyncio.run(reference_vectors(grpc_url, queries + passages))
         workload = Workload(queries, passages, reference, "ensemble", proxy_url, grpc_url,
-                            common.launch.secret("API_KEY"), routes)  # API_KEY or API_KEY_FILE, as the proxy reads it
+                            secret("API_KEY"), routes)  # API_KEY or API_KEY_FILE, as the proxy reads it
         rows = []
         for n in clients:
             progress(f"{n} clients for {args.seconds:g} s")

@@ -13,9 +13,7 @@ that went idle (cold caches). On this machine that alone makes the same code ~3x
 """
 import argparse
 import asyncio
-import os
 import statistics
-import sys
 import time
 from types import SimpleNamespace
 
@@ -23,15 +21,14 @@ import numpy as np
 import orjson
 import uvloop
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROXY = os.path.join(PROJECT, "model_repository", "proxy", "1")
-sys.path.insert(0, PROXY)
-sys.path.append(os.path.join(PROJECT, "model_library"))  # the proxy's library (export installs it beside the proxy)
-from errors import NotFound  # noqa: E402
-from guard import HttpGuard  # noqa: E402
+from model_library.in_process import model_module
 
-import app as proxy_app  # noqa: E402
-from metrics import Metrics, MetricsMiddleware  # noqa: E402
+# the proxy's modules, imported as its model.py imports them inside Triton (model_library/in_process.py)
+NotFound = model_module("proxy", "errors").NotFound
+HttpGuard = model_module("proxy", "guard").HttpGuard
+proxy_app = model_module("proxy", "app")
+Metrics = model_module("proxy", "metrics").Metrics
+MetricsMiddleware = model_module("proxy", "metrics").MetricsMiddleware
 
 WORKLOADS = {  # name -> (path, body, expected status)
     "one query": ("/v1/embeddings", {"input": "what is the capital of france?"}, 200),

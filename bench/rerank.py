@@ -19,13 +19,10 @@ import sys
 import time
 import urllib.request
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if PROJECT not in sys.path:
-    sys.path.insert(0, PROJECT)
-    sys.path.insert(0, os.path.join(PROJECT, "build"))
+from bench import common
+from bench import corpus as corpus_lib
 
-from bench import common  # noqa: E402
-from bench import corpus as corpus_lib  # noqa: E402
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 XLMR_TOKENIZER = os.path.join(PROJECT, "tests", "fixtures", "xlmr-tokenizer")
 MAX_LENGTH = 512
@@ -83,8 +80,9 @@ def ceiling(folder, onnx_path, texts, seconds):
     """onnxruntime in-process on the same pairs, sorted by length, at each batch size: the best pairs/s."""
     import numpy as np
     import onnxruntime as ort
-    from exporting.cross_encoder import pair_ids
     from transformers import AutoTokenizer
+
+    from exporting.cross_encoder import pair_ids
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     rows = sorted((pair_ids(tokenizer, QUERY, t, MAX_LENGTH) for t in texts), key=len)

@@ -49,15 +49,13 @@ import subprocess
 import sys
 import time
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if PROJECT not in sys.path:
-    sys.path.insert(0, PROJECT)
+from bench import backends, baselines, breakdown, bulk, common, loadgen, overhead, report
+from bench import corpus as corpus_lib
+from bench import images as images_bench
+from bench import rerank as rerank_bench
+from bench import tail as tail_bench
 
-from bench import backends, baselines, breakdown, bulk, common, loadgen, overhead, report  # noqa: E402
-from bench import corpus as corpus_lib  # noqa: E402
-from bench import images as images_bench  # noqa: E402
-from bench import rerank as rerank_bench  # noqa: E402
-from bench import tail as tail_bench  # noqa: E402
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PERF_MODELS = {"ensemble": "ensemble", "ensemble_bls": "ensemble_bls", "client_tokenization": "embedding",
                "pytorch_baseline": "pytorch_baseline"}
@@ -90,7 +88,7 @@ def make_scratch(source, work_dir, manifest, device):
 def add_pytorch_baseline(scratch, manifest, device):
     """The same Hugging Face folder in a Python-backend PyTorch model (bench/models/pytorch_baseline), its config
     rendered from the template there."""
-    from exporting.source import resolve_model  # (bench/common.py put build/ on sys.path)
+    from exporting.source import resolve_model
     source = os.path.join(PROJECT, "bench", "models", "pytorch_baseline")
     target = os.path.join(scratch, "pytorch_baseline")
     common.copy_model(source, target, "*.template")

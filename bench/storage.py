@@ -35,16 +35,13 @@ import os
 import random
 import re
 import statistics
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if PROJECT not in sys.path:
-    sys.path.insert(0, PROJECT)
+from bench import common
 
-from bench import common  # noqa: E402
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # Installed by requirements.txt (matplotlib, datasets, sentence-transformers directly; numpy, scipy, scikit-learn,

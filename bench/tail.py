@@ -17,14 +17,12 @@ import shutil
 import sys
 import time
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if PROJECT not in sys.path:
-    sys.path.insert(0, PROJECT)
+from bench import common, loadgen, overhead
+from bench import corpus as corpus_lib
+from bench import rerank as rerank_bench
+from bench.experiment import edit_configs
 
-from bench import common, loadgen, overhead  # noqa: E402
-from bench import corpus as corpus_lib  # noqa: E402
-from bench import rerank as rerank_bench  # noqa: E402
-from bench.experiment import edit_configs  # noqa: E402
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DOORS = ("kserve_http", "grpc", "proxy_http")
 LEVELS = (16, 64)
@@ -45,7 +43,7 @@ def build_extras(work_dir, progress):
 
 def build_repository(source, work_dir, extras, progress, edits=()):
     """The export at `source` (current tracked code) with each extra exported beside it under its name, then the
-    config edits (MODEL:REGEX=>REPLACEMENT, bench/experiment.py's) for an A/B."""
+    config edits (MODEL:TEXT merged into MODEL's config, bench/experiment.py's) for an A/B."""
     repository = common.scratch_repository(source, os.path.join(work_dir, "repository"))
     for name, folder in extras.items():
         progress(f"tail: exporting {name} beside the default export")
@@ -170,8 +168,9 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=5.0, help="per reading (default 5)")
     parser.add_argument("--levels", default=",".join(map(str, LEVELS)), help="connections (default 16,64)")
-    parser.add_argument("--edit", action="append", default=[], help="MODEL:REGEX=>REPLACEMENT on the scratch "
-                        "copy's MODEL/config.pbtxt (bench/experiment.py's --edit), for an A/B")
+    parser.add_argument("--edit", action="append", default=[], help="MODEL:TEXT, ModelConfig text merged "
+                        "into the scratch copy's MODEL/config.pbtxt (bench/experiment.py's --edit), for an "
+                        "A/B")
     args = parser.parse_args(argv)
     source, _ = common.find_export(args.repository)
     extras = dict(item.split("=", 1) for item in args.extra) if args.extra else None

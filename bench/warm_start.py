@@ -20,11 +20,9 @@ import tempfile
 import time
 import urllib.request
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if PROJECT not in sys.path:
-    sys.path.insert(0, PROJECT)
+from bench import common
 
-from bench import common  # noqa: E402
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SHORT = "how do I reset my password"
 LONG = " ".join(["The committee reviewed the proposal in detail and asked for a revised budget before the vote."] * 12)

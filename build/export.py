@@ -49,15 +49,12 @@ import sys
 import tempfile
 import time
 
-# `import exporting`, not `import build.exporting`: `build` is pypa's package name on PyPI.
-HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
-
-from exporting import clip, cross_encoder, fail, read_json  # noqa: E402
-from exporting.graph import OPSET, build_encoder, declared_dims, export_onnx, finalize_onnx, load_head  # noqa: E402
-from exporting.parity import parity_check  # noqa: E402
-from exporting.repository import (  # noqa: E402
+# `import exporting` (found in build/, this script's folder, without any install: the image's export stage), never
+# `import build.exporting`: `build` is pypa's package name on PyPI.
+from exporting import clip, cross_encoder, fail, read_json
+from exporting.graph import OPSET, build_encoder, declared_dims, export_onnx, finalize_onnx, load_head
+from exporting.parity import parity_check
+from exporting.repository import (
     SOURCE_REPOSITORY,
     build_batch_strategy,
     check_name,
@@ -76,8 +73,8 @@ from exporting.repository import (  # noqa: E402
     write_tokenizer,
     write_warmup,
 )
-from exporting.source import M3_HEADS, choose_outputs, detect_max_length, detect_pooling, resolve_model  # noqa: E402
-from exporting.vectors import (  # noqa: E402
+from exporting.source import M3_HEADS, choose_outputs, detect_max_length, detect_pooling, resolve_model
+from exporting.vectors import (
     CALIBRATION_CORPUS,
     calibrate,
     detect_dimensions,
@@ -283,6 +280,7 @@ def export_clip(args, repository, started, folder=None):
     import types
 
     import torch
+
     from exporting import image_config
 
     if args.name is None:

@@ -17,9 +17,9 @@ import sys
 import urllib.error
 import urllib.request
 
+from model_library.triton_server import secret  # ADMIN_API_KEY or ADMIN_API_KEY_FILE, as the launcher reads it
+
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, PROJECT)
-from local_triton.launch import secret  # noqa: E402 - the launcher's reading of ADMIN_API_KEY(_FILE)
 
 MODEL_KEYS = ("name", "tokenizer_model", "encoder_model", "bls_model", "rerank_model", "chunks_model",
               "image_model", "image_preprocess_model", "image_encoder_model")  # the last three: CLIP exports

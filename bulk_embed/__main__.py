@@ -16,12 +16,10 @@ import json
 import os
 import sys
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if PROJECT not in sys.path:
-    sys.path.insert(0, PROJECT)
+from bulk_embed import corpus, ids, job, store
+from bulk_embed.doors import KINDS, QUANTIZED, HttpDoor, JobError, KServeDoor
 
-from bulk_embed import corpus, ids, job, store  # noqa: E402
-from bulk_embed.doors import KINDS, QUANTIZED, HttpDoor, JobError, KServeDoor  # noqa: E402
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def parse_args(argv):

@@ -15,17 +15,13 @@ import base64
 import http.client
 import json
 import os
-import sys
 import threading
 import urllib.parse
 from dataclasses import dataclass
 
 import numpy as np
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(PROJECT, "model_library"))
-import model_errors  # noqa: E402  (the models' error contract, read by every caller)
-import model_outputs  # noqa: E402  (the models' output names)
+from model_library import model_errors, model_outputs  # the models' error contract, read by every caller; their outputs
 
 # output kind (--outputs) -> (the BLS model's tensors, the Parquet columns it fills)
 QUANTIZED = tuple(model_outputs.QUANTIZED)

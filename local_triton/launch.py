@@ -66,11 +66,11 @@ from .ports import server_ports
 from .process_group import DEAD_STUB_GRACE_S, Server, Watchdog, children, stop
 from .readiness import drain, wait_ready
 from .server import server_command, start
-from .settings import secret, setting
+from .settings import setting
 
 # What callers outside the launcher use (tests, bench), each defined in its concern's module.
 __all__ = ["DEAD_STUB_GRACE_S", "Server", "children", "describe_onnxruntime_backend", "main", "onnxruntime_backend",
-           "python_version", "secret", "server_command", "server_ports", "setting", "start", "stop", "wait_ready"]
+           "python_version", "server_command", "server_ports", "setting", "start", "stop", "wait_ready"]
 
 RESTART_GRACE_S = 1.0  # a restart the supervisor asked for: time for the proxy's 503 answers to go out first
 RETRY_MAX_S = 30.0  # a failed restart is tried again after 2, 4, 8... s, at most this long

@@ -16,7 +16,7 @@ from model_library.triton_server import TritonHttp, process_table
 
 from .watchdog import members as group_members
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `-m local_triton.watchdog` runs
 SHM_PREFIX = "/dev/shm/triton_"
 DEAD_STUB_GRACE_S = 10.0  # stopping a server with a dead stub: time for the requests in flight, then it is killed
 STUB_EXIT_GRACE_S = 5.0  # stubs left by a tritonserver that exited: time to leave on their own, then they are killed
@@ -146,7 +146,9 @@ class Watchdog:
     def __init__(self):
         read, self.pipe = os.pipe()  # (not inheritable: tritonserver must not hold our end)
         try:
-            self.process = subprocess.Popen([sys.executable, os.path.join(HERE, "watchdog.py")], stdin=read,
+            # a module of this package, run from the folder holding it (the checkout, or /opt/triton-embed in the
+            # image: nothing is installed there), so that it imports model_library as the launcher does
+            self.process = subprocess.Popen([sys.executable, "-m", "local_triton.watchdog"], stdin=read, cwd=PROJECT,
                                             start_new_session=True)
         finally:
             os.close(read)

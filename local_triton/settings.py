@@ -4,22 +4,12 @@ import os
 import secrets
 import tempfile
 
+from model_library.triton_server import secret  # the proxy's reading of the keys, the same function
+
 
 def setting(name, default, env=None):
     value = (os.environ if env is None else env).get(name, "")
     return value if value != "" else default
-
-
-def secret(name, env=None):
-    """NAME, else the contents of the file NAME_FILE, else ''."""
-    env = os.environ if env is None else env
-    if env.get(name):
-        return env[name]
-    path = env.get(f"{name}_FILE")
-    if path:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
-    return ""
 
 
 KEY_VARIABLES = ("API_KEY", "ADMIN_API_KEY")

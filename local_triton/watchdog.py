@@ -1,5 +1,6 @@
-"""The launcher's dead man's switch (local_triton/launch.py starts it, in a session of its own): tritonserver never
-outlives the launcher, whatever ends it (kill -9, the OOM killer, a process manager's SIGKILL).
+"""The launcher's dead man's switch (local_triton/launch.py starts it as `python -m local_triton.watchdog`, in a
+session of its own): tritonserver never outlives the launcher, whatever ends it (kill -9, the OOM killer, a process
+manager's SIGKILL).
 
 The launcher writes a JSON line per server to this process's stdin: {"pgid": <server's process group>, "keys_dir":
 ...} when one starts, {"pgid": 0} once it stopped it. End of input while a server is armed means the launcher died
@@ -18,9 +19,7 @@ import sys
 import tempfile
 import time
 
-if not __package__:  # run as a script (the launcher starts it so): model_library is in the project above
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from model_library.triton_server import process_table  # noqa: E402
+from model_library.triton_server import process_table
 
 SHM_PREFIX = "/dev/shm/triton_"
 KEYS_PREFIX = "triton-embed-keys-"  # settings.keys_to_files()'s directories

@@ -1,5 +1,6 @@
 """Talking to a tritonserver from outside its models' inference, in one place: its HTTP API (TritonHttp), the flags
-on its command line (server_flags) and its processes and their Python stubs (process_table, from /proc). Used by
+on its command line (server_flags), its processes and their Python stubs (process_table, from /proc), and the keys
+it is served with (secret: API_KEY, ADMIN_API_KEY, or their *_FILE). Used by
 the proxy (readiness, configs, load and unload), the supervisor (stubs, the repository index, reloads, metrics) and
 the launcher and its watchdog (readiness, drain at shutdown, the server's process group). Plain Python:
 build/export.py installs it beside the proxy's and the supervisor's model.py; the launcher imports it from
@@ -16,11 +17,26 @@ second, tritonserver aborted at shutdown, and a second failed load killed the pr
 import glob
 import http.client
 import json
+import os
 from typing import NamedTuple
 from urllib.parse import quote
 
 LOAD_TIMEOUT_S = 900.0  # a load answers once the model is loaded (bge-m3: minutes)
 ANY_ADDRESS = ("0.0.0.0", "", "::", "[::]")  # a server bound to every address is called on loopback
+
+
+def secret(name, env=None):
+    """A key: the variable NAME of `env` (default: os.environ), else the contents of the file NAME_FILE, else ''.
+    Keys come from the environment or a file, never from a config Triton serves back (GET .../config): the launcher
+    reads them so (and hands plain values to tritonserver as files), the proxy reads them so in its stub."""
+    env = os.environ if env is None else env
+    if env.get(name):
+        return env[name]
+    path = env.get(f"{name}_FILE")
+    if path:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().strip()
+    return ""
 
 
 class TritonHttp:

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 
 import pytest
 
+# The project's packages (exporting, local_triton, model_library...) come from its editable install (make setup), a
+# model's own modules through model_library/in_process.py, and this folder's helpers (conftest, triton_clients,
+# proxy_fakes) through pytest's own rootdir handling.
+from exporting import pbtxt  # noqa: F401 (the tests' config reader: the project's one)
+from local_triton import launch
+from model_library.in_process import import_python_model as import_model_code
+from triton_clients import VARIED_TEXTS
+
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, PROJECT)
-sys.path.insert(0, os.path.join(PROJECT, "build"))  # `import exporting` (never `import build`: pypa's package name)
-sys.path.append(os.path.join(PROJECT, "model_library"))  # `import model_errors` (the proxy's code does, unit tests too)
-
-from exporting import pbtxt  # noqa: E402, F401 (the tests' config reader: the project's one)
-
-from local_triton import launch  # noqa: E402
-from model_library.in_process import import_python_model as import_model_code  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 FIXTURES = os.path.join(PROJECT, "tests", "fixtures")
@@ -322,6 +322,41 @@ def tiny_xlmr(folder, tokenizer_dir, seed=1234, scale=None, heads=False):
 @pytest.fixture(scope="session")
 def tiny_xlmr_dir(tmp_path_factory, xlmr_tokenizer_dir):
     return tiny_xlmr(tmp_path_factory.mktemp("tiny_xlmr"), xlmr_tokenizer_dir)
+
+
+# ---------------------------------------------------------------- a tiny bge-m3 (test_m3.py, test_colbert_compact.py)
+M3_MAX_LENGTH = 128
+# VARIED_TEXTS (53 texts in many scripts, two truncated) plus what exercises the sparse rules.
+M3_TEXTS = VARIED_TEXTS + [
+    "the the the the the repeated repeated words words",  # one weight per token id: the max over its repeats
+    "🦜 parrot 🦜",  # <unk> (id 3): never a lexical weight
+    "<mask> stays a token; <s> and </s> written in the text are special tokens and dropped",
+]
+
+
+def build_m3(folder, tokenizer_dir, seed=20240710):
+    """tiny_xlmr (scaled so that tokens differ) with bge-m3's two heads fitted to its hidden states:
+    sparse_linear = a random direction, scaled so relu(weight . h + bias) is > 0 for about 2 tokens in 3;
+    colbert_linear = a random matrix with the bias that centres its outputs (dot products of both signs)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tiny_xlmr(folder, tokenizer_dir, seed=seed, scale=0.2, heads=True)
+    model = AutoModel.from_pretrained(folder).eval()
+    batch = AutoTokenizer.from_pretrained(folder)(M3_TEXTS, padding=True, truncation=True, max_length=M3_MAX_LENGTH,
+                                                  return_tensors="pt")
+    with torch.no_grad():
+        hidden = model(**batch).last_hidden_state[batch["attention_mask"].bool()]
+    mean, size = hidden.mean(0), hidden.shape[1]
+    generator = torch.Generator().manual_seed(seed)
+    direction = torch.randn(1, size, generator=generator)
+    direction /= ((hidden - mean) @ direction.T).std()
+    sparse = {"weight": direction.contiguous(), "bias": (0.45 - direction @ mean).reshape(1).contiguous()}
+    matrix = torch.randn(size, size, generator=generator) / size**0.5
+    colbert = {"weight": matrix.contiguous(), "bias": (-(matrix @ mean)).contiguous()}
+    torch.save(sparse, os.path.join(folder, "sparse_linear.pt"))
+    torch.save(colbert, os.path.join(folder, "colbert_linear.pt"))
+    return folder
 
 
 @pytest.fixture(scope="session")

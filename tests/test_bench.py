@@ -156,7 +156,7 @@ def test_overload_script_measures_every_route(minilm_repository, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "bench.overload", "--repository", str(minilm_repository), "--clients", "2,6",
          "--seconds", "4", "--output", str(tmp_path), "--edit",
-         "ensemble_bls:max_queue_size: 16=>max_queue_size: 200"],
+         "ensemble_bls:dynamic_batching { default_queue_policy { max_queue_size: 200 } }"],
         cwd=PROJECT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "max_queue_size: 200" in (tmp_path / "repository" / "ensemble_bls" / "config.pbtxt").read_text()
@@ -240,7 +240,6 @@ def test_the_bench_refuses_an_export_made_from_other_templates(tmp_path):
     """`make bench` measures an existing export as it is: one rendered from other config templates or another
     token_budget.c than the checkout's would be measured as if it were today's code (found: a stale
     batchstrategy.so measured after token_budget.c had changed). export.json's digest says which it is."""
-    sys.path.insert(0, PROJECT)
     from bench import common
 
     manifest = tmp_path / "ensemble" / "1" / "export.json"

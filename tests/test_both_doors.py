@@ -5,8 +5,9 @@ error contract's tag over KServe, `code` over HTTP), about the same field (the m
 import json
 
 import httpx
-import model_errors
 import pytest
+
+from model_library import model_errors
 
 OVER_LIMIT = ("too_long", "too_many")  # HTTP 422, as the proxy's own limits; the other client kinds 400
 LONG_TEXT = "word " * 400  # over MiniLM's 256 tokens

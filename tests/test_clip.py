@@ -21,10 +21,8 @@ import tritonclient.http as httpclient
 from PIL import Image
 
 from conftest import PROJECT, export, serve_until_done
+from exporting.clip import import_open_clip
 from triton_clients import PROTOCOLS, client, url_for
-
-sys.path.insert(0, os.path.join(PROJECT, "build"))
-from exporting.clip import import_open_clip  # noqa: E402
 
 ARCHITECTURE = "ViT-S-32"
 MIN_COSINE = 0.9999

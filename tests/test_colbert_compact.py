@@ -7,8 +7,8 @@ References, written here independently of the model's code:
   their first token (the served order); within 1e-5 of the vectors served unpooled;
 - types: fp16 = a cast, int8 = round(v * 127) clipped to +-127, binary = np.packbits(v > 0): bit for bit from the
   (pooled) float vectors served in the same response.
-The model is test_m3's tiny bge-m3 layout (heads fitted so token vectors are centred and differ); the same folder
-exported again with --outputs dense is the model without ColBERT.
+The model is test_m3's tiny bge-m3 layout (conftest's build_m3: heads fitted so token vectors are centred and
+differ); the same folder exported again with --outputs dense is the model without ColBERT.
 """
 import warnings
 
@@ -16,10 +16,9 @@ import httpx
 import numpy as np
 import pytest
 from scipy.cluster.hierarchy import ClusterWarning, fcluster, linkage
-from test_m3 import MAX_LENGTH, build_m3
 from tritonclient.utils import InferenceServerException
 
-from conftest import export, import_python_model, serve_until_done
+from conftest import M3_MAX_LENGTH, build_m3, export, import_python_model, serve_until_done
 from triton_clients import PROTOCOLS, VARIED_TEXTS, client, outputs, text_input, url_for
 
 NAME, DENSE_ONLY = "m3", "m3-dense"
@@ -99,8 +98,8 @@ def test_compact_types_are_the_documented_formulas(bls_model):
 def m3_server(tmp_path_factory, xlmr_tokenizer_dir):
     folder = build_m3(tmp_path_factory.mktemp("tiny_m3"), xlmr_tokenizer_dir)
     repository = tmp_path_factory.mktemp("colbert") / "repository"
-    export(repository, "--model", str(folder), "--name", NAME, "--max-length", str(MAX_LENGTH))
-    export(repository, "--model", str(folder), "--name", DENSE_ONLY, "--max-length", str(MAX_LENGTH),
+    export(repository, "--model", str(folder), "--name", NAME, "--max-length", str(M3_MAX_LENGTH))
+    export(repository, "--model", str(folder), "--name", DENSE_ONLY, "--max-length", str(M3_MAX_LENGTH),
            "--outputs", "dense")
     yield from serve_until_done(repository, tmp_path_factory.mktemp("colbert_server"), {"PROXY_DEFAULT_MODEL": NAME})
 

@@ -25,7 +25,7 @@ import pytest
 from conftest import CE_BERT_MAX_LENGTH as BERT_MAX_LENGTH
 from conftest import CE_MAX_LENGTH as MAX_LENGTH
 from conftest import PROJECT
-from triton_clients import PROTOCOLS, VARIED_TEXTS, client, raw_bytes_grpc, url_for
+from triton_clients import PROTOCOLS, VARIED_TEXTS, bytes_input, client, raw_bytes_grpc, rerank
 
 TOLERANCE = 1e-5
 QUERY = "What is the capital of France?"
@@ -70,28 +70,6 @@ def flag_rule(hf, query, passage):
     q = hf(query, add_special_tokens=False, truncation=True, max_length=MAX_LENGTH * 3 // 4)["input_ids"]
     p = hf(passage, add_special_tokens=False, truncation=True, max_length=MAX_LENGTH)["input_ids"]
     return prepare_for_model_compat(hf, q, p, truncation="only_second", max_length=MAX_LENGTH)["input_ids"]
-
-
-def bytes_input(module, name, texts, shape):
-    tensor = module.InferInput(name, shape, "BYTES")
-    tensor.set_data_from_numpy(np.array([t if isinstance(t, bytes) else t.encode() for t in texts],
-                                        dtype=np.object_).reshape(shape))
-    return tensor
-
-
-def rerank(protocol, server, query, documents, model="xr_rerank"):
-    import tritonclient.grpc as grpcclient
-    import tritonclient.http as httpclient
-
-    module = httpclient if protocol == "http" else grpcclient
-    connection = client(protocol, url_for(server, protocol))
-    try:
-        result = connection.infer(model, [bytes_input(module, "query", [query], [1]),
-                                          bytes_input(module, "documents", documents, [len(documents)])])
-        return {name: result.as_numpy(name) for name in ("scores", "logits", "num_tokens", "query_truncated",
-                                                         "truncated")}
-    finally:
-        connection.close()
 
 
 # ---------------------------------------------------------------- export

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import CE_SERVED_NAMES
-from triton_clients import client, cosine, infer, text_input, url_for
+from triton_clients import client, cosine, infer, rerank, text_input, url_for
 
 TEXTS = ["The capital of France is Paris.", "Der Eiffelturm steht in Paris.", "寿司は日本の料理です。",
          "a", "Rivers flow to the sea " * 8, "print('hello')  # code is text too"]
@@ -36,7 +36,6 @@ def direct_vectors(ce_server):
 
 def direct_scores(server, query, documents, output="scores", model="xr_rerank"):
     """The rerank model over KServe gRPC, as tests/test_cross_encoder.py calls it."""
-    from test_cross_encoder import rerank
     return rerank("grpc", server, query, documents, model)[output]
 
 

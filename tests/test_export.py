@@ -240,7 +240,6 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
     """MODEL_CODE (what export copies from the checkout into a model's folder) covers every tracked Python file and
     config of the Python models, and copying it from a checkout planted with every kind of generated file copies
     none of them (issue 40: a named export got the default export's prompts.json)."""
-    sys.path.insert(0, os.path.join(PROJECT, "build"))
     from exporting.repository import MODEL_CODE, copy_model_code
 
     tracked = subprocess.run(["git", "-C", PROJECT, "ls-files", "model_repository", "model_library"],
@@ -248,7 +247,9 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
     listed = {os.path.relpath(path, PROJECT) for kind in MODEL_CODE for pattern, _ in MODEL_CODE[kind]
               for path in glob.glob(os.path.join(PROJECT, pattern))}
     code = {p for p in tracked if p.endswith(".py") or p.endswith("/config.pbtxt") or p.endswith("warmup/text")}
-    code.discard("model_library/in_process.py")  # runs model code outside Triton (tests, bench): never installed
+    # the package's own files, outside Triton only (model_library/__init__.py: the package; in_process.py: model code
+    # run in tests and bench): never installed
+    code -= {"model_library/__init__.py", "model_library/in_process.py"}
     installed = ("model_common.py", "model_errors.py", "model_outputs.py", "triton_server.py")  # the library's copies
     assert code == listed - {p for p in listed if p not in tracked and p.endswith(installed)}
     checkout = tmp_path / "checkout"
@@ -359,10 +360,11 @@ def test_unnormalized_output_of_the_bge_m3_layout_is_flagembeddings_dense(tmp_pa
     the heads' outputs, is FlagEmbedding's dense vector with normalize_embeddings=False, and passes the export's
     parity check (which fails an export whose vector, normalized, is not `embedding`)."""
     import torch
-    from exporting.graph import build_encoder, declared_dims, export_onnx, finalize_onnx, load_head, output_names
-    from exporting.parity import parity_check
     from FlagEmbedding import BGEM3FlagModel
     from transformers import AutoModel, AutoTokenizer
+
+    from exporting.graph import build_encoder, declared_dims, export_onnx, finalize_onnx, load_head, output_names
+    from exporting.parity import parity_check
 
     folder = tiny_xlmr(tmp_path / "m3", xlmr_tokenizer_dir, seed=33, heads=True)
     outputs, max_length = ["dense", "sparse", "colbert"], 64
@@ -403,7 +405,6 @@ def test_the_graph_returns_the_output_vocabularys_tensors():
     """graph.OUTPUT_TENSORS (the encoder's outputs, with their Triton types) and model_library/model_outputs.py (the
     names the models and tools use) name the same tensors for every family the graph has."""
     from exporting.graph import OUTPUT_TENSORS
-
     from model_library import model_outputs
 
     for family, tensors in OUTPUT_TENSORS.items():

@@ -7,8 +7,8 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from test_proxy_app import make_client
-from test_proxy_images import CLIP, PNG, b64
+
+from proxy_fakes import CLIP, PNG, b64, make_client
 
 BIG = [2**63, 2**64 - 1]  # from 2^63 up they passed validation and failed inside Triton (Unsupported value type)
 ADMIN_KEY = "admin"

@@ -6,7 +6,6 @@ import io
 import json
 import os
 import struct
-import sys
 import zlib
 
 import numpy as np
@@ -14,10 +13,8 @@ import pytest
 from PIL import Image, ImageOps
 
 from conftest import PROJECT, import_python_model
-
-sys.path.insert(0, os.path.join(PROJECT, "build"))
-from exporting import image_config  # noqa: E402
-from exporting.clip import import_open_clip  # noqa: E402
+from exporting import image_config
+from exporting.clip import import_open_clip
 
 TOLERANCE = 1e-5
 

@@ -79,6 +79,7 @@ def test_keys_to_files_moves_plain_keys_into_private_files(tmp_path):
     (0600 in a 0700 directory) instead of values; *_FILE settings pass through; the server's cleanup removes them."""
     from local_triton import settings
     from local_triton.process_group import Server
+    from model_library.triton_server import secret  # the one reading of the keys: the launcher's and the proxy's
 
     env = {"API_KEY": "user-key", "ADMIN_API_KEY": "admin-key", "PATH": "/bin"}
     directory = settings.keys_to_files(env)
@@ -88,7 +89,7 @@ def test_keys_to_files_moves_plain_keys_into_private_files(tmp_path):
         for name, value in (("API_KEY", "user-key"), ("ADMIN_API_KEY", "admin-key")):
             assert os.path.dirname(env[f"{name}_FILE"]) == directory
             assert os.stat(env[f"{name}_FILE"]).st_mode & 0o777 == 0o600
-            assert settings.secret(name, env) == value  # as the proxy's secret() reads it
+            assert secret(name, env) == value  # as the proxy reads it
         assert settings.admin_key_for(env) == "admin-key"
     finally:
         Server(None, keys_dir=directory).cleanup()
@@ -102,7 +103,7 @@ def test_keys_to_files_moves_plain_keys_into_private_files(tmp_path):
     env = {"API_KEY": "plain wins", "API_KEY_FILE": str(mounted)}  # secret()'s order: the plain value first
     directory = settings.keys_to_files(env)
     try:
-        assert set(env) == {"API_KEY_FILE"} and settings.secret("API_KEY", env) == "plain wins"
+        assert set(env) == {"API_KEY_FILE"} and secret("API_KEY", env) == "plain wins"
     finally:
         Server(None, keys_dir=directory).cleanup()
 

@@ -79,7 +79,7 @@ def serving_launcher(repository, tmp_path):
         time.sleep(0.2)
     children = launch.children(process.pid)
     [triton] = [pid for pid, (_, args) in children.items() if b"tritonserver" in args[0]]
-    [watchdog] = [pid for pid, (_, args) in children.items() if any(b"watchdog.py" in arg for arg in args)]
+    [watchdog] = [pid for pid, (_, args) in children.items() if b"local_triton.watchdog" in args]
     stubs = {pid: args for pid, (_, args) in launch.children(triton).items()
              if b"triton_python_backend_stub" in args[0]}
     assert len(stubs) == 2, stubs  # proxy, echo

@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from conftest import PROJECT, export, serve_until_done, tiny_xlmr
-from triton_clients import PROTOCOLS, VARIED_TEXTS, client, cosine, infer, outputs, text_input, url_for
+from conftest import M3_MAX_LENGTH, M3_TEXTS, PROJECT, build_m3, export, serve_until_done
+from triton_clients import PROTOCOLS, client, cosine, infer, outputs, text_input, url_for
 
 NAME = "m3"
-MAX_LENGTH = 128
+MAX_LENGTH = M3_MAX_LENGTH
 DENSE = ("embedding",)
 SPARSE = ("sparse_indices", "sparse_values", "sparse_count")
 COLBERT = ("colbert_vectors", "colbert_length")
@@ -34,42 +34,11 @@ ALL_OUTPUTS = DENSE + SPARSE + COLBERT + ("num_tokens", "truncated")
 MIN_COSINE = 0.9999
 WEIGHT_TOLERANCE = 1e-4
 SCORE_TOLERANCE = 1e-4
-# VARIED_TEXTS (53 texts in many scripts, two truncated) plus what exercises the sparse rules.
-M3_TEXTS = VARIED_TEXTS + [
-    "the the the the the repeated repeated words words",  # one weight per token id: the max over its repeats
-    "🦜 parrot 🦜",  # <unk> (id 3): never a lexical weight
-    "<mask> stays a token; <s> and </s> written in the text are special tokens and dropped",
-]
 DOC = os.path.join(PROJECT, "docs", "hybrid-search.md")
 FIGURES = {}  # parity figures, printed when the module ends
 
 
 # ---------------------------------------------------------------- the model, its export, the server, the oracle
-def build_m3(folder, tokenizer_dir, seed=20240710):
-    """tiny_xlmr (scaled so that tokens differ) with bge-m3's two heads fitted to its hidden states:
-    sparse_linear = a random direction, scaled so relu(weight . h + bias) is > 0 for about 2 tokens in 3;
-    colbert_linear = a random matrix with the bias that centres its outputs (dot products of both signs)."""
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    tiny_xlmr(folder, tokenizer_dir, seed=seed, scale=0.2, heads=True)
-    model = AutoModel.from_pretrained(folder).eval()
-    batch = AutoTokenizer.from_pretrained(folder)(M3_TEXTS, padding=True, truncation=True, max_length=MAX_LENGTH,
-                                                  return_tensors="pt")
-    with torch.no_grad():
-        hidden = model(**batch).last_hidden_state[batch["attention_mask"].bool()]
-    mean, size = hidden.mean(0), hidden.shape[1]
-    generator = torch.Generator().manual_seed(seed)
-    direction = torch.randn(1, size, generator=generator)
-    direction /= ((hidden - mean) @ direction.T).std()
-    sparse = {"weight": direction.contiguous(), "bias": (0.45 - direction @ mean).reshape(1).contiguous()}
-    matrix = torch.randn(size, size, generator=generator) / size**0.5
-    colbert = {"weight": matrix.contiguous(), "bias": (-(matrix @ mean)).contiguous()}
-    torch.save(sparse, os.path.join(folder, "sparse_linear.pt"))
-    torch.save(colbert, os.path.join(folder, "colbert_linear.pt"))
-    return folder
-
-
 @pytest.fixture(scope="module")
 def m3_dir(tmp_path_factory, xlmr_tokenizer_dir):
     return build_m3(tmp_path_factory.mktemp("tiny_m3"), xlmr_tokenizer_dir)

@@ -1,7 +1,8 @@
 """Unit tests of the error contract (model_library/model_errors.py): what a model's error says (kind, field) is read
 back exactly, through the words Triton's ensemble puts before it, and Triton's own untagged errors get their kind."""
-import model_errors
 import pytest
+
+from model_library import model_errors
 
 
 @pytest.mark.parametrize("kind, field, problem", [

@@ -1,4 +1,4 @@
-"""TEI's and Cohere's routes (issue 38) on the proxy app over the fake service (tests/test_proxy_app.py's): each
+"""TEI's and Cohere's routes (issue 38) on the proxy app over the fake service (tests/proxy_fakes.py): each
 answers in its dialect's shape with what the other routes answer for the same texts, refuses what it cannot serve
 with a 4xx naming the field, and TEI's routes answer errors in TEI's shape and statuses. The real clients against the
 real server: tests/test_drop_in_clients.py."""
@@ -6,7 +6,9 @@ import re
 
 import numpy as np
 import pytest
-from test_proxy_app import Card, error_of, fake_vectors, make_client, model_error
+
+from model_library.in_process import model_module
+from proxy_fakes import Card, error_of, fake_vectors, make_client, model_error
 
 
 @pytest.fixture
@@ -175,7 +177,7 @@ def test_registry_served_names_never_shadow_an_export(tmp_path):
     import json
     from types import SimpleNamespace
 
-    import registry
+    registry = model_module("proxy", "registry")
 
     def manifest(name, model_id, served):
         folder = tmp_path / name / "1"

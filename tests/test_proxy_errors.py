@@ -1,7 +1,7 @@
 """The proxy's one error table and its dialects as units (issue 52): every error is a kind of errors.KINDS, no HTTP
 status is written outside it, every dialect's body carries the field as data (and bulk_embed's HTTP door reads it
 from there), each dialect's routes document their own error shape, the route lists are read from the routers, and
-no router imports another dialect's. Over the fake service of tests/test_proxy_app.py."""
+no router imports another dialect's. Over the fake service of tests/proxy_fakes.py."""
 import ast
 import io
 import json
@@ -9,9 +9,11 @@ import os
 import tokenize
 
 import pytest
-from test_proxy_app import error_of, make_client
 
 from conftest import PROJECT
+from model_library import model_errors
+from model_library.in_process import model_module
+from proxy_fakes import error_of, errors, make_client
 
 PROXY = os.path.join(PROJECT, "model_repository", "proxy", "1")
 LONG = " ".join(["w"] * 20)  # over the fake models' 16 tokens
@@ -39,12 +41,10 @@ def test_no_http_status_is_written_outside_the_error_table():
 
 
 def test_every_kind_has_every_column():
-    import errors
-
     for name, kind in errors.KINDS.items():
         assert 400 <= kind.status <= 599 and 400 <= kind.tei_status <= 599 and kind.type and kind.tei_type, name
         assert kind.routes in ("all", "api", "admin", "none"), name
-    assert set(errors.FROM_MODEL) == set(__import__("model_errors").KINDS)  # every kind of the contract, mapped
+    assert set(errors.FROM_MODEL) == set(model_errors.KINDS)  # every kind of the contract, mapped
     assert set(errors.FROM_MODEL.values()) <= set(errors.KINDS)
     with pytest.raises(ValueError, match="unknown error kind"):
         errors.ApiError("is wrong", "context_length_exceeded")
@@ -104,9 +104,9 @@ def test_each_dialect_documents_its_own_error_shape():
 
 
 def test_route_lists_are_read_from_the_routers():
-    import dialects
-    import routes_admin
-    import routes_tei
+    dialects = model_module("proxy", "dialects")
+    routes_admin = model_module("proxy", "routes_admin")
+    routes_tei = model_module("proxy", "routes_tei")
 
     tei = {route.path for route in routes_tei.router.routes}
     assert tei == {"/", "/embed", "/embed_all", "/embed_sparse", "/rerank", "/predict", "/similarity", "/tokenize",

@@ -1,13 +1,11 @@
 """Images over HTTP for CLIP exports (model_repository/proxy/1/images.py and the routes using it), with the fake
-service of tests/test_proxy_app.py: /infer, the CLIP admin seed routes, images in /v1/embeddings, base64 and data URI
+service of tests/proxy_fakes.py: /infer, the CLIP admin seed routes, images in /v1/embeddings, base64 and data URI
 decoding, limits, errors naming the item; URL fetching against a local http.server; and the real Service's image
 path (pieces, error mapping, load/unload of the image models) with fakes of pb_utils and Triton's HTTP API."""
 import asyncio
 import base64
 import ipaddress
 import json
-import os
-import sys
 import threading
 import time
 import urllib.parse
@@ -18,26 +16,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conftest import PROJECT
+from model_library import model_errors
+from model_library.in_process import model_module
+from proxy_fakes import CLIP, DIM, JPEG, PNG, b64, error_of, fake_vectors, make_client, proxy_service, settings
 
-sys.path.insert(0, os.path.join(PROJECT, "model_repository", "proxy", "1"))
-import admission  # noqa: E402
-import images  # noqa: E402
-import model_errors  # noqa: E402
-import registry  # noqa: E402
-import service as proxy_service  # noqa: E402
-from test_proxy_app import DIM, Card, error_of, fake_vectors, make_client, settings  # noqa: E402
-
-PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))  # not a real image: the fake service embeds any bytes
-JPEG = b"\xff\xd8\xff\xe0" + bytes(range(255, -1, -1))
-CLIP = Card("fake-clip", "fake-clip", ("dense",), kind="clip", chunks=None, rerank=None, image="fake-clip_image",
-            architecture="ViT-B-32", pretrained="laion2b_s34b_b79k")
+admission = model_module("proxy", "admission")
+images = model_module("proxy", "images")
+registry = model_module("proxy", "registry")
 ADMIN = {"Authorization": "Bearer admin"}
-
-
-def b64(data, urlsafe=False, padded=True):
-    text = (base64.urlsafe_b64encode if urlsafe else base64.b64encode)(data).decode()
-    return text if padded else text.rstrip("=")
 
 
 def clip_client(**overrides):

@@ -5,12 +5,12 @@ import os
 import queue
 import random
 import shutil
-import sys
 
 import numpy as np
 import pytest
 
 from conftest import PROJECT, TINY_XLMR_MAX_LENGTH, launch, pbtxt, start_server
+from model_library.in_process import model_module
 from triton_clients import PROTOCOLS, TOKENIZER_OUTPUTS, VARIED_TEXTS, client, infer, outputs, text_input, url_for
 
 
@@ -221,8 +221,8 @@ def test_xlmr_tokenizer_is_the_real_250k_vocabulary(xlmr_server, xlmr_hf_tokeniz
 
 
 # ---------------------------------------------------------------- unit tests of the length grouping
-sys.path.insert(0, os.path.join(PROJECT, "model_repository", "tokenizer", "1"))
-from grouping import pad_width, plan_groups  # noqa: E402
+grouping = model_module("tokenizer", "grouping")
+pad_width, plan_groups = grouping.pad_width, grouping.plan_groups
 
 UNLIMITED = 10 ** 9
 
@@ -353,7 +353,6 @@ def test_gpu_grouping_keeps_a_requests_mixed_texts_in_one_run():
     16 queries and 16 passages into several encoder runs (cheaper where a run costs its padded tokens), the GPU
     configs' (GPU_TOKENIZER) keep them in one, which took ensemble_bls from 285-323 to 1,425-1,875 texts/s on an
     H100 (docs/benchmarks-gpu.md, runs 4-6)."""
-    sys.path.insert(0, os.path.join(PROJECT, "build"))
     from exporting import pbtxt
     from exporting.repository import GPU_TOKENIZER
 

@@ -9,17 +9,14 @@ config.json (prompts are tokens: random weights show whether they were applied).
 import base64
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from conftest import PROJECT, export, start_server, stop_server, tiny_sentence_transformer
+from conftest import export, start_server, stop_server, tiny_sentence_transformer
+from exporting.vectors import CALIBRATION_CORPUS
 from triton_clients import PROTOCOLS, VARIED_TEXTS, client, outputs, text_input, url_for
-
-sys.path.insert(0, os.path.join(PROJECT, "build"))
-from exporting.vectors import CALIBRATION_CORPUS  # noqa: E402
 
 TYPES = ("int8", "uint8", "binary", "ubinary")
 TEXTS = VARIED_TEXTS[:6] + VARIED_TEXTS[-3:]  # short to over max length (truncated)

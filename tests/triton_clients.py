@@ -126,6 +126,27 @@ def infer(protocol, url, texts, model="ensemble", names=ENSEMBLE_OUTPUTS, connec
             connection.close()
 
 
+def bytes_input(module, name, texts, shape):
+    """A BYTES tensor of `shape` (tritonclient.http or .grpc: `module`) holding `texts`, str or raw bytes."""
+    tensor = module.InferInput(name, shape, "BYTES")
+    tensor.set_data_from_numpy(np.array([t if isinstance(t, bytes) else t.encode() for t in texts],
+                                        dtype=np.object_).reshape(shape))
+    return tensor
+
+
+def rerank(protocol, server, query, documents, model="xr_rerank"):
+    """A cross-encoder's rerank model (`query` + `documents`) over KServe: {output name: numpy array}."""
+    module = httpclient if protocol == "http" else grpcclient
+    connection = client(protocol, url_for(server, protocol))
+    try:
+        result = connection.infer(model, [bytes_input(module, "query", [query], [1]),
+                                          bytes_input(module, "documents", documents, [len(documents)])])
+        return {name: result.as_numpy(name) for name in ("scores", "logits", "num_tokens", "query_truncated",
+                                                         "truncated")}
+    finally:
+        connection.close()
+
+
 def embed_one_by_one(protocol, url, texts):
     """Each text in its own request, sequentially: (embeddings [n, dim], num_tokens [n], truncated [n])."""
     connection = client(protocol, url)

@@ -1,4 +1,5 @@
-"""build/export.py's parts (import with build/ on sys.path: `build` itself is pypa's package name).
+"""build/export.py's parts: `import exporting` (the project's editable install maps it to build/exporting; export.py
+finds it beside itself), never `import build.exporting`: `build` itself is pypa's package name.
 
     source.py      where the Hugging Face model is and what it says of itself (pooling, max length, outputs)
     graph.py       the encoder wrapper (pooling, heads, normalization), ONNX export and finalizing

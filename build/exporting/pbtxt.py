@@ -166,3 +166,16 @@ def with_output(config, name, data_type, dims):
     def edit(message):
         message.output.add(name=name, data_type=model_config_pb2.DataType.Value(data_type), dims=dims)
     return _edited(config, edit)
+
+
+def merged(config, text, source="edit"):
+    """`config` with ModelConfig text merged in (text_format.Merge: a scalar it names is replaced, a message it names
+    is merged field by field, a repeated field gets its entries appended), e.g.
+    `dynamic_batching { default_queue_policy { max_queue_size: 200 } }`. ConfigError names `source` when the text
+    is not ModelConfig text."""
+    def edit(message):
+        try:
+            text_format.Merge(text, message)
+        except text_format.ParseError as error:
+            raise ConfigError(f"{source}: not ModelConfig text: {error}") from None
+    return _edited(config, edit)

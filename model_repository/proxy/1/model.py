@@ -29,7 +29,7 @@ sys.dont_write_bytecode = True  # the repository may be read-only storage: no __
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the modules beside this file win any name clash
 from registry import Registry  # noqa: E402
 from service import Service  # noqa: E402
-from triton_server import TritonHttp  # noqa: E402
+from triton_server import TritonHttp, secret  # noqa: E402
 
 from app import create_server_app  # noqa: E402
 from metrics import Metrics  # noqa: E402
@@ -73,17 +73,6 @@ SETTINGS = {
     "image_url_timeout_s": ("PROXY_IMAGE_URL_TIMEOUT_S", float),
     "image_url_allow_private": ("PROXY_IMAGE_URL_ALLOW_PRIVATE", boolean),
 }
-
-
-def secret(name):
-    """Keys come from the environment or a file, never from a config Triton serves back (GET .../config)."""
-    if os.environ.get(name):
-        return os.environ[name]
-    path = os.environ.get(f"{name}_FILE")
-    if path:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().strip()
-    return ""
 
 
 def read_settings(config):
