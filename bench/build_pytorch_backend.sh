@@ -85,17 +85,8 @@ if [ "$ENABLE_GPU" = ON ]; then
 fi
 
 # 3. The sources, at the server's tag.
-for repository in pytorch_backend common core backend; do
-  target="$WORK/src/$repository"
-  if [ ! -d "$target/.git" ]; then
-    if [ -n "${SOURCES:-}" ]; then
-      git clone -q "$SOURCES/$repository" "$target"
-    else
-      git clone -q "https://github.com/triton-inference-server/$repository.git" "$target"
-    fi
-  fi
-  git -C "$target" checkout -q "$TRITON_TAG"
-done
+. "$(dirname "${BASH_SOURCE[0]}")/../local_triton/triton_sources.sh"
+clone_triton_sources "$WORK" "$TRITON_TAG" pytorch_backend common core backend
 # Two changes to r24.07 (git checkout undoes them first, so a rerun starts from the tag). pytorch_backend's
 # CMakeLists requires Python's development files ("Python.h needed by torch headers"), which nothing this build
 # compiles includes (libtorch.cc's dependency file names no Python.h, checked with torch 2.13) and a machine with

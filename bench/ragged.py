@@ -44,6 +44,12 @@ def build_repository(model, scratch):
     common.pbtxt.write(path, common.pbtxt.with_parameters(common.pbtxt.read(path), {"pad_to_power_of_two": "true"}))
 
 
+def window(args, spec, concurrency):
+    """Requests per measurement window: about --window-requests texts' worth of requests (a client-batched request
+    holds 32), at least two per client in flight."""
+    return max(2 * concurrency, -(-args.window_requests // spec.texts_per_request))
+
+
 def measure(args, scratch, work_dir):
     with open(os.path.join(scratch, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
         max_length = int(json.load(handle)["max_length"])
@@ -71,7 +77,7 @@ def measure(args, scratch, work_dir):
                     before = loadgen.model_stats(http, encoder)
                     row = loadgen.perf_analyzer(model, f"127.0.0.1:{ports['grpc']}", perf_data, concurrency,
                                                 os.path.join(work_dir, f"{arm}-{name}-{round_index}.csv"),
-                                                max(args.window_requests, 2 * concurrency), args.max_trials, log_path,
+                                                window(args, spec, concurrency), args.max_trials, log_path,
                                                 batch=spec.texts_per_request)
                     loadgen.drain(http, f"127.0.0.1:{ports['metrics']}", models=(model, encoder))
                     runs = loadgen.stats_delta(before, loadgen.model_stats(http, encoder))

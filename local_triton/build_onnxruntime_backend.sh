@@ -31,17 +31,8 @@ PACKAGES="cmake g++ make git rapidjson-dev googletest"
 dpkg -s $PACKAGES >/dev/null 2>&1 || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq $PACKAGES; }
 
 # 2. The sources, at the container's tag.
-for repository in onnxruntime_backend common core backend; do
-  target="$WORK/src/$repository"
-  if [ ! -d "$target/.git" ]; then
-    if [ -n "${SOURCES:-}" ]; then
-      git clone -q "$SOURCES/$repository" "$target"
-    else
-      git clone -q "https://github.com/triton-inference-server/$repository.git" "$target"
-    fi
-  fi
-  git -C "$target" checkout -q "$TRITON_TAG"
-done
+. "$(dirname "${BASH_SOURCE[0]}")/triton_sources.sh"
+clone_triton_sources "$WORK" "$TRITON_TAG" onnxruntime_backend common core backend
 
 # 3. ONNX Runtime: its C API header and library, of one version.
 ORT="$WORK/onnxruntime-$ORT_VERSION"
