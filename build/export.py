@@ -48,12 +48,25 @@ import os
 import sys
 import tempfile
 import time
+import types
 
 # `import exporting` (found in build/, this script's folder, without any install: the image's export stage), never
 # `import build.exporting`: `build` is pypa's package name on PyPI.
 from exporting import clip, cross_encoder, fail, read_json
-from exporting.graph import OPSET, build_encoder, declared_dims, export_onnx, finalize_onnx, load_head
+from exporting.graph import (
+    OPSET,
+    build_encoder,
+    build_splade,
+    build_static,
+    declared_dims,
+    export_onnx,
+    finalize_onnx,
+    load_head,
+    traceable,
+)
 from exporting.parity import parity_check
+from exporting.pipeline import POOLING_MODES, module_list, read_pipeline
+from exporting.reference import check_dense, check_sparse, load_reference
 from exporting.repository import (
     SOURCE_REPOSITORY,
     build_batch_strategy,
@@ -63,6 +76,7 @@ from exporting.repository import (
     ensure_proxy,
     install,
     model_names,
+    remove_chunks,
     templates_digest,
     token_guard,
     warmup_lengths,
@@ -73,7 +87,7 @@ from exporting.repository import (
     write_tokenizer,
     write_warmup,
 )
-from exporting.source import M3_HEADS, choose_outputs, detect_max_length, detect_pooling, resolve_model
+from exporting.source import M3_HEADS, choose_outputs, detect_max_length, resolve_model
 from exporting.vectors import (
     CALIBRATION_CORPUS,
     calibrate,
@@ -84,6 +98,9 @@ from exporting.vectors import (
 )
 
 DEFAULT_MODEL = "BAAI/bge-m3"
+# a static embedding's tokens per text when its tokenizer.json sets no truncation (sentence-transformers sets none;
+# the tokenizer model needs one, and says when it cuts): --max-length changes it
+STATIC_MAX_LENGTH = 2048
 
 
 def parse_args(argv):
@@ -93,8 +110,9 @@ def parse_args(argv):
                         "NAME_rerank beside the others (default: the design card's ensemble/tokenizer/embedding)")
     parser.add_argument("--outputs", help="comma-separated subset of dense,sparse,colbert (default: all the model "
                         "has: sparse and colbert need bge-m3's sparse_linear.pt / colbert_linear.pt)")
-    parser.add_argument("--pooling", choices=["cls", "mean"], help="default: from the sentence-transformers "
-                        "config, else cls")
+    parser.add_argument("--pooling", choices=POOLING_MODES, help="a folder without sentence-transformers files: "
+                        "how its token vectors become one (default cls); a sentence-transformers folder's own "
+                        "Pooling module decides for it")
     parser.add_argument("--max-length", type=int, help="tokens per text; longer texts are truncated "
                         "(default: the model's own limit)")
     parser.add_argument("--matryoshka-dims", help="comma-separated widths the model was trained to be truncated to "
@@ -148,44 +166,46 @@ def main(argv=None):
     if args.open_clip:
         return export_clip(args, repository, started)
     args.model = args.model or DEFAULT_MODEL
-    import torch
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     folder = resolve_model(args.model)
-    config = AutoConfig.from_pretrained(folder)
-    if args.ragged_batch and config.model_type == "clip":
-        fail("--ragged-batch: text embedding exports only (not CLIP)")
-    if config.model_type == "clip":
+    modules = module_list(folder) or []
+    # a static embedding folder has no transformers config (model2vec's config.json names no model_type)
+    config = None if modules[:1] and modules[0][0] == "StaticEmbedding" else AutoConfig.from_pretrained(folder)
+    if config is not None and config.model_type == "clip":
+        if args.ragged_batch:
+            fail("--ragged-batch: text embedding exports only (not CLIP)")
         return export_clip(args, repository, started, folder)
-    kind = cross_encoder.detect_kind(config)
+    kind = cross_encoder.detect_kind(config, sentence_transformers_folder=bool(modules)) if config else "embedding"
     if args.ragged_batch and kind == "cross-encoder":
         fail("--ragged-batch: text embedding exports only (not a cross-encoder)")
     if kind == "cross-encoder":
         cross_encoder.check_arguments(args)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    if kind == "cross-encoder":
-        return export_cross_encoder(args, folder, config, tokenizer, repository, started)
-    pooling = args.pooling or detect_pooling(folder) or "cls"
-    max_length = args.max_length or detect_max_length(folder, config, tokenizer)
-    outputs = choose_outputs(folder, args.outputs)
-    heads = {kind: load_head(folder, kind, config.hidden_size) for kind in outputs if kind in M3_HEADS}
-    colbert_dim = heads["colbert"].out_features if "colbert" in heads else None
-    # FlagEmbedding's rule: these never carry lexical weight.
-    special_ids = sorted({t for t in (tokenizer.cls_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id,
-                                      tokenizer.unk_token_id) if t is not None})
-    model = AutoModel.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
-    encoder = build_encoder(model, pooling, outputs, heads, special_ids)
-    names = model_names(args.name)
+        return export_cross_encoder(args, folder, config, AutoTokenizer.from_pretrained(folder), repository, started)
+    pipeline = read_pipeline(folder, args.pooling)
     prompts, default_prompt = detect_prompts(folder)
-    dimensions = detect_dimensions(folder, config, args.matryoshka_dims, config.hidden_size)
+    if not pipeline.include_prompt and prompts:
+        fail("Pooling's include_prompt is false: pooling without the prompt's tokens needs the prompt's length in "
+             "the graph, which this export does not build")
+    made = {"dense": transformer_encoder, "splade": splade_encoder, "static": static_encoder}[pipeline.kind](
+        args, folder, config, pipeline)
+    encoder, tokenizer, outputs, max_length, reference = (made.encoder, made.tokenizer, made.outputs,
+                                                          made.max_length, made.reference)
+    names = model_names(args.name)
+    dim = made.sizes.get("D")
+    # Late chunking pools token vectors: they are the embedding's space only when nothing projects the pooled one.
+    chunks = chunks_name(args.name) if "dense" in outputs and dim == made.sizes["H"] and not pipeline.projects \
+        else None
+    dimensions = detect_dimensions(folder, config, args.matryoshka_dims, dim)
     calibration = None
     if "dense" in outputs:
         calibration = calibrate(encoder, tokenizer, max_length, dimensions, prompts.get(default_prompt, ""),
                                 args.calibration_corpus)
-    print(f"export: {args.model} ({config.model_type}, {pooling} pooling, max length {max_length}, "
-          f"dim {config.hidden_size}, outputs {','.join(outputs)}) → {repository} as {names[0]}")
+    print(f"export: {args.model} ({made.model_type}, {' → '.join(pipeline.modules or ['transformers'])}, "
+          f"{'+'.join(pipeline.pooling) or pipeline.kind} pooling, max length {max_length}, dim {dim}, outputs "
+          f"{','.join(outputs)}) → {repository} as {names[0]}")
 
-    static_dims = declared_dims(outputs, config.hidden_size, colbert_dim)
+    static_dims = declared_dims(outputs, made.sizes)
     warmup = warmup_lengths(max_length)
     with tempfile.TemporaryDirectory() as workdir:
         staging = os.path.join(workdir, "repository")
@@ -194,22 +214,35 @@ def main(argv=None):
                                   os.path.join(staging, names[2], "1"), args.fp16, args.external_data, static_dims,
                                   token_guard(token_budget, names, max_length),
                                   tokenizer.pad_token_id if args.ragged_batch else None)
-        figures = parity_check(encoder, tokenizer, onnx_path, outputs, max_length, 0.999 if args.fp16 else 0.9999,
+        min_cosine = 0.999 if args.fp16 else 0.9999
+        figures = parity_check(encoder, tokenizer, onnx_path, outputs, max_length, min_cosine,
                                ragged=args.ragged_batch)
         write_tokenizer(tokenizer, max_length, os.path.join(staging, names[1], "1"))
         write_prompts(os.path.join(staging, names[1], "1"), prompts, default_prompt)
+        served_tokenizer = os.path.join(staging, names[1], "1", "tokenizer.json")
+        if pipeline.kind == "splade":
+            figures["reference"] = check_sparse(reference, onnx_path, served_tokenizer, prompts,
+                                                ragged=args.ragged_batch)
+        else:
+            figures["reference"] = check_dense(reference, pipeline, onnx_path, served_tokenizer, prompts,
+                                               min_cosine, ragged=args.ragged_batch)
         write_vectors(os.path.join(staging, names[3], "1"), dimensions, calibration)
-        write_configs(staging, names, outputs, config.hidden_size, colbert_dim, warmup, max_length,
-                      ragged=args.ragged_batch)
-        write_chunks_config(staging, names, chunks_name(args.name), config.hidden_size)
+        write_configs(staging, names, outputs, made.sizes, warmup, max_length, ragged=args.ragged_batch,
+                      sparse_width="vocabulary" if pipeline.kind == "splade" else "tokens")
+        if chunks:
+            write_chunks_config(staging, names, chunks, dim)
+        else:
+            remove_chunks(repository, args.name)
         write_warmup(staging, names[2], tokenizer, warmup)
         manifest = {
             "id": args.name or args.model, "kind": "embedding", "name": names[0], "tokenizer_model": names[1],
             "encoder_model": names[2],
-            "bls_model": names[3], "rerank_model": names[4], "chunks_model": chunks_name(args.name),
-            "model": args.model, "model_type": config.model_type, "pooling": pooling, "outputs": outputs,
-            "embedding_size": config.hidden_size, "colbert_size": colbert_dim, "max_length": max_length,
-            "special_token_ids": special_ids, "dimensions": dimensions, "prompts": prompts,
+            "bls_model": names[3], "rerank_model": names[4], "chunks_model": chunks,
+            "model": args.model, "model_type": made.model_type, "pipeline": pipeline.kind,
+            "pooling": "+".join(pipeline.pooling) or pipeline.kind, "modules": pipeline.modules, "outputs": outputs,
+            "embedding_size": dim if "dense" in outputs else None, "hidden_size": made.sizes["H"],
+            "colbert_size": made.sizes.get("C"), "max_length": max_length,
+            "special_token_ids": made.special_ids, "dimensions": dimensions, "prompts": prompts,
             "default_prompt_name": default_prompt,
             "calibration": calibration and {k: v for k, v in calibration.items() if k != "ranges"},
             "fp16": args.fp16, "token_budget_batching": token_budget, "ragged_batch": args.ragged_batch,
@@ -219,8 +252,87 @@ def main(argv=None):
             "unnormalized_output": "dense" in outputs,
             "served_names": args.served_names, "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        install_export(staging, repository, (*names, chunks_name(args.name)), manifest, started)
+        install_export(staging, repository, tuple(m for m in (*names, chunks) if m), manifest, started)
     return 0
+
+
+def transformer_encoder(args, folder, config, pipeline):
+    """A transformer (encoder or decoder) with its pooling and the modules after it, bge-m3's heads where the folder
+    has them; the reference (sentence-transformers' class for the folder) holds the one model the graph wraps."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    max_length = args.max_length or detect_max_length(folder, config, tokenizer)
+    outputs = choose_outputs(folder, args.outputs)
+    if pipeline.projects and outputs != ["dense"]:
+        fail(f"--outputs {','.join(outputs)}: bge-m3's heads read the hidden states of a model whose pipeline "
+             f"({' → '.join(pipeline.modules)}) projects its pooled vector; export dense only")
+    heads = {kind: load_head(folder, kind, config.hidden_size) for kind in outputs if kind in M3_HEADS}
+    # FlagEmbedding's rule: these never carry lexical weight.
+    special_ids = sorted({t for t in (tokenizer.cls_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id,
+                                      tokenizer.unk_token_id) if t is not None})
+    reference = load_reference(folder, pipeline, max_length)
+    encoder = build_encoder(traceable(reference[0].auto_model.eval()), pipeline.pooling, outputs, heads, special_ids,
+                            [reference[i] for i in pipeline.dense_modules])
+    dim = embedding_size(encoder, tokenizer) if "dense" in outputs else config.hidden_size
+    sizes = {"D": dim, "H": config.hidden_size, "C": heads["colbert"].out_features if "colbert" in heads else None}
+    return types.SimpleNamespace(encoder=encoder, tokenizer=tokenizer, outputs=outputs, max_length=max_length,
+                                 reference=reference, sizes=sizes, special_ids=special_ids,
+                                 model_type=config.model_type)
+
+
+def splade_encoder(args, folder, config, pipeline):
+    """A SparseEncoder (MLMTransformer + SpladePooling): its vocabulary-wide weights as the sparse outputs bge-m3's
+    serve (/embed_sparse, KServe's sparse_*), never a dense vector of the masked-LM's backbone."""
+    from transformers import AutoTokenizer
+
+    if args.outputs not in (None, "sparse"):
+        fail(f"--outputs {args.outputs}: a SPLADE model (SparseEncoder) has the sparse output only")
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    max_length = args.max_length or detect_max_length(folder, config, tokenizer)
+    reference = load_reference(folder, pipeline, max_length)
+    if getattr(reference, "max_active_dims", None):
+        fail(f"config_sentence_transformers.json: max_active_dims {reference.max_active_dims} (the top weights "
+             "only) is not built into the graph")
+    splade = reference[1]
+    encoder = build_splade(reference[0].auto_model.eval(), splade.pooling_strategy, splade.activation_function)
+    return types.SimpleNamespace(encoder=encoder, tokenizer=tokenizer, outputs=["sparse"], max_length=max_length,
+                                 reference=reference, sizes={"H": config.hidden_size}, special_ids=[],
+                                 model_type=config.model_type)
+
+
+def static_encoder(args, folder, config, pipeline):
+    """A StaticEmbedding (sentence-transformers' or model2vec's layout): token rows averaged, behind the same
+    tokenizer model; its own tokenizer, without the special tokens it never adds."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    if args.outputs not in (None, "dense"):
+        fail(f"--outputs {args.outputs}: a static embedding model has the dense output only")
+    reference = load_reference(folder, pipeline, None)
+    static = reference[0]
+    spec = json.loads(static.tokenizer.to_str())  # a copy: the reference keeps its own
+    spec["post_processor"] = None  # StaticEmbedding tokenizes with add_special_tokens=False
+    fast = Tokenizer.from_str(json.dumps(spec))
+    max_length = args.max_length or (fast.truncation or {}).get("max_length") or STATIC_MAX_LENGTH
+    fast.no_padding()
+    pad = next((t for t in ("[PAD]", "<pad>", "<unk>", "[UNK]") if fast.token_to_id(t) is not None), None)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=fast, pad_token=pad or fast.id_to_token(0))
+    table = static.embedding.weight
+    encoder = build_static(table)
+    dim = int(table.shape[1])
+    return types.SimpleNamespace(encoder=encoder, tokenizer=tokenizer, outputs=["dense"], max_length=max_length,
+                                 reference=reference, sizes={"D": dim, "H": dim}, special_ids=[],
+                                 model_type="static")
+
+
+def embedding_size(encoder, tokenizer):
+    """The width of the graph's `embedding`: the last module's output (a Dense module's, or the pooled modes')."""
+    import torch
+
+    sample = tokenizer(["size"], return_tensors="pt")
+    with torch.no_grad():
+        return int(encoder(sample["input_ids"], sample["attention_mask"])[0].shape[-1])
 
 
 def install_export(staging, repository, names, manifest, started):
@@ -336,7 +448,7 @@ def export_clip(args, repository, started, folder=None):
             clip.write_text_cleaning(os.path.join(staging, names[1], "1"), cleaning)
         write_vectors(os.path.join(staging, names[3], "1"), [dim], calibration)
         # the text tower's graph (clip.py) returns `embedding` only: no embedding_unnormalized, no token_embeddings
-        write_configs(staging, names, ["dense"], dim, None, warmup, clip.CONTEXT_LENGTH, encoder_only=(),
+        write_configs(staging, names, ["dense"], {"D": dim}, warmup, clip.CONTEXT_LENGTH, encoder_only=(),
                       with_dense=())
         write_warmup(staging, names[2], tokenizer, warmup)
         write_clip_image_configs(staging, args.name, *image_size, dim)

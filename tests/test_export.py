@@ -373,7 +373,7 @@ def test_unnormalized_output_of_the_bge_m3_layout_is_flagembeddings_dense(tmp_pa
     heads = {kind: load_head(folder, kind, 32) for kind in ("sparse", "colbert")}
     encoder = build_encoder(model, "cls", outputs, heads, [0, 1, 2, 3])
     path = finalize_onnx(export_onnx(encoder, tokenizer, outputs, str(tmp_path)), str(tmp_path / "1"), False, False,
-                         declared_dims(outputs, 32, 32))
+                         declared_dims(outputs, {"D": 32, "H": 32, "C": 32}))
     names = output_names(outputs)
     assert names == ["embedding", "sparse_indices", "sparse_values", "sparse_count", "colbert_vectors",
                      "colbert_length", "embedding_unnormalized", "token_embeddings"]

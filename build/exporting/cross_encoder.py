@@ -13,7 +13,7 @@ KINDS = ("embedding", "cross-encoder")
 CROSS_ENCODER_TYPES = ("xlm-roberta", "roberta", "bert")
 # Heads whose output an embedding export would silently drop: refused instead of served wrongly.
 DROPPED_HEADS = ("ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice", "ForCausalLM",
-                 "ForConditionalGeneration")
+                 "ForConditionalGeneration", "ForMaskedLM")
 PARITY_QUERIES = ["what is the capital of France?", "q", "Triton Inference Server", "日本の首都は?"]
 PARITY_PASSAGES = [
     "Paris is the capital and most populous city of France.",
@@ -23,9 +23,11 @@ PARITY_PASSAGES = [
 ]
 
 
-def detect_kind(config):
+def detect_kind(config, sentence_transformers_folder=False):
     """'cross-encoder' for a sequence-classification model of a supported family, 'embedding' for an encoder;
-    anything else stops the export with one line (it would be served as something it is not)."""
+    anything else stops the export with one line (it would be served as something it is not). A sentence-
+    transformers folder is an embedder whatever head its config names (Qwen3-Embedding's says Qwen3ForCausalLM,
+    all-mpnet-base-v2's MPNetForMaskedLM): sentence-transformers loads its base model, and so does the export."""
     architectures = list(getattr(config, "architectures", None) or [])
     for architecture in architectures:
         if architecture.endswith("ForSequenceClassification"):
@@ -33,7 +35,7 @@ def detect_kind(config):
                 fail(f"{architecture} is a cross-encoder of a family this export does not check "
                      f"({config.model_type}); supported: {', '.join(CROSS_ENCODER_TYPES)}")
             return "cross-encoder"
-        if architecture.endswith(DROPPED_HEADS):
+        if architecture.endswith(DROPPED_HEADS) and not sentence_transformers_folder:
             fail(f"{architecture} has a head that an embedding export would drop; this export serves encoders "
                  f"(embeddings) and sequence-classification cross-encoders only")
     return "embedding"

@@ -13,7 +13,8 @@ from .source import M3_HEADS
 OPSET = 17  # onnxruntime 1.18.1 (tritonserver 24.07) runs opset <= 20 and IR <= 9
 MAX_IR_VERSION = 9
 ONNX_PROTOBUF_LIMIT = 2 * 1024**3
-# Graph outputs of each family: (name, Triton type, dims after the batch dim; "D" = hidden size, "C" = ColBERT dim)
+# Graph outputs of each family: (name, Triton type, dims after the batch dim; "D" = the embedding's size (the last
+# module's), "H" = the hidden size, "C" = ColBERT dim)
 OUTPUT_TENSORS = {
     "dense": [("embedding", "TYPE_FP32", ["D"])],
     "sparse": [("sparse_indices", "TYPE_INT64", [-1]), ("sparse_values", "TYPE_FP32", [-1]),
@@ -27,7 +28,7 @@ OUTPUT_TENSORS = {
     "unnormalized": [("embedding_unnormalized", "TYPE_FP32", ["D"])],
     # the encoder's last hidden state, before pooling: the late chunking model pools it per chunk. Every embedding
     # export has it (the encoder's own output, not the ensemble's): it is computed anyway, and sent only when asked.
-    "tokens": [("token_embeddings", "TYPE_FP32", [-1, "D"])],
+    "tokens": [("token_embeddings", "TYPE_FP32", [-1, "H"])],
 }
 ENCODER_ONLY = ("tokens",)  # families of the encoder graph that the ensembles do not expose
 WITH_DENSE = ("unnormalized",)  # families a text export has whenever it has `dense` (not in export.json's outputs)
@@ -49,26 +50,154 @@ def load_head(folder, kind, hidden_size):
     return head.eval()
 
 
-def build_encoder(model, pooling, outputs, heads, special_ids):
-    """HF encoder + pooling + normalization (+ bge-m3's heads), so the ONNX graph returns final, usable outputs.
+FULL, SLIDING = "full_attention", "sliding_attention"
 
+
+def traceable(model):
+    """The model as the tracer can follow it. A bidirectional decoder (Gemma3 with use_bidirectional_attention:
+    EmbeddingGemma) builds its masks in transformers 5 with torch.vmap over an autograd.Function, which the
+    TorchScript exporter cannot trace (`unordered_map::at`): it gets its masks built here instead, with plain tensor
+    ops, after audit_masks() found them equal to transformers' own. Every other model is traced as it is."""
+    if not getattr(model.config, "use_bidirectional_attention", False):
+        return model
+    import torch
+
+    if model.config._attn_implementation != "eager":
+        raise ValueError("load the model with attn_implementation='eager'")
+    audit_masks(model)
+
+    class WithMasks(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            masks = attention_masks(model.config, attention_mask, model.get_input_embeddings().weight.dtype)
+            position_ids = (torch.cumsum(attention_mask, 1) - 1).clamp(min=0)  # 0..n-1 on each text's tokens
+            return self.model(input_ids=input_ids, attention_mask=masks if len(masks) > 1 else masks[FULL],
+                              position_ids=position_ids, use_cache=False)
+
+    return WithMasks().eval()
+
+
+def layer_types(config):
+    """The mask each decoder layer uses, as the model's forward picks it."""
+    kinds = getattr(config, "layer_types", None)
+    if kinds:
+        return list(kinds[:config.num_hidden_layers])
+    return [SLIDING if getattr(config, "sliding_window", None) is not None else FULL] * config.num_hidden_layers
+
+
+def attention_masks(config, attention_mask, dtype):
+    """{layer type: additive [rows, 1, width, width] mask} of a bidirectional decoder, from the 2-D mask: a layer
+    may attend to every real token (full), or to those less than sliding_window positions away (sliding; Gemma3's
+    config already holds its half window). 0 where allowed, the dtype's minimum elsewhere (transformers' eager)."""
+    import torch
+
+    keep = attention_mask.to(torch.bool)[:, None, None, :]
+    positions = torch.cumsum(torch.ones_like(attention_mask[0]), 0) - 1  # from the input's shape: stays dynamic
+    distance = (positions[:, None] - positions[None, :]).abs()
+    masks = {}
+    for kind in dict.fromkeys(layer_types(config)):
+        allowed = keep & (distance < config.sliding_window) if kind == SLIDING else keep & (distance >= 0)
+        masks[kind] = torch.where(allowed, torch.zeros((), dtype=dtype), torch.finfo(dtype).min)
+    return masks
+
+
+def audit_masks(model, rows=2):
+    """traceable()'s masks against those transformers itself hands each layer, exactly, on a right-padded batch
+    wider than every sliding window (the layers are swapped for a recorder meanwhile: no attention runs). A later
+    transformers with other mask rules stops the export here rather than giving another model's vectors."""
+    import torch
+
+    config = model.config
+    kinds = layer_types(config)
+    width = max([16, *[config.sliding_window + 3 for k in kinds if k == SLIDING]])
+    ids = torch.ones((rows, width), dtype=torch.long)
+    mask = torch.ones((rows, width), dtype=torch.long)
+    mask[0, width // 2 + 1:] = 0
+    seen, layers = {}, model.layers[:config.num_hidden_layers]
+
+    def recorder(i):
+        def forward(hidden_states, *args, attention_mask=None, **kwargs):
+            seen[i] = attention_mask
+            return hidden_states
+        return forward
+
+    for i, layer in enumerate(layers):
+        layer.forward = recorder(i)
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask, use_cache=False)
+    finally:
+        for layer in layers:
+            del layer.forward
+    ours = attention_masks(config, mask, model.get_input_embeddings().weight.dtype)
+    for i, kind in enumerate(kinds):
+        theirs = seen.get(i)
+        if theirs is None or theirs.dim() != 4:
+            raise SystemExit(f"export: layer {i} of {type(model).__name__} got no 4-D mask from transformers; "
+                             "this export cannot build its bidirectional attention")
+        theirs = (theirs if theirs.dtype == torch.bool else theirs == 0).expand(rows, 1, width, width)
+        if not torch.equal(theirs, ours[kind] == 0):
+            raise SystemExit(f"export: layer {i} ({kind}) of {type(model).__name__}: transformers masks it "
+                             "otherwise than this export would; refused rather than served with other attention")
+
+
+def pool(modes, hidden, attention_mask):
+    """sentence-transformers' Pooling over a right-padded batch, each mode as it defines it, concatenated in order.
+    Rows always hold a real token (the tokenizer model refuses texts that give none)."""
+    import torch
+
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    positions = torch.arange(hidden.shape[1], dtype=attention_mask.dtype).unsqueeze(0)
+    counts = mask.sum(1).clamp(min=1e-9)
+    pooled = []
+    for mode in modes:
+        if mode == "cls":
+            pooled.append(hidden[:, 0])  # right padding: the first real token is at 0
+        elif mode == "max":
+            pooled.append(hidden.masked_fill(mask == 0, float("-inf")).max(dim=1).values)
+        elif mode == "mean":
+            pooled.append((hidden * mask).sum(1) / counts)
+        elif mode == "mean_sqrt_len_tokens":
+            pooled.append((hidden * mask).sum(1) / torch.sqrt(counts))
+        elif mode == "weightedmean":  # position weights 1..width (no left padding to take off)
+            weights = mask * (positions + 1).unsqueeze(-1).to(hidden.dtype)
+            pooled.append((hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9))
+        elif mode == "lasttoken":  # the text's last token (the EOS a decoder embedder appends): right padding
+            last = (attention_mask.sum(1) - 1).clamp(min=0)
+            pooled.append(torch.gather(hidden * mask, 1, last.view(-1, 1, 1).expand(-1, 1, hidden.shape[2]))[:, 0])
+        else:
+            raise ValueError(f"pooling mode {mode}")
+    return pooled[0] if len(pooled) == 1 else torch.cat(pooled, dim=-1)
+
+
+def build_encoder(model, pooling, outputs, heads, special_ids, projections=()):
+    """HF encoder + pooling (+ the sentence-transformers modules after it) + normalization (+ bge-m3's heads), so
+    the ONNX graph returns final, usable outputs.
+
+    pooling: a mode or a tuple of modes (pool()). projections: the Dense modules after Pooling, sentence-
+      transformers' own objects (their activations as they load them), applied in order to the pooled vector.
     sparse (FlagEmbedding's lexical weights): relu(sparse_linear(hidden)) per token; special tokens and padding get
       weight 0; one weight per distinct token id, the maximum over its occurrences; zero weights dropped. Done in
       the graph with sorts only (opset 17): rank tokens by weight, sort by (id, rank) so each id's run starts with
       its largest weight, keep run starts, then sort those by weight. Returned padded to the row width:
       sparse_indices (-1 past sparse_count), sparse_values (0 past it), sparse_count.
     colbert: normalize(colbert_linear(hidden[:, 1:]) * mask[:, 1:]); colbert_length = real tokens - 1 vectors.
-    Outputs in output_names' order: the families', then (with dense) the pooled vector before normalize, then the
+    Outputs in output_names' order: the families', then (with dense) the vector before normalize, then the
     last hidden state."""
     import torch
 
     takes_token_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
+    modes = (pooling,) if isinstance(pooling, str) else tuple(pooling)
 
     class Encoder(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.model = model
             self.heads = torch.nn.ModuleDict(heads)
+            self.projections = torch.nn.ModuleList(projections)
 
         def forward(self, input_ids, attention_mask):
             extra = {"token_type_ids": torch.zeros_like(input_ids)} if takes_token_type_ids else {}
@@ -76,10 +205,9 @@ def build_encoder(model, pooling, outputs, heads, special_ids):
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             results = []
             if "dense" in outputs:
-                if pooling == "cls":
-                    pooled = hidden[:, 0]
-                else:
-                    pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                pooled = pool(modes, hidden, attention_mask)
+                for projection in self.projections:
+                    pooled = projection({"sentence_embedding": pooled})["sentence_embedding"]
                 results.append(torch.nn.functional.normalize(pooled, p=2.0, dim=1))
             if "sparse" in outputs:
                 results += self.sparse(input_ids, attention_mask, hidden)
@@ -114,6 +242,60 @@ def build_encoder(model, pooling, outputs, heads, special_ids):
     return Encoder().eval()
 
 
+def build_splade(model, pooling_strategy, activation):
+    """A SparseEncoder's MLMTransformer + SpladePooling (SPLADE) as sentence-transformers computes them: the
+    masked-LM logits, zero on padding before the activation (log1p(relu(x)), or log1p of that for `log1p_relu`),
+    then the max (or sum) over the tokens: one weight per vocabulary id, special tokens' positions included. Out: the
+    sparse family (sparse_indices, sparse_values, sparse_count: the non-zero weights by weight, -1 / 0 past each
+    row's count, as wide as the run's largest count, at least 1) and token_embeddings (the last hidden state)."""
+    import torch
+
+    takes_token_type_ids = "token_type_ids" in inspect.signature(model.forward).parameters
+
+    class Splade(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            extra = {"token_type_ids": torch.zeros_like(input_ids)} if takes_token_type_ids else {}
+            result = self.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                                **extra)
+            logits = result.logits * attention_mask.unsqueeze(-1).to(result.logits.dtype)
+            weights = torch.log1p(torch.relu(logits))
+            if activation == "log1p_relu":
+                weights = torch.log1p(weights)
+            weights = weights.amax(dim=1) if pooling_strategy == "max" else weights.sum(dim=1)
+            count = (weights > 0).sum(dim=1, keepdim=True)
+            # a tensor k: the tracer records a TopK whose k the graph computes, not the export sample's
+            values, ids = torch.topk(weights, count.max().clamp(min=1), dim=1, largest=True, sorted=True)
+            present = values > 0
+            return (torch.where(present, ids, torch.full_like(ids, -1)), values * present.to(values.dtype),
+                    count.to(torch.int32), result.hidden_states[-1])
+
+    return Splade().eval()
+
+
+def build_static(table):
+    """A StaticEmbedding (no transformer): each token's row of `table` (its loaded weights, model2vec's per-token
+    weights folded in), averaged over the text's tokens (EmbeddingBag's mean). Out: the dense family's embedding,
+    embedding_unnormalized and token_embeddings (each token's row; zero on padding)."""
+    import torch
+
+    class Static(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Parameter(table.detach().to(torch.float32).clone(), requires_grad=False)
+
+        def forward(self, input_ids, attention_mask):
+            mask = attention_mask.unsqueeze(-1).to(self.table.dtype)
+            tokens = torch.nn.functional.embedding(input_ids, self.table) * mask
+            pooled = tokens.sum(1) / mask.sum(1).clamp(min=1.0)
+            return torch.nn.functional.normalize(pooled, p=2.0, dim=1), pooled, tokens
+
+    return Static().eval()
+
+
 def graph_families(outputs):
     """The families of build_encoder's graph, in its outputs' order: the public ones, then the encoder-only ones."""
     return [*public_families(outputs), *ENCODER_ONLY]
@@ -124,9 +306,9 @@ def output_names(outputs):
     return [name for kind in graph_families(outputs) for name, _, _ in OUTPUT_TENSORS[kind]]
 
 
-def declared_dims(outputs, hidden_size, colbert_dim):
-    """{output name: dims after the batch dim} with "D" and "C" replaced by the model's sizes (-1 stays dynamic)."""
-    return {name: [{"D": hidden_size, "C": colbert_dim}.get(d, d) for d in dims]
+def declared_dims(outputs, sizes):
+    """{output name: dims after the batch dim} with "D", "H" and "C" replaced by `sizes` (-1 stays dynamic)."""
+    return {name: [sizes.get(d, d) for d in dims]
             for kind in graph_families(outputs) for name, _, dims in OUTPUT_TENSORS[kind]}
 
 

@@ -92,6 +92,14 @@ def chunks_name(name):
     return "late_chunking" if name is None else f"{name}_chunks"
 
 
+def remove_chunks(repository, name):
+    """An export without a late chunking model (its pipeline projects the pooled vector) leaves no earlier one
+    behind: Triton would load it against the new encoder. The default's folder is a source folder: its rendered
+    config only."""
+    chunks = chunks_name(name)
+    remove(os.path.join(repository, chunks, "config.pbtxt") if name is None else os.path.join(repository, chunks))
+
+
 def copy_model_code(kind, model_dir, project=PROJECT):
     """The files MODEL_CODE lists for `kind`, copied from the checkout into `model_dir`; returns their paths there."""
     copied = []
@@ -149,8 +157,9 @@ def render(template, **values):
     return header + "\n" + string.Template("\n".join(lines)).substitute(values)
 
 
-def triton_dims(dims, hidden_size, colbert_dim):
-    return ", ".join(str({"D": hidden_size, "C": colbert_dim}.get(d, d)) for d in dims)
+def triton_dims(dims, sizes):
+    """Config dims from OUTPUT_TENSORS' ("D" the embedding's size, "H" the hidden size, "C" ColBERT's: `sizes`)."""
+    return ", ".join(str(sizes.get(d, d)) for d in dims)
 
 
 def encoder_inputs(ragged=False):
@@ -167,17 +176,18 @@ def encoder_inputs(ragged=False):
     return text
 
 
-def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max_length, encoder_only=ENCODER_ONLY,
-                  with_dense=WITH_DENSE, ragged=False):
+def write_configs(staging, names, outputs, sizes, warmup, max_length, encoder_only=ENCODER_ONLY,
+                  with_dense=WITH_DENSE, ragged=False, sparse_width="tokens"):
     """Render the encoder's (CPU and GPU), the ensemble's, the BLS model's and the rerank model's (when `names` has
     one) configs; copy the code of the Python models for a named export. `outputs`: export.json's; the graph also
     has `with_dense` (graph.WITH_DENSE: embedding_unnormalized) and `encoder_only` (token_embeddings) families, which
-    CLIP's text tower has not."""
+    CLIP's text tower has not. `sizes`: {"D": the embedding's size, "H": the hidden size, "C": ColBERT's}."""
     ensemble, tokenizer, encoder, bls, rerank = names
-    declarations = [(name, kind, triton_dims(dims, hidden_size, colbert_dim))
+    colbert_dim = sizes.get("C")
+    declarations = [(name, kind, triton_dims(dims, sizes))
                     for family in public_families(outputs, with_dense) for name, kind, dims in OUTPUT_TENSORS[family]]
     lines = [f'  {{ name: "{n}", data_type: {t}, dims: [ {d} ] }}' for n, t, d in declarations]
-    encoder_lines = lines + [f'  {{ name: "{n}", data_type: {t}, dims: [ {triton_dims(d, hidden_size, None)} ] }}'
+    encoder_lines = lines + [f'  {{ name: "{n}", data_type: {t}, dims: [ {triton_dims(d, sizes)} ] }}'
                              for family in encoder_only for n, t, d in OUTPUT_TENSORS[family]]
     encoder_dir = os.path.join(staging, encoder)
     os.makedirs(encoder_dir, exist_ok=True)
@@ -206,12 +216,12 @@ def write_configs(staging, names, outputs, hidden_size, colbert_dim, warmup, max
                         f'{-(-colbert_dim // 8) if n.endswith("binary") else colbert_dim} ] }}'
                         for n, t in COLBERT_OUTPUTS]
     # The encoder's token vectors (TEI's /embed_all), padded like ColBERT's; sent only when asked for by name.
-    bls_outputs += [f'  {{ name: "{n}", data_type: {t}, dims: [ {triton_dims(d, hidden_size, None)} ] }}'
+    bls_outputs += [f'  {{ name: "{n}", data_type: {t}, dims: [ {triton_dims(d, sizes)} ] }}'
                     for family in encoder_only for n, t, d in OUTPUT_TENSORS[family]]
     with open(os.path.join(staging, bls, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render(os.path.join(SOURCE_REPOSITORY, "ensemble_bls", "config.pbtxt.template"),
                             tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(bls_outputs),
-                            inputs=TEXT_INPUT))
+                            inputs=TEXT_INPUT, sparse_width=sparse_width))
     if rerank is not None:
         os.makedirs(os.path.join(staging, rerank, "1"), exist_ok=True)
         with open(os.path.join(staging, rerank, "config.pbtxt"), "w", encoding="utf-8") as handle:
@@ -313,7 +323,8 @@ def write_cross_encoder_configs(staging, names, labels, warmup, max_length):
                (ensemble, "ensemble/pairs.pbtxt.template", {"tokenizer": tokenizer, "encoder": encoder,
                                                             "outputs": ",\n".join(public)}),
                (bls, "ensemble_bls/config.pbtxt.template", {"tokenizer": tokenizer, "encoder": encoder,
-                                                            "outputs": ",\n".join(public), "inputs": PAIR_INPUTS}),
+                                                            "outputs": ",\n".join(public), "inputs": PAIR_INPUTS,
+                                                            "sparse_width": "tokens"}),
                (rerank, "rerank/cross_encoder.pbtxt.template", {"bls": bls, "label": 0 if labels == 1 else labels - 1})]
     for model, template, fill in renders:
         os.makedirs(os.path.join(staging, model, "1"), exist_ok=True)

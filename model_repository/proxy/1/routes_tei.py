@@ -157,7 +157,7 @@ async def bound_token_vectors(request, card, texts, parameters):
     """The 413 of an /embed_all answer over max_embed_all_numbers, before the encoder runs: nothing to do when
     every input at the model's max length fits; else the tokenizer model counts the tokens (its tokenize task,
     the prompt included), each counted at most at the max length (over it: cut, or the embed call's 422)."""
-    hidden = card.embedding_size or 0
+    hidden = card.hidden_size or card.embedding_size or 0
     if len(texts) * card.max_length * hidden <= request.app.state.settings.max_embed_all_numbers:
         return
     tokens = await request.app.state.service.tokenize(card, texts, "inputs", {"add_special_tokens": True,
