@@ -325,6 +325,10 @@ def markdown(run, plot_names):
         from bench.images import section
 
         out += section(run["images"])
+    if run.get("families"):
+        from bench.families import section as families_section
+
+        out += families_section(run["families"])
     out += ["## onnxruntime ceiling sweeps", "",
             "In the bench process, before the server starts; texts pre-tokenized, sorted by length, cut into batches "
             "padded to their own longest text, run in a stratified order (bit-reversed) for "

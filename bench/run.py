@@ -1,6 +1,6 @@
 """Benchmark the served embedding model on four workloads against its own speed; write docs/benchmarks.md.
 
-    python -m bench.run                  # full run (~25 min on 2 CPU cores) -> docs/benchmarks.md, docs/*.png
+    python -m bench.run                  # full run (~29 min on 2 CPU cores) -> docs/benchmarks.md, docs/*.png
     python -m bench.run --short          # CI smoke run (< 6 min) -> bench/results/short/
     python -m bench.run --workloads queries,passages --no-breakdown
     make bench BENCH_ARGS="--short"
@@ -35,7 +35,11 @@ Steps, in one process:
       every reading's p99/p50 is printed (target: KServe HTTP's ≤ 3);
   13. the encoder's backend (bench/backends.py): Triton's C++ onnxruntime backend (ONNXRUNTIME_BACKEND, or
       --onnxruntime-backend) against the stand-in, in alternating servers: queries at 32 in flight and
-      client-batched requests, their ratio to the ceiling and the server's CPU per text.
+      client-batched requests, their ratio to the ceiling and the server's CPU per text;
+  14. model families (bench/families.py): a decoder embedder (Qwen3-Embedding's layout, 4 layers of 256) and a
+      static embedder (StaticEmbedding, 1024 wide), random, exported by name into one repository and served by one
+      server: queries and passages in requests of 32 texts to NAME_bls (KServe gRPC) against onnxruntime in-process
+      on the same model.onnx and texts at its best batch size; served / ceiling per model and workload.
 """
 import argparse
 import json
@@ -51,6 +55,7 @@ import time
 
 from bench import backends, baselines, breakdown, bulk, common, loadgen, overhead, report
 from bench import corpus as corpus_lib
+from bench import families as families_bench
 from bench import images as images_bench
 from bench import rerank as rerank_bench
 from bench import tail as tail_bench
@@ -402,6 +407,8 @@ def parse_args(argv):
                         "stand-in (default: ONNXRUNTIME_BACKEND; none: the step is left out). Steps 4-12 run on the "
                         "backend ONNXRUNTIME_BACKEND names, as the launcher does")
     parser.add_argument("--no-backends", action="store_true", help="leave out step 13")
+    parser.add_argument("--no-families", action="store_true", help="leave out step 14 (a decoder and a static "
+                        "embedder against their in-process ceilings, bench/families.py)")
     parser.add_argument("--server-env", action="append", default=[], metavar="NAME=VALUE",
                         help="a launcher setting for the server (repeatable), e.g. RATE_LIMIT=off")
     parser.add_argument("--server-arg", action="append", default=[], help="extra tritonserver argument")
@@ -481,12 +488,17 @@ def main(argv=None):
                                        window_requests=args.min_window_requests * (1 if args.short else 4),
                                        max_trials=args.max_trials,
                                        stability=args.stability, progress=progress)
+    families = None
+    if not args.no_families:
+        families = families_bench.measure(os.path.join(args.work_dir, "families"), args.short, progress)
+        progress(families_bench.ratios(families))
     run = {
         "mode": args.mode, "command": command_line, "device": args.device, "manifest": manifest,
         "repository": os.path.relpath(source, PROJECT) if source.startswith(PROJECT) else source,
         "bench_owned_export": owned, "encoder_threads": threads, "probe": probe, "breakdown": times, "overhead": floor,
         "one_in_flight": one_in_flight,
         "rerank": reranking, "images": pictures, "bulk": bulk_run, "tail": tail, "backends": backend_run,
+        "families": families,
         "onnxruntime_backend": common.launch.describe_onnxruntime_backend(),
         "client_tokenize_us": baselines.client_tokenization_cost(
             tokenizer, [t["text"] for t in workloads[next(iter(workloads))]["texts"][:200]], 0.5),

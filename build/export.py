@@ -315,6 +315,7 @@ def static_encoder(args, folder, config, pipeline):
     spec["post_processor"] = None  # StaticEmbedding tokenizes with add_special_tokens=False
     fast = Tokenizer.from_str(json.dumps(spec))
     max_length = args.max_length or (fast.truncation or {}).get("max_length") or STATIC_MAX_LENGTH
+    static.tokenizer.enable_truncation(max_length)  # the reference at the export's max length, as for transformers
     fast.no_padding()
     pad = next((t for t in ("[PAD]", "<pad>", "<unk>", "[UNK]") if fast.token_to_id(t) is not None), None)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=fast, pad_token=pad or fast.id_to_token(0))
@@ -353,11 +354,17 @@ def export_cross_encoder(args, folder, config, tokenizer, repository, started):
     max_length = args.max_length or detect_max_length(folder, config, tokenizer)
     model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32,
                                                                attn_implementation="eager").eval()
+    decoder = cross_encoder.is_decoder(config)
+    if decoder and tokenizer.pad_token_id is None:
+        fail(f"{args.model}: the tokenizer has no pad token, which CrossEncoder (and the tokenizer model) pad with")
+    reference = cross_encoder.load_reference(folder, max_length)
+    template = cross_encoder.pair_template(reference, tokenizer)  # refused here, before the graph is traced
     graph = cross_encoder.build_cross_encoder(model, tokenizer)
     names = model_names(args.name)
     labels = config.num_labels
-    print(f"export: {args.model} (cross-encoder, {config.model_type}, {labels} label(s), max length {max_length}) "
-          f"→ {repository} as {names[0]}")
+    layout = ", pairs through its chat template" if template else ""
+    print(f"export: {args.model} (cross-encoder, {config.model_type}, {labels} label(s), max length {max_length}"
+          f"{layout}) → {repository} as {names[0]}")
     warmup = warmup_lengths(max_length)
     with tempfile.TemporaryDirectory() as workdir:
         staging = os.path.join(workdir, "repository")
@@ -366,8 +373,10 @@ def export_cross_encoder(args, folder, config, tokenizer, repository, started):
         onnx_path = finalize_onnx(exported, os.path.join(staging, names[2], "1"), args.fp16, args.external_data,
                                   {"logits": [labels], "scores": [labels]},
                                   token_guard(token_budget, names, max_length))
-        figures = cross_encoder.parity_check(folder, tokenizer, onnx_path, max_length, 1e-2 if args.fp16 else 1e-4)
+        figures = cross_encoder.parity_check(folder, tokenizer, onnx_path, max_length, 1e-2 if args.fp16 else 1e-4,
+                                             reference, template, decoder)
         write_tokenizer(tokenizer, max_length, os.path.join(staging, names[1], "1"))
+        cross_encoder.write_pair_template(os.path.join(staging, names[1], "1"), template)
         write_cross_encoder_configs(staging, names, labels, warmup, max_length)
         write_warmup(staging, names[2], tokenizer, warmup)
         manifest = {
@@ -378,7 +387,7 @@ def export_cross_encoder(args, folder, config, tokenizer, repository, started):
             "labels": [str((config.id2label or {}).get(i, f"LABEL_{i}")) for i in range(labels)],
             "embedding_size": None, "colbert_size": None, "max_length": max_length, "fp16": args.fp16,
             "token_budget_batching": token_budget, "opset": OPSET, "onnx": os.path.relpath(onnx_path, staging),
-            "parity": figures, "served_names": args.served_names,
+            "parity": figures, "served_names": args.served_names, "pair_template": template is not None,
             "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         install_export(staging, repository, names, manifest, started)

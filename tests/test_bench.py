@@ -19,6 +19,7 @@ def test_short_benchmark_produces_report(minilm_repository, tmp_path):
          "--workloads", "queries,client-batched", "--corpus-size", "64", "--concurrency", "1,2",
          "--min-window-requests", "2",  # 64 texts: client-batched is 2 requests of 32, enough to measure each stage
          "--no-tail",  # step 12: test_tail_script_measures_every_door_with_another_export_loaded
+         "--no-families",  # step 14: test_families_benchmark_smoke
          "--no-images", "--output", str(output), "--work-dir", str(work)],  # step 9: test_images_benchmark_smoke
         cwd=PROJECT, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -220,6 +221,37 @@ def test_images_benchmark_smoke(tmp_path):
     text = report.read_text()
     assert text.count("## CLIP images") == 1 and text.index("## CLIP images") < text.index("## onnxruntime ceiling")
     assert "identical rank order" in text and "## Cross-encoder reranking\n\nrows" in text
+
+
+def test_families_benchmark_smoke(tmp_path):
+    """bench/families.py --short (make bench's step 14): the builder's tiny decoder and the 1024-wide static embedder
+    exported by name into one repository, a ceiling and a served reading per model and workload, the ratios printed,
+    and the section put into a benchmarks.md once however often it runs."""
+    work = tmp_path / "work"
+    result = subprocess.run([sys.executable, "-m", "bench.families", "--short", "--work-dir", str(work)],
+                            cwd=PROJECT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for model in ("qwen3", "static"):  # both exports in the one repository that was served
+        assert (work / "repository" / f"{model}_bls" / "config.pbtxt").exists()
+    run = json.loads((work / "results.json").read_text())
+    assert {(r["model"], r["workload"]) for r in run["rows"]} == {
+        (model, workload) for model in ("qwen3", "static") for workload in ("queries", "passages")}
+    for row in run["rows"]:
+        assert row["ceiling"]["texts_per_s"] > 0 and row["texts_per_s"] > 0, row
+        assert row["ratio"] == row["texts_per_s"] / row["ceiling"]["texts_per_s"]
+        assert row["texts_per_s"] == max(level["texts_per_s"] for level in row["levels"].values())
+    assert "families: qwen3 passages: served" in result.stdout and "| model | workload |" in result.stdout
+
+    from bench import families
+
+    report = tmp_path / "benchmarks.md"
+    report.write_text("# Benchmarks\n\n## CLIP images\n\nrows\n\n## onnxruntime ceiling sweeps\n\nsweeps\n")
+    families.update_docs(run, str(report))
+    families.update_docs(run, str(report))  # a second run replaces the section, never adds one
+    text = report.read_text()
+    heading = "## Model families: a decoder embedder and a static embedder"
+    assert text.count(heading) == 1 and text.index("## CLIP images") < text.index(heading) < text.index(
+        "## onnxruntime ceiling sweeps")
 
 
 def test_proxy_app_benchmark_measures_both_apps():

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import MINILM, PROJECT, TINY_XLMR_MAX_LENGTH, export, tiny_xlmr
+from conftest import MINILM, PROJECT, TINY_XLMR_MAX_LENGTH, export, tiny_sentence_transformer, tiny_xlmr
 
 EXPORT = os.path.join(PROJECT, "build", "export.py")
 
@@ -409,3 +409,38 @@ def test_the_graph_returns_the_output_vocabularys_tensors():
 
     for family, tensors in OUTPUT_TENSORS.items():
         assert tuple(name for name, _, _ in tensors) == model_outputs.TENSORS[family], family
+
+
+def test_the_reference_check_refuses_a_graph_that_is_not_the_references(tmp_path, minilm_model_dir):
+    """build/exporting/reference.py, the check that keeps wrong vectors from being installed: a model's finished
+    graph, with the tokenizer.json export writes, passes against its own folder's SentenceTransformer; against
+    another folder of the same layout (other weights) it stops the export naming the text and the cosine, and a
+    tokenizer.json that cuts elsewhere stops it naming the ids."""
+    from transformers import AutoTokenizer
+
+    from exporting.graph import build_encoder, declared_dims, export_onnx, finalize_onnx
+    from exporting.pipeline import read_pipeline
+    from exporting.reference import check_dense, load_reference
+    from exporting.repository import write_tokenizer
+
+    own, other = (tiny_sentence_transformer(tmp_path / name, minilm_model_dir, seed=seed)
+                  for name, seed in (("own", 1), ("other", 2)))
+    pipeline = read_pipeline(own)
+    assert (pipeline.kind, pipeline.pooling, pipeline.modules) == ("dense", ("mean",), ["Transformer", "Pooling"])
+    reference = load_reference(own, pipeline, 64)
+    tokenizer = AutoTokenizer.from_pretrained(own)
+    encoder = build_encoder(reference[0].auto_model.eval(), pipeline.pooling, ["dense"], {}, [])
+    path = finalize_onnx(export_onnx(encoder, tokenizer, ["dense"], str(tmp_path)), str(tmp_path / "1"), False,
+                         False, declared_dims(["dense"], {"D": 32, "H": 32}))
+    for max_length, folder in ((64, "served"), (16, "cut_elsewhere")):
+        write_tokenizer(tokenizer, max_length, str(tmp_path / folder))
+    served = str(tmp_path / "served" / "tokenizer.json")
+    figures = check_dense(reference, pipeline, path, served, {}, 0.9999)
+    assert figures["against"] == "SentenceTransformer"
+    none = figures["by_prompt"]["none"]
+    assert none["min_cosine"] >= 0.9999 and none["max_norm_error"] < 1e-3
+    with pytest.raises(SystemExit, match=r"reference check failed: text \d+ \(.*, prompt none\): cosine -?0\.\d+ "
+                                         r"against SentenceTransformer"):
+        check_dense(load_reference(other, read_pipeline(other), 64), pipeline, path, served, {}, 0.9999)
+    with pytest.raises(SystemExit, match=r"reference check failed: text \d+ .*the served tokenizer gives ids"):
+        check_dense(reference, pipeline, path, str(tmp_path / "cut_elsewhere" / "tokenizer.json"), {}, 0.9999)

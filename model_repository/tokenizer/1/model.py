@@ -4,7 +4,10 @@ truncated.
 Pairs (cross-encoders): with a `query` per row (input `query`), or one query for every row (request parameter
 `query`, so a caller with one query and many documents sends it once), each row is the pair (query, text), cut with
 FlagReranker's rule: the query alone to query_max_length, then the text so the pair fits max_length. `truncated`
-says the pair was cut, `query_truncated` (when asked for) that its query was.
+says the pair was cut, `query_truncated` (when asked for) that its query was. A decoder reranker exported with its
+chat template (pair_template.json beside tokenizer.json, the template rendered at export into fixed text) gets
+CrossEncoder's rule instead: prefix + query + between + text + suffix tokenized as one text without special tokens,
+cut at max_length, and a cut row's last tokens overwritten with the template's tail (suffix_ids).
 
 A caller that runs the encoder itself (the BLS model beside the ensemble) asks for the output `length_group`:
 then the request is one piece padded to its longest row, is not held to max_batch_tokens, and each row is told
@@ -51,6 +54,14 @@ NO_CONTENT = "has no content tokens (only whitespace, control or zero-width char
 INPUT_TYPES = {"query": ("query",), "search_query": ("query",), "document": ("document", "passage"),
                "search_document": ("document", "passage"), "passage": ("passage", "document"),
                "classification": ("classification",), "clustering": ("clustering",)}
+
+
+class TemplatePair:
+    """A chat-template pair's token ids (the encoding with its tail written back): what send() reads of a pair."""
+    __slots__ = ("ids",)
+
+    def __init__(self, ids):
+        self.ids = ids
 
 
 def _parameter(config, key):
@@ -100,6 +111,14 @@ class TritonPythonModel:
 
             self.clean = clean_like_open_clip
         self.prompt_tokens = {name: len(self.tokenizer.encode(text).ids) for name, text in self.prompts.items()}
+        self.template = None
+        if os.path.exists(os.path.join(here, "pair_template.json")):
+            with open(os.path.join(here, "pair_template.json"), encoding="utf-8") as handle:
+                self.template = json.load(handle)
+            if len(self.template["suffix_ids"]) >= self.max_length:
+                raise pb_utils.TritonModelException(f"max_length {self.max_length} leaves no room before the "
+                                                    f"chat template's tail of {len(self.template['suffix_ids'])} "
+                                                    f"tokens")
         self.multiple = max(1, int(_parameter(config, "pad_to_multiple_of")))
         self.overhead = float(_parameter(config, "batch_overhead_tokens"))
         self.split_overhead = float(_parameter(config, "split_overhead_tokens"))
@@ -175,7 +194,10 @@ class TritonPythonModel:
         return self.clean(text) if self.clean else text
 
     def pairs(self, queries, passages, shared):
-        """(query, passage) rows -> (pair encodings, query cut per row), FlagReranker's rule, or InvalidInput."""
+        """(query, passage) rows -> (pair encodings, (query cut, pair cut) per row), FlagReranker's rule (or the
+        chat template's), or InvalidInput."""
+        if self.template is not None:
+            return self.template_pairs(queries, passages, shared)
         encoded = {}
         for row, query in enumerate(queries):
             if query not in encoded:
@@ -201,6 +223,30 @@ class TritonPythonModel:
             query_cut.append((cut, cut or passage_cut))
         return encodings, query_cut
 
+    def template_pairs(self, queries, passages, shared):
+        """CrossEncoder's rule for a chat template (build/exporting/cross_encoder.py, pair_ids): the rendered text
+        cut at max_length, and when cut its tail written back over the last tokens, so the classifier still reads
+        the template's last token. A query is cut when the kept tokens end inside it."""
+        prefix, between, suffix, tail = (self.template[k] for k in ("prefix", "between", "suffix", "suffix_ids"))
+        for row, query in enumerate(dict.fromkeys(queries) if shared else queries):
+            if not self.tokenizer.encode(query, add_special_tokens=False).ids:
+                raise InvalidInput("query" if shared else f"query[{row}]", NO_CONTENT)
+        for row, passage in enumerate(self.tokenizer.encode_batch(passages, add_special_tokens=False)):
+            if not passage.ids:
+                raise InvalidInput(f"text[{row}]", NO_CONTENT)
+        texts = [prefix + query + between + passage + suffix for query, passage in zip(queries, passages)]
+        encodings, flags = [], []
+        for query, encoding in zip(queries, self.tokenizer.encode_batch(texts, add_special_tokens=False)):
+            ids, cut = encoding.ids, bool(encoding.overflowing)
+            kept, keep = len(ids), min(len(tail), len(ids))
+            if len(ids) >= self.max_length and keep:  # CrossEncoder restores it on every row that reaches max_length
+                kept = len(ids) - keep
+                ids = ids[:kept] + tail[len(tail) - keep:]
+            query_cut = cut and (kept == 0 or encoding.offsets[kept - 1][1] < len(prefix) + len(query))
+            encodings.append(TemplatePair(ids))
+            flags.append((query_cut, cut))
+        return encodings, flags
+
     def decode_with_prompt(self, request):
         """decode()'s (texts, queries, shared) with the request's prompt prepended to single texts, and the token
         count of a text with no content (the prompt alone counts as none)."""
@@ -210,15 +256,17 @@ class TritonPythonModel:
             raise InvalidInput("prompt_name", f"{json.dumps(name)}: prompts apply to single texts, not to pairs",
                                "invalid_value")
         if name is None:
-            return texts, queries, shared, self.special_tokens
-        return [self.prompts[name] + text for text in texts], None, False, self.prompt_tokens[name]
+            return texts, queries, shared, (self.special_tokens, "")
+        return [self.prompts[name] + text for text in texts], None, False, (self.prompt_tokens[name],
+                                                                             self.prompts[name])
 
-    def check(self, encodings, split, pairs, empty):
-        """Per-request checks that need the tokens: content (single texts: more tokens than `empty`, what the
+    def check(self, encodings, split, pairs, empty, texts=()):
+        """Per-request checks that need the tokens: content (single texts: more tokens than `empty`'s count, what the
         prompt alone gives; pairs: checked in pairs()), and the padded size against the token budget (unless the
         caller splits the request into runs itself)."""
+        count, prompt = empty
         for row, encoding in enumerate(encodings):
-            if not pairs and len(encoding.ids) <= empty:
+            if not pairs and len(encoding.ids) <= count and not (prompt and self.has_content(texts[row][len(prompt):])):
                 raise InvalidInput(f"text[{row}]", NO_CONTENT)
         if split:
             return
@@ -264,7 +312,7 @@ class TritonPythonModel:
             split = "length_group" in wanted
             mine, flags = pairs if pairs else (encodings[start:start + count], None)
             try:
-                self.check(mine, split, pairs is not None, empty)
+                self.check(mine, split, pairs is not None, empty, texts[start:start + count])
             except ValueError as error:
                 self.reject(requests[i], error)
                 continue
@@ -279,6 +327,11 @@ class TritonPythonModel:
                 i, wanted, request_encodings, flags = accepted[k]
                 self.send(requests[i], wanted, request_encodings, flags, lengths[k], width)
         return None
+
+    def has_content(self, text):
+        """Whether `text` alone gives tokens of its own: with a prompt before it, a BPE may merge its first token
+        into the prompt's last (Qwen's "Query:" + "a" is "Query" ":a"), so the counts alone cannot tell."""
+        return len(self.tokenizer.encode(text).ids) > self.special_tokens
 
     def send_split(self, request, wanted, encodings, flags):
         lengths = [len(e.ids) for e in encodings]

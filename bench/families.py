@@ -1,0 +1,382 @@
+"""Step 14 of `make bench`: a decoder embedder and a static embedder against their own in-process ceilings in one
+run (issue 56). Random (seeded) weights: the speed of a model of that shape, not its quality.
+
+The two folders come from tests/model_families.py (laid out as the real checkpoints, so export takes them by the
+same path): `qwen3`, Qwen3-Embedding's layout (last-token pooling, EOS appended) re-drawn at DECODER's size, and
+`static`, static-retrieval-mrl-en-v1's layout (StaticEmbedding: mean of token rows) at its real size, 1024 wide over
+BERT's 30,522-token vocabulary. Both are exported by name into one scratch repository and served by one tritonserver.
+
+Per model and workload (bench/corpus.py's queries and passages, built with the export's own tokenizer):
+- served: requests of 32 texts to NAME_bls over KServe gRPC asking for `embedding` only (what a client of vectors
+  asks; perf_analyzer would ask for every output, the token embeddings included), a closed loop of Python client
+  threads at each of LEVELS; the best level counts;
+- ceiling: onnxruntime in-process on the served NAME_embedding/1/model.onnx, `embedding` only, with the served
+  intra-op threads, the same texts tokenized by NAME_tokenizer/1/tokenizer.json, sorted by length, at its best
+  batch size; swept before the server starts, its best batch run again after it stops, the better counts.
+The ratio served / ceiling is printed per model and workload.
+
+    python -m bench.families                  # ~4.5 min on 2 shared cores, 1.5 of them the two exports' checks
+    python -m bench.families --short          # ~80 s smoke: the builder's tiny decoder, small corpora, one level
+    python -m bench.families --update-docs    # also put the section into docs/benchmarks.md
+    (also a step of python -m bench.run: --no-families leaves it out)
+"""
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+
+from bench import baselines, common
+from bench import corpus as corpus_lib
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAMILIES_CODE = os.path.join(PROJECT, "tests", "model_families.py")
+
+# Qwen3-Embedding-0.6B (hidden 1024, 28 layers, 16 heads of 128 over 8 KV heads, MLP 3x) scaled to what 2 shared
+# cores measure within the step's minutes: 4 layers of 256 (4 heads of 64 over 2 KV heads, MLP 3x). At 384 wide,
+# 32 passages took seconds per request and the windows outgrew the budget.
+DECODER = {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 64, "intermediate_size": 768}
+STATIC_DIMENSION = 1024  # static-retrieval-mrl-en-v1's
+MAX_LENGTH = 512
+PER_REQUEST = 32
+WORKLOADS = ("queries", "passages")
+MODELS = {"qwen3": "decoder (Qwen3-Embedding layout)", "static": "static (StaticEmbedding layout)"}
+FULL = {"texts": {"queries": 512, "passages": 256}, "levels": (2, 4), "seconds": 6.0, "ceiling_seconds": 1.5,
+        "batch_sizes": (1, 4, 16, 64), "decoder": DECODER}
+SHORT = {"texts": {"queries": 64, "passages": 64}, "levels": (2,), "seconds": 1.5, "ceiling_seconds": 0.3,
+         "batch_sizes": (8, 32), "decoder": None}  # None: the builder's own tiny decoder
+
+
+# ---------------------------------------------------------------- the folders and their export
+def model_families():
+    """tests/model_families.py, loaded by its path (tests/ is no package; bench keeps off sys.path)."""
+    spec = importlib.util.spec_from_file_location("model_families", FAMILIES_CODE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_decoder(folder, size, families):
+    """The builder's Qwen3-Embedding folder (tokenizer, modules, prompts), its weights re-drawn at `size`."""
+    families.build_qwen3_embedding(folder)
+    if not size:
+        return folder
+    import torch
+    from transformers import Qwen3Config, Qwen3Model
+
+    config = Qwen3Config.from_pretrained(folder)
+    config.update({**size, "layer_types": ["full_attention"] * size["num_hidden_layers"]})
+    torch.manual_seed(56)
+    Qwen3Model(config).eval().save_pretrained(folder)  # default init: a speed measurement, no quality wanted
+    for path, changes in (("config.json", {"architectures": ["Qwen3ForCausalLM"]}),  # as the builder (and the hub)
+                          ("1_Pooling/config.json", {"word_embedding_dimension": size["hidden_size"]})):
+        with open(os.path.join(folder, path), encoding="utf-8") as handle:
+            data = json.load(handle)
+        with open(os.path.join(folder, path), "w", encoding="utf-8") as handle:
+            json.dump({**data, **changes}, handle, indent=2)
+    return folder
+
+
+def build_static(folder, families):
+    """The builder's StaticEmbedding folder at the real width. Its tokenizer.json is MiniLM's, truncating at 128;
+    set to MAX_LENGTH so passages reach 500 tokens as the decoder's do (export checks the served truncation against
+    the reference's, which reads it from this file)."""
+    families.build_static_embedding(folder, dimension=STATIC_DIMENSION)
+    path = os.path.join(folder, "0_StaticEmbedding", "tokenizer.json")
+    with open(path, encoding="utf-8") as handle:
+        spec = json.load(handle)
+    spec["truncation"]["max_length"] = MAX_LENGTH
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(spec, handle, ensure_ascii=False)
+    return folder
+
+
+def build_folders(work_dir, decoder_size, progress):
+    """{name: folder}, built once per size (seeded: a rebuild gives the same weights)."""
+    tag = "x".join(str(decoder_size[k]) for k in ("hidden_size", "num_hidden_layers")) if decoder_size else "tiny"
+    folders = {"qwen3": os.path.join(work_dir, f"qwen3-{tag}"),
+               "static": os.path.join(work_dir, f"static-{STATIC_DIMENSION}")}
+    families = None
+    for name, folder in folders.items():
+        if os.path.exists(os.path.join(folder, "modules.json")):
+            continue
+        families = families or model_families()
+        progress(f"families: building {name} ({folder})")
+        shutil.rmtree(folder, ignore_errors=True)
+        build_decoder(folder, decoder_size, families) if name == "qwen3" else build_static(folder, families)
+    return folders
+
+
+def export(work_dir, folders, progress):
+    """Both exported by name into one fresh repository (one after the other: run side by side on 2 cores, the two
+    took longer than in turn)."""
+    repository = os.path.join(work_dir, "repository")
+    shutil.rmtree(repository, ignore_errors=True)
+    for name, folder in folders.items():
+        started = time.monotonic()
+        common.run_export(folder, repository, "--name", name, "--max-length", str(MAX_LENGTH),
+                          who=f"bench families ({name})")
+        progress(f"families: exported {name} in {time.monotonic() - started:.0f} s (parity and reference checks "
+                 f"included)")
+    return repository
+
+
+# ---------------------------------------------------------------- texts and the ceiling
+def workload_texts(repository, name, workload, size):
+    """The workload's texts for this export (token counts by its own tokenizer) and their ids as served."""
+    with open(os.path.join(repository, name, "1", "export.json"), encoding="utf-8") as handle:
+        max_length = int(json.load(handle)["max_length"])
+    tokenizer_json = os.path.join(repository, f"{name}_tokenizer", "1", "tokenizer.json")
+    tokenizer = corpus_lib.load_tokenizer(tokenizer_json)
+    texts = [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS[workload], size, 0, max_length)]
+    with open(tokenizer_json, encoding="utf-8") as handle:
+        pad_id = json.load(handle)["padding"]["pad_id"]
+    return texts, [e.ids for e in tokenizer.encode_batch(texts)], pad_id
+
+
+def batches(encodings, size, pad_id, budget):
+    """The texts sorted by length, cut into batches of `size` rows padded to their own longest text; a batch whose
+    rows x width would pass the encoder's max_batch_tokens (its graph refuses it) is cut shorter, as the served
+    batcher's budget cuts it."""
+    rows, cut, start = sorted(encodings, key=len), [], 0
+    while start < len(rows):
+        end = min(start + size, len(rows))
+        while end - start > 1 and (end - start) * len(rows[end - 1]) > budget:
+            end -= 1
+        cut.append(baselines._padded(rows[start:end], len(rows[end - 1]), pad_id))
+        start = end
+    return cut
+
+
+def ceiling(onnx_path, encodings, pad_id, threads, budget, batch_sizes, seconds):
+    """texts/s of onnxruntime in-process asked for `embedding` only (the served BLS asks the encoder for nothing
+    else), at each batch size for `seconds` or one pass, the batches in bit-reversed order (a time-limited run
+    samples every length): {"best": {"batch_size", "texts_per_s"}, "sweep": {size: texts/s}}."""
+    session = baselines._session(onnx_path, threads, "cpu")
+    sweep = {}
+    for size in batch_sizes:
+        cut = batches(encodings, size, pad_id, budget)
+        session.run(["embedding"], {"input_ids": cut[-1][0], "attention_mask": cut[-1][1]})  # warm-up
+        texts, started = 0, time.perf_counter()
+        for index in baselines._spread(len(cut)):
+            ids, mask = cut[index]
+            session.run(["embedding"], {"input_ids": ids, "attention_mask": mask})
+            texts += len(ids)
+            if time.perf_counter() - started >= seconds:
+                break
+        sweep[size] = texts / (time.perf_counter() - started)
+    best = max(sweep, key=sweep.get)
+    return {"best": {"batch_size": best, "texts_per_s": sweep[best]}, "sweep": sweep}
+
+
+# ---------------------------------------------------------------- the served path
+def served(url, model, texts, concurrency, seconds):
+    """A closed loop of `concurrency` client threads, each sending requests of PER_REQUEST texts (cycling through
+    `texts` in their order) over gRPC for `embedding`; counted after every client has had an answer, for `seconds`
+    or 2 of the slowest warm-up requests, whichever is longer (a shorter window counts whole waves or none)."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    requests = [np.array([texts[(start + k) % len(texts)].encode() for k in range(PER_REQUEST)],
+                         dtype=np.object_).reshape(-1, 1) for start in range(0, len(texts), PER_REQUEST)]
+    lock, stop, done, answered, errors = threading.Lock(), threading.Event(), [], set(), []
+
+    def client(index):
+        connection = grpcclient.InferenceServerClient(url)
+        wanted = [grpcclient.InferRequestedOutput("embedding")]
+        try:
+            for k in range(index, 1 << 30, concurrency):
+                if stop.is_set():
+                    return
+                text = grpcclient.InferInput("text", [PER_REQUEST, 1], "BYTES")
+                text.set_data_from_numpy(requests[k % len(requests)])
+                started = time.perf_counter()
+                try:
+                    rows = connection.infer(model, [text], outputs=wanted).as_numpy("embedding").shape[0]
+                    if rows != PER_REQUEST:
+                        raise RuntimeError(f"{rows} vectors for {PER_REQUEST} texts")
+                except Exception as error:  # reported below, not raised in a thread
+                    with lock:
+                        errors.append(str(error)[:300])
+                    stop.set()
+                    return
+                with lock:
+                    answered.add(index)
+                    done.append((time.perf_counter(), time.perf_counter() - started))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    deadline = time.perf_counter() + 300
+    while len(answered) < concurrency and not errors and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    with lock:
+        slowest = max((latency for _, latency in done), default=0.0)
+        start = time.perf_counter()
+    time.sleep(max(seconds, 2 * slowest))
+    with lock:
+        end = time.perf_counter()
+        window = [latency for at, latency in done if start < at <= end]
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=120)
+    if errors or not window:
+        raise SystemExit(f"bench families: {model} c={concurrency}: "
+                         f"{errors[0] if errors else 'no answer in the window'}")
+    window.sort()
+    return {"texts_per_s": len(window) * PER_REQUEST / (end - start), "requests": len(window),
+            "p50_ms": window[len(window) // 2] * 1000, "p99_ms": window[min(len(window) - 1,
+                                                                             int(0.99 * len(window)))] * 1000}
+
+
+# ---------------------------------------------------------------- the step
+def measure(work_dir, short=False, progress=print):
+    """{"rows": [{model, family, workload, texts, mean_tokens, ceiling, sweep, levels, best_level, texts_per_s,
+    ratio}], ...}: one row per model and workload."""
+    settings = SHORT if short else FULL
+    started, load = time.monotonic(), [os.getloadavg()[0]]  # other work on a shared machine shows here
+    os.makedirs(work_dir, exist_ok=True)
+    folders = build_folders(work_dir, settings["decoder"], progress)
+    repository = export(work_dir, folders, progress)
+    progress(f"families: exported in {time.monotonic() - started:.0f} s; ceilings (onnxruntime in-process)")
+    rows = []
+    for name in folders:
+        onnx_path = os.path.join(repository, f"{name}_embedding", "1", "model.onnx")
+        threads = int(common.config_parameter(repository, f"{name}_embedding", "intra_op_thread_count", "0") or 0)
+        budget = int(common.config_parameter(repository, f"{name}_embedding", "max_batch_tokens"))
+        for workload in WORKLOADS:
+            texts, encodings, pad_id = workload_texts(repository, name, workload, settings["texts"][workload])
+            top = ceiling(onnx_path, encodings, pad_id, threads, budget, settings["batch_sizes"],
+                          settings["ceiling_seconds"])
+            rows.append({"model": name, "family": MODELS[name], "workload": workload, "texts": texts,
+                         "mean_tokens": sum(map(len, encodings)) / len(encodings), "encodings": encodings,
+                         "pad_id": pad_id, "onnx": onnx_path, "threads": threads, "budget": budget,
+                         "ceiling": top["best"], "sweep": top["sweep"], "levels": {}})
+            progress(f"families: {name} {workload}: ceiling {top['best']['texts_per_s']:.1f} texts/s at batch "
+                     f"{top['best']['batch_size']} ({rows[-1]['mean_tokens']:.0f} tokens per text)")
+    ports = common.free_ports()
+    progress(f"families: starting tritonserver with {', '.join(folders)}")
+    server = common.start_server(repository, ports, os.path.join(work_dir, "tritonserver.log"),
+                                 env={"PROXY_DEFAULT_MODEL": next(iter(folders)), "PROXY_HOST": "127.0.0.1"})
+    try:
+        for row in rows:
+            for level in settings["levels"]:
+                reading = served(f"127.0.0.1:{ports['grpc']}", f"{row['model']}_bls", row["texts"], level,
+                                 settings["seconds"])
+                row["levels"][level] = reading
+                progress(f"families: {row['model']} {row['workload']} c={level}: {reading['texts_per_s']:.1f} "
+                         f"texts/s (p50 {reading['p50_ms']:.0f} ms)")
+    finally:
+        common.stop_server(server)
+    for row in rows:  # the best batch again once the server is gone: the better of the two passes is the ceiling
+        again = ceiling(row["onnx"], row["encodings"], row["pad_id"], row["threads"], row["budget"],
+                        [row["ceiling"]["batch_size"]], settings["ceiling_seconds"])["best"]
+        row["ceiling"]["passes"] = [row["ceiling"]["texts_per_s"], again["texts_per_s"]]
+        row["ceiling"]["texts_per_s"] = max(row["ceiling"]["passes"])
+        row["best_level"] = max(row["levels"], key=lambda c: row["levels"][c]["texts_per_s"])
+        row["texts_per_s"] = row["levels"][row["best_level"]]["texts_per_s"]
+        row["ratio"] = row["texts_per_s"] / row["ceiling"]["texts_per_s"]
+        row["texts"] = len(row["texts"])
+        for key in ("encodings", "pad_id", "onnx", "budget"):
+            del row[key]
+    machine = common.machine_info()
+    return {"mode": "short" if short else "full", "rows": rows, "decoder": settings["decoder"],
+            "static_dimension": STATIC_DIMENSION, "max_length": MAX_LENGTH, "per_request": PER_REQUEST,
+            "seconds_per_level": settings["seconds"], "elapsed_s": time.monotonic() - started,
+            "load_average": [*load, os.getloadavg()[0]],
+            "machine": f"{machine['cpu']}, {machine['cores']} cores", "cores": machine["cores"],
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+# ---------------------------------------------------------------- report
+def ratios(result):
+    """One line per model and workload: served / ceiling."""
+    return "\n".join(f"families: {r['model']} {r['workload']}: served {r['texts_per_s']:.1f} texts/s (c="
+                     f"{r['best_level']}) / ceiling {r['ceiling']['texts_per_s']:.1f} (batch "
+                     f"{r['ceiling']['batch_size']}) = {r['ratio']:.2f}" for r in result["rows"])
+
+
+def table(result):
+    """Markdown: per model and workload, every level served, the ceiling, the ratio."""
+    levels = sorted({int(c) for r in result["rows"] for c in r["levels"]})
+    lines = ["| model | workload | mean tokens | " + " | ".join(f"served c={c} texts/s" for c in levels)
+             + " | ceiling texts/s (batch) | served / ceiling |", "|---|---|---|" + "---|" * len(levels) + "---|---|"]
+    for r in result["rows"]:
+        by_level = {int(c): v for c, v in r["levels"].items()}
+        cells = [f"{by_level[c]['texts_per_s']:.1f}" if c in by_level else "–" for c in levels]
+        lines.append(f"| {r['model']}: {r['family']} | {r['workload']} | {r['mean_tokens']:.0f} | "
+                     + " | ".join(cells) + f" | {r['ceiling']['texts_per_s']:.1f} ({r['ceiling']['batch_size']}) | "
+                     f"**{r['ratio']:.2f}** |")
+    return "\n".join(lines)
+
+
+def section(result):
+    """The docs/benchmarks.md section (bench/report.py adds it to the report; --update-docs puts it in place)."""
+    size = result["decoder"]
+    decoder = (f"hidden {size['hidden_size']}, {size['num_hidden_layers']} layers, {size['num_attention_heads']} "
+               f"heads of {size['head_dim']} over {size['num_key_value_heads']} KV heads, MLP "
+               f"{size['intermediate_size']}" if size else "the test builder's tiny size")
+    load = " at the start, ".join(f"{x:.1f}" for x in result.get("load_average", [])) + " at the end"
+    return ["## Model families: a decoder embedder and a static embedder", "",
+            f"bench/families.py ({result['mode']} run, {result['date']}, {result['elapsed_s'] / 60:.1f} min with "
+            f"both exports; {result['machine']}, shared with the load generator: its client threads run on the "
+            f"same cores as the server; 1-minute load average {load}). Random seeded weights from "
+            "tests/model_families.py's folders: `qwen3`, "
+            f"Qwen3-Embedding's layout (last-token pooling, EOS appended; its 2,000-piece BPE) at {decoder}; "
+            f"`static`, static-retrieval-mrl-en-v1's layout ({result['static_dimension']} wide over BERT's 30,522 "
+            f"tokens). Both exported by name (max length {result['max_length']}) into one repository and served by "
+            f"one server. Served: requests of {result['per_request']} texts to `NAME_bls` over KServe gRPC asking "
+            "for `embedding`, a closed loop of N client threads, measured for "
+            f"{result['seconds_per_level']:g} s or 2 of the slowest warm-up requests. Ceiling: onnxruntime "
+            "in-process on the served `NAME_embedding/1/model.onnx` (`embedding` only, the served intra-op threads), "
+            "the same texts tokenized by the export's `tokenizer.json`, sorted by length, at its best batch size "
+            "(swept before the server started, the best batch again after it stopped; the better counts).", "",
+            table(result), ""]
+
+
+def update_docs(result, path=None):
+    """Replace (or insert, before the ceiling sweeps) the section in an existing benchmarks.md (default docs/)."""
+    path = path or os.path.join(PROJECT, "docs", "benchmarks.md")
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    block, heading = "\n".join(section(result)), section(result)[0] + "\n"
+    start = text.find(heading)
+    if start >= 0:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + block + (text[end + 1:] if end >= 0 else "")
+    else:
+        anchor = text.find("## onnxruntime ceiling sweeps")
+        anchor = anchor if anchor >= 0 else len(text)
+        text = text[:anchor] + block + "\n" + text[anchor:]
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work-dir", help="default bench/results/families (short: bench/results/families-short)")
+    parser.add_argument("--short", action="store_true", help="smoke: the tiny decoder, 64 texts, c=2, short windows")
+    parser.add_argument("--update-docs", action="store_true", help="put the section into docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    work_dir = args.work_dir or os.path.join(common.RESULTS, "families-short" if args.short else "families")
+    progress = lambda message: print(message, flush=True)  # noqa: E731
+    result = measure(work_dir, args.short, progress)
+    with open(os.path.join(work_dir, "results.json"), "w", encoding="utf-8") as handle:
+        json.dump(result, handle, indent=1)
+    print(table(result))
+    print(ratios(result))
+    if args.update_docs:
+        print(update_docs(result))
+    print(f"families: {result['elapsed_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

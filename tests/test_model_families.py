@@ -1,0 +1,207 @@
+"""The model families of docs/models.md (issue 56), served exactly: each a tiny random folder laid out as its real
+checkpoint (tests/model_families.py), exported by name beside the default MiniLM export, all served by one
+tritonserver, and checked through both doors (KServe gRPC to NAME_bls, the HTTP front) against sentence-transformers'
+own class for the folder (SentenceTransformer, SparseEncoder) on texts in many scripts, one cut at the max length:
+cosine >= 0.9999, sparse weights within 1e-3, the same token ids. Prompts, Matryoshka widths, a quantized type and
+`normalize: false` are checked where the families have them; a folder the graph would serve wrongly is refused at
+export (tests/test_export.py's reference check tests the check itself)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+
+import numpy as np
+import pytest
+from model_families import FAMILIES
+
+from conftest import PROJECT, export, serve_until_done
+from triton_clients import VARIED_TEXTS, client, outputs, text_input
+
+MAX_LENGTH = 96
+# {export name: family}: names as a user would give them
+EXPORTS = {"labse": "labse", "mpnet": "mpnet", "modernbert": "modernbert", "qwen3": "qwen3_embedding",
+           "gte-qwen2": "gte_qwen2", "e5-mistral": "e5_mistral", "gemma": "embeddinggemma",
+           "static": "static_embedding", "splade": "splade"}
+DENSE = [name for name, family in EXPORTS.items() if FAMILIES[family][1] == "SentenceTransformer"]
+# a prompt each family's folder names (sentence-transformers' prompt_name), where it has one that is not empty
+PROMPTS = {"qwen3": "query", "gte-qwen2": "query", "e5-mistral": "web_search_query", "gemma": "Retrieval-query"}
+# many scripts and lengths, and one text longer than MAX_LENGTH tokens (cut by both sides at the same token)
+TEXTS = [VARIED_TEXTS[i] for i in (0, 2, 3, 7, 13, 14, 19, 21, 27, 30, 33, 49)] + [VARIED_TEXTS[-2]]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    return {name: FAMILIES[family][0](str(tmp_path_factory.mktemp(name))) for name, family in EXPORTS.items()}
+
+
+@pytest.fixture(scope="module")
+def references(folders):
+    from sentence_transformers import SentenceTransformer, SparseEncoder
+
+    loaded = {}
+    for name, folder in folders.items():
+        reference = (SparseEncoder if name == "splade" else SentenceTransformer)(folder, device="cpu")
+        if name != "static":  # a StaticEmbedding's length is its tokenizer's
+            reference.max_seq_length = MAX_LENGTH  # the export's --max-length
+        loaded[name] = reference
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def served(folders, minilm_repository, tmp_path_factory):
+    """The default MiniLM export with every family exported beside it by name, served once."""
+    repository = tmp_path_factory.mktemp("families") / "repository"
+    shutil.copytree(minilm_repository, repository)
+    for name, folder in folders.items():
+        # a static embedding's max length is its tokenizer's own; Qwen3-Embedding is trained for Matryoshka widths
+        extra = {"static": [], "qwen3": ["--max-length", str(MAX_LENGTH), "--matryoshka-dims", "16"]}.get(
+            name, ["--max-length", str(MAX_LENGTH)])
+        export(repository, "--model", folder, "--name", name, *extra)
+    yield from serve_until_done(repository, tmp_path_factory.mktemp("families_server"))
+
+
+def kserve(server, name, names, parameters=None, texts=TEXTS):
+    connection = client("grpc", server.grpc_url)
+    try:
+        result = connection.infer(f"{name}_bls", [text_input("grpc", texts)], outputs=outputs("grpc", names),
+                                  parameters=parameters)
+        return {n: result.as_numpy(n) for n in names}
+    finally:
+        connection.close()
+
+
+def post(server, path, body):
+    request = urllib.request.Request(server.proxy_url + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.load(response)
+
+
+def cosines(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+
+
+def test_each_dense_family_embeds_as_sentence_transformers_through_both_doors(served, references):
+    """KServe (NAME_bls, `embedding`) and the HTTP front (/v1/embeddings by export name) against
+    SentenceTransformer.encode of the folder, with no prompt and with a named prompt where the family has one."""
+    for name in DENSE:
+        reference = references[name]
+        for prompt_name in [None, PROMPTS.get(name)] if name in PROMPTS else [None]:
+            want = reference.encode(TEXTS, prompt_name=prompt_name, normalize_embeddings=True)
+            got = kserve(served, name, ("embedding",), {"prompt_name": prompt_name} if prompt_name else None)
+            assert got["embedding"].shape == want.shape, name
+            assert cosines(got["embedding"], want).min() >= 0.9999, (name, prompt_name, cosines(got["embedding"],
+                                                                                                  want))
+            body = {"model": name, "input": TEXTS, **({"input_type": prompt_name} if prompt_name else {})}
+            http = np.asarray([row["embedding"] for row in post(served, "/v1/embeddings", body)["data"]])
+            assert cosines(http, want).min() >= 0.9999, (name, prompt_name, "http")
+
+
+def test_token_ids_are_the_references(served, references):
+    """TEI's /tokenize (the tokenizer model's ids, special tokens and the prompt's included) against the ids the
+    reference feeds its model: a decoder's appended EOS, Gemma's BOS, a static embedding's none."""
+    for name in EXPORTS:
+        texts = TEXTS[:-1]  # /tokenize does not truncate
+        answer = post(served, "/tokenize", {"model": name, "inputs": texts, "add_special_tokens": True})
+        served_ids = [[token["id"] for token in row] for row in answer]
+        features = references[name].preprocess(texts)
+        if "offsets" in features:  # StaticEmbedding: one flat list and where each text starts
+            flat, starts = features["input_ids"].tolist(), features["offsets"].tolist()
+            want = [flat[a:b] for a, b in zip(starts, [*starts[1:], len(flat)])]
+        else:
+            want = [[t for t, m in zip(row, mask) if m] for row, mask in
+                    zip(features["input_ids"].tolist(), features["attention_mask"].tolist())]
+        assert served_ids == want, name
+
+
+def test_splade_serves_the_sparse_encoders_weights_through_both_doors(served, references):
+    """A SparseEncoder folder: /embed_sparse (TEI) and KServe's sparse outputs give SparseEncoder.encode's non-zero
+    token ids and weights (within 1e-3), over the vocabulary however short the text; no dense vector is served."""
+    want = references["splade"].encode(TEXTS, convert_to_tensor=True, convert_to_sparse_tensor=False).numpy()
+    got = kserve(served, "splade", ("sparse_indices", "sparse_values", "sparse_count"))
+    assert got["sparse_indices"].shape[1] > max(len(t.split()) for t in TEXTS[:-1])  # expansion past the tokens
+    for row in range(len(TEXTS)):
+        count = int(got["sparse_count"][row, 0])
+        ids = got["sparse_indices"][row, :count]
+        assert sorted(ids.tolist()) == np.flatnonzero(want[row]).tolist(), row
+        assert np.abs(got["sparse_values"][row, :count] - want[row][ids]).max() <= 1e-3, row
+        assert (got["sparse_indices"][row, count:] == -1).all()
+    answer = post(served, "/embed_sparse", {"model": "splade", "inputs": TEXTS, "truncate": True})
+    for row, entries in enumerate(answer):
+        weights = {entry["index"]: entry["value"] for entry in entries}
+        assert sorted(weights) == np.flatnonzero(want[row]).tolist(), row
+        assert max(abs(value - want[row][index]) for index, value in weights.items()) <= 1e-3, row
+    request = urllib.request.Request(served.proxy_url + "/v1/embeddings", data=json.dumps(
+        {"model": "splade", "input": ["dense?"]}).encode(), headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code == 400 and json.load(refused.value)["error"]["code"] == "not_served"
+
+
+def test_vectors_for_stores_keep_working_on_the_new_families(served, references):
+    """On a decoder export: a Matryoshka width (`dimensions`: the vector cut, then normalized, as
+    sentence-transformers' truncate_dim) and a quantized type (ubinary: the sign bits); on the static export (no
+    Normalize module): `normalize: false` is sentence-transformers' own unnormalized vector, length included."""
+    reference = references["qwen3"]
+    want = reference.encode(TEXTS, truncate_dim=16, normalize_embeddings=True)
+    got = kserve(served, "qwen3", ("embedding", "embedding_ubinary"), {"dimensions": 16})
+    assert got["embedding"].shape == (len(TEXTS), 16)
+    assert cosines(got["embedding"], want).min() >= 0.9999
+    agree = np.unpackbits(got["embedding_ubinary"], axis=1) == np.unpackbits(np.packbits(want > 0, axis=1), axis=1)
+    assert agree.mean() >= 0.99  # a sign may flip only where a component is ~0
+    static = references["static"].encode(TEXTS[:-1], normalize_embeddings=False)
+    answer = np.asarray(post(served, "/embed", {"model": "static", "inputs": TEXTS[:-1], "normalize": False}))
+    assert np.abs(np.linalg.norm(answer, axis=1) / np.linalg.norm(static, axis=1) - 1).max() <= 1e-4
+    assert cosines(answer, static).min() >= 0.9999
+
+
+def test_what_a_family_does_not_have_is_refused_by_name(served):
+    """Late chunking needs token vectors in the embedding's space: an export whose Dense modules project the pooled
+    vector (LaBSE, EmbeddingGemma) has no chunks model and says so; the default export is unchanged beside them."""
+    for name in ("labse", "gemma"):
+        with open(os.path.join(served.repository, name, "1", "export.json"), encoding="utf-8") as handle:
+            manifest = json.load(handle)
+        assert manifest["chunks_model"] is None and not os.path.exists(os.path.join(served.repository,
+                                                                                    f"{name}_chunks"))
+        request = urllib.request.Request(served.proxy_url + "/v1/chunk_embeddings", data=json.dumps(
+            {"model": name, "input": "One. Two.", "chunk_tokens": 8}).encode(),
+            headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        assert refused.value.code in (400, 404) and json.load(refused.value)["error"]["code"] == "not_served"
+    default = post(served, "/v1/embeddings", {"input": ["hello"]})["data"][0]["embedding"]
+    assert len(default) == 384  # MiniLM, the default export, as before
+
+
+def refused(tmp_path, folder, *args):
+    result = subprocess.run([sys.executable, os.path.join(PROJECT, "build", "export.py"), "--model", str(folder),
+                             "--repository", str(tmp_path / "repository"), "--name", "x", *args],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stdout + result.stderr
+    assert not (tmp_path / "repository" / "x").exists()
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_modules_the_graph_does_not_build_are_refused_in_one_line(tmp_path):
+    """A module after pooling that the export does not build (here sentence-transformers' LayerNorm), pooling that
+    leaves the prompt out, and --pooling against the folder's own are refused, naming the module or setting: none is
+    exported to serve other vectors than sentence-transformers gives."""
+    folder = FAMILIES["labse"][0](str(tmp_path / "labse"))
+    with open(os.path.join(folder, "modules.json"), encoding="utf-8") as handle:
+        modules = json.load(handle)
+    layer_norm = dict(modules[-1], type="sentence_transformers.models.LayerNorm", path="4_LayerNorm")
+    with open(os.path.join(folder, "modules.json"), "w", encoding="utf-8") as handle:
+        json.dump([*modules[:-1], layer_norm, modules[-1]], handle)
+    assert "module LayerNorm (4_LayerNorm)" in refused(tmp_path / "a", folder)
+
+    qwen = FAMILIES["qwen3_embedding"][0](str(tmp_path / "qwen"))
+    assert "--pooling mean" in refused(tmp_path / "b", qwen, "--pooling", "mean")
+    pooling = os.path.join(qwen, "1_Pooling", "config.json")
+    with open(pooling, encoding="utf-8") as handle:
+        config = json.load(handle)
+    with open(pooling, "w", encoding="utf-8") as handle:
+        json.dump({**config, "include_prompt": False}, handle)
+    assert "include_prompt" in refused(tmp_path / "c", qwen)
