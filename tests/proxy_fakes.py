@@ -51,6 +51,7 @@ class Card:
     served_names: tuple = ()
     labels: tuple = ()
     unnormalized: bool = False  # the encoder's embedding_unnormalized (TEI's normalize: false)
+    hidden_size: int | None = None  # the token vectors' width, when a Dense module makes it differ (registry.Card)
 
 
 def stable_hash(text):
