@@ -183,3 +183,22 @@ def machine_info():
     except OSError:
         pass
     return {"cpu": cpu, "cores": os.cpu_count(), "memory": memory, "gpu": gpu or "none", "os": os_name}
+
+
+def put_section(block, heading, path=None):
+    """`block` (a markdown section starting with `heading`) in place of that section of an existing benchmarks.md
+    (default docs/), or inserted before the ceiling sweeps when it has none. Returns the path."""
+    path = path or os.path.join(PROJECT, "docs", "benchmarks.md")
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    start = text.find(heading)
+    if start >= 0:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + block + (text[end + 1:] if end >= 0 else "")
+    else:
+        anchor = text.find("## onnxruntime ceiling sweeps")
+        anchor = anchor if anchor >= 0 else len(text)
+        text = text[:anchor] + block + "\n" + text[anchor:]
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path

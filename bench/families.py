@@ -342,21 +342,8 @@ def section(result):
 
 def update_docs(result, path=None):
     """Replace (or insert, before the ceiling sweeps) the section in an existing benchmarks.md (default docs/)."""
-    path = path or os.path.join(PROJECT, "docs", "benchmarks.md")
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
-    block, heading = "\n".join(section(result)), section(result)[0] + "\n"
-    start = text.find(heading)
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + block + (text[end + 1:] if end >= 0 else "")
-    else:
-        anchor = text.find("## onnxruntime ceiling sweeps")
-        anchor = anchor if anchor >= 0 else len(text)
-        text = text[:anchor] + block + "\n" + text[anchor:]
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    return path
+    lines = section(result)
+    return common.put_section("\n".join(lines), lines[0] + "\n", path)
 
 
 def main(argv=None):

@@ -454,21 +454,7 @@ def section(results):
 
 def update_docs(results, path=None):
     """Replace (or insert, before the ceiling sweeps) the section in an existing benchmarks.md (default docs/)."""
-    path = path or os.path.join(PROJECT, "docs", "benchmarks.md")
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
-    block = "\n".join(section(results))
-    start = text.find("## CLIP images\n")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + block + (text[end + 1:] if end >= 0 else "")
-    else:
-        anchor = text.find("## onnxruntime ceiling sweeps")
-        anchor = anchor if anchor >= 0 else len(text)
-        text = text[:anchor] + block + "\n" + text[anchor:]
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    return path
+    return common.put_section("\n".join(section(results)), "## CLIP images\n", path)
 
 
 def main(argv=None):

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from bulk_embed import corpus, ids, job, store
+from bulk_embed import corpus, ids, job, lock, store
 from bulk_embed.doors import KINDS, QUANTIZED, HttpDoor, JobError, KServeDoor
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -123,6 +123,8 @@ def main(argv=None):
                 "format": args.format, "id_field": args.id_field, "text_field": args.text_field,
                 "window": args.window, "model": target, "outputs": args.kinds, "truncate": args.truncate,
                 "layout": JOB_LAYOUT, **parameters}
+    # one writer per output, taken before anything of an earlier job is touched (held until this process ends)
+    writer = lock.OutputLock(os.path.abspath(args.output)).acquire()
     work = store.Job(os.path.abspath(args.output), settings, restart=args.restart)
     source = argparse.Namespace(path=args.input, format=args.format, id_field=args.id_field,
                                 text_field=args.text_field)
@@ -139,6 +141,8 @@ def main(argv=None):
     except KeyboardInterrupt:
         print(f"\nembed: interrupted; the same command goes on from {work.folder}", file=sys.stderr)
         return 130
+    checked = check_output(args, work)
+    writer.release()
     if summary["id_kind"] == "json" and args.output_format == "parquet":
         print(f"embed: the ids mix integers and strings, so {args.output}'s id column holds each id's JSON text "
               f"(the integer 6 as 6, the string \"6\" as \"6\"; field metadata encoding=json)", file=sys.stderr)
@@ -149,7 +153,24 @@ def main(argv=None):
           f"{summary['truncated']} truncated "
           f"this run; {summary['texts_per_s']:.1f} texts/s, {summary['tokens_per_s']:.0f} tokens/s over "
           f"{summary['seconds']:.1f} s", file=sys.stderr, flush=True)
+    print(f"embed: checked: {checked}", file=sys.stderr, flush=True)
     return 0
+
+
+def check_output(args, work):
+    """The files read back must account for the corpus: rows + rejects = its rows, every row's id its own. A file
+    that does not (a window lost, another writer's rows) fails the job with the figures, exit 1."""
+    found = store.read_back(os.path.abspath(args.output), args.output_format, work.rejects_path)
+    expected = corpus.count(args.input, args.format)
+    if expected is None:  # CSV: only reading it tells
+        expected = sum(1 for _ in corpus.rows(args.input, args.format, args.id_field, args.text_field))
+    figures = (f"{found['rows']} rows in {args.output} + {found['rejects']} rejected = "
+               f"{found['rows'] + found['rejects']}, the corpus holds {expected}; {found['distinct_ids']} distinct "
+               f"ids over {found['ids']} rows")
+    if found["rows"] + found["rejects"] != expected or found["distinct_ids"] != found["rows"] \
+            or found["ids"] != found["rows"]:
+        raise SystemExit(f"embed: the output does not account for the corpus: {figures}")
+    return figures
 
 
 if __name__ == "__main__":

@@ -251,3 +251,26 @@ def write_npy(output, parts):
     del matrix
     os.replace(ids_path + ".tmp", ids_path)
     os.replace(temporary, output)
+
+
+def read_back(output, output_format, rejects_path):
+    """What the finished files hold, read from disk: {"rows", "distinct_ids", "rejects"}. The job checks them
+    against the corpus (a lost window, another writer's file, a rejects file of another run would not add up)."""
+    from bulk_embed.ids import key
+
+    if output_format == "npy":
+        rows = int(np.load(output, mmap_mode="r").shape[0])
+        with open(os.path.splitext(output)[0] + ".ids.jsonl", encoding="utf-8") as handle:
+            hashes = np.fromiter((key(json.loads(line)) for line in handle), dtype=np.uint64)
+    else:
+        parquet = pq.ParquetFile(output)
+        rows, chunks = parquet.metadata.num_rows, []
+        for group in range(parquet.num_row_groups):
+            table = parquet.read_row_group(group, columns=["id"])
+            chunks.append(np.fromiter((key(i) for i in ids_of(table)), dtype=np.uint64))
+        hashes = np.concatenate(chunks) if chunks else np.zeros(0, np.uint64)
+    rejects = 0
+    if os.path.exists(rejects_path):
+        with open(rejects_path, "rb") as handle:
+            rejects = sum(1 for _ in handle)
+    return {"rows": rows, "distinct_ids": int(len(np.unique(hashes))), "ids": int(len(hashes)), "rejects": rejects}

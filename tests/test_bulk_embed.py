@@ -17,8 +17,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from bulk_embed import corpus, ids, job, store
-from bulk_embed.__main__ import bls_model
+from bulk_embed.__main__ import bls_model, check_output
 from bulk_embed.doors import KINDS, Answer, JobError, Limits, Refused, Retry, failure, rows_of
+from bulk_embed.lock import OutputLock
 from conftest import PROJECT
 from triton_clients import VARIED_TEXTS
 
@@ -540,3 +541,78 @@ def test_make_embed_as_the_readme_runs_it(server, tmp_path):
     assert "embed: done: 40 rows" in result.stderr
     table = pq.read_table(tmp_path / "vectors.parquet")
     assert table.column("id").to_pylist() == [f"d{i}" for i in range(40)] and table.num_rows == 40
+
+
+# ---------------------------------------------------------------- one writer per output, and the file read back
+def test_an_output_is_locked_by_its_living_job_and_freed_by_its_death(tmp_path):
+    """OUTPUT.lock: a second lock on the same output refuses naming the holder's PID; once the holder is gone
+    (released, or its process killed: the kernel drops the lock) the next one takes it."""
+    output = str(tmp_path / "out.parquet")
+    first = OutputLock(output).acquire()
+    with pytest.raises(SystemExit, match=rf"being written by another embed job \(PID {os.getpid()}\)"):
+        OutputLock(output).acquire()
+    first.release()
+    assert not os.path.exists(output + ".lock")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from bulk_embed.lock import OutputLock; "
+                               f"OutputLock({output!r}).acquire(); print('held', flush=True); time.sleep(60)"],
+                              cwd=PROJECT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(SystemExit, match=rf"\(PID {holder.pid}\)"):
+            OutputLock(output).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    OutputLock(output).acquire().release()  # the killed holder's lock died with it
+
+
+def test_an_output_that_does_not_account_for_the_corpus_fails_the_job(tmp_path):
+    """The finished files are read back: rows + rejects must be the corpus's rows, each row's id distinct; a file
+    missing rows (what another writer's rename left in the issue) or repeating an id exits 1 with the figures."""
+    import argparse
+
+    write_corpus(tmp_path / "c.jsonl", [f"text {i}" for i in range(10)])
+    args = argparse.Namespace(output=str(tmp_path / "out.parquet"), output_format="parquet",
+                              input=str(tmp_path / "c.jsonl"), format="jsonl", id_field="id", text_field="text")
+    work = argparse.Namespace(rejects_path=str(tmp_path / "out.rejects.jsonl"))
+    table = pa.table({"id": [f"d{i}" for i in range(10)], "embedding": [[0.5, 0.5]] * 10})
+    pq.write_table(table, args.output)
+    assert check_output(args, work).startswith("10 rows in")
+    pq.write_table(table.slice(4), args.output)
+    with pytest.raises(SystemExit, match="does not account for the corpus: 6 rows in .* = 6, the corpus holds 10"):
+        check_output(args, work)
+    (tmp_path / "out.rejects.jsonl").write_text("".join(json.dumps({"row": i}) + "\n" for i in range(4)))
+    assert check_output(args, work).startswith("6 rows in")  # the 4 missing rows are rejects: it adds up
+    pq.write_table(pa.table({"id": ["d0"] * 6, "embedding": [[0.5, 0.5]] * 6}), args.output)
+    with pytest.raises(SystemExit, match="1 distinct ids over 6 rows"):
+        check_output(args, work)
+
+
+def test_two_make_embed_on_one_output_the_second_refuses_and_the_file_holds_every_id(server, tmp_path):
+    """The issue's case: `make embed` started, its make killed (not the job), then the same command again: the
+    second refuses in one line naming the running job's PID and exits non-zero, writing nothing; the first
+    finishes with every id, checked by reading its file back."""
+    texts = distinct_texts(1200)
+    write_corpus(tmp_path / "c.jsonl", texts)
+    output, parts = tmp_path / "vectors.parquet", tmp_path / "vectors.parquet.parts"
+    make = ["make", "-s", "embed", f"INPUT={tmp_path / 'c.jsonl'}", f"OUTPUT={output}",
+            f"REPOSITORY={server.repository}", f"GRPC_PORT={server.grpc_port}", "EMBED_ARGS=--window 50"]
+    first = subprocess.Popen(make, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (parts.exists() and any(p.endswith(".parquet")
+                                                                      for p in os.listdir(parts))):
+        time.sleep(0.05)
+    with open(f"{output}.lock", encoding="utf-8") as handle:
+        job_pid = int(handle.read())
+    assert job_pid != first.pid  # the job, make's child, holds it
+    first.kill()  # make alone: its job goes on
+    first.wait()
+    second = subprocess.run(make, cwd=PROJECT, capture_output=True, text=True, timeout=300)
+    assert second.returncode != 0
+    assert f"being written by another embed job (PID {job_pid})" in second.stderr.strip().splitlines()[-2]
+    while os.path.exists(f"/proc/{job_pid}") and time.monotonic() < deadline + 300:
+        time.sleep(0.1)
+    table = pq.read_table(output)
+    assert table.column("id").to_pylist() == [f"d{i}" for i in range(len(texts))]
+    assert not parts.exists() and not os.path.exists(f"{output}.lock")

@@ -25,7 +25,7 @@ import pytest
 from conftest import CE_BERT_MAX_LENGTH as BERT_MAX_LENGTH
 from conftest import CE_MAX_LENGTH as MAX_LENGTH
 from conftest import PROJECT
-from triton_clients import PROTOCOLS, VARIED_TEXTS, bytes_input, client, raw_bytes_grpc, rerank
+from triton_clients import PROTOCOLS, VARIED_TEXTS, bytes_input, client, post, raw_bytes_grpc, rerank
 
 TOLERANCE = 1e-5
 QUERY = "What is the capital of France?"
@@ -247,16 +247,6 @@ def test_cross_encoder_rerank_refuses_more_than_max_documents(ce_server):
 
 
 # ---------------------------------------------------------------- the proxy: /v1/rerank by model kind, /v1/models
-def post(server, path, body):
-    request = urllib.request.Request(server.proxy_url + path, json.dumps(body).encode(),
-                                     {"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as error:
-        return error.code, json.load(error)
-
-
 def test_proxy_reranks_by_model_kind(ce_server, references):
     """/v1/rerank on the cross-encoder: the classifier's scores (= CrossEncoder's within 1e-5), best first, top_n,
     return_documents; on the embedder beside it, bge-m3's score (its per-mode scores); /v1/models says the kinds."""

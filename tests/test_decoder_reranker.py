@@ -14,15 +14,13 @@ import os
 import shutil
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
 from model_families import build_qwen3_reranker
 
 from conftest import PROJECT, export, serve_until_done
-from triton_clients import PROTOCOLS, bytes_input, client, rerank
+from triton_clients import PROTOCOLS, bytes_input, client, post, rerank
 
 TOLERANCE = 1e-4
 MAX_LENGTH = 256
@@ -139,16 +137,6 @@ def test_pair_ensemble_matches_cross_encoder(decoder_server, cross_encoder):
     assert np.abs(result.as_numpy("scores")[:, 0] - cross_encoder.predict(pairs)).max() <= TOLERANCE
     raw = cross_encoder.predict(pairs, activation_fn=torch.nn.Identity())
     assert np.abs(result.as_numpy("logits")[:, 0] - raw).max() <= TOLERANCE
-
-
-def post(server, path, body):
-    request = urllib.request.Request(server.proxy_url + path, json.dumps(body).encode(),
-                                     {"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=120) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as error:
-        return error.code, json.load(error)
 
 
 def test_http_front_reranks_as_cross_encoder(decoder_server, cross_encoder):

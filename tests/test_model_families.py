@@ -119,7 +119,8 @@ def test_token_ids_are_the_references(served, references):
 
 def test_splade_serves_the_sparse_encoders_weights_through_both_doors(served, references):
     """A SparseEncoder folder: /embed_sparse (TEI) and KServe's sparse outputs give SparseEncoder.encode's non-zero
-    token ids and weights (within 1e-3), over the vocabulary however short the text; no dense vector is served."""
+    token ids and weights (within 1e-3), over the vocabulary however short the text; /v1/rerank scores with them
+    (the dot product, SparseEncoder's similarity); no dense vector is served."""
     want = references["splade"].encode(TEXTS, convert_to_tensor=True, convert_to_sparse_tensor=False).numpy()
     got = kserve(served, "splade", ("sparse_indices", "sparse_values", "sparse_count"))
     assert got["sparse_indices"].shape[1] > max(len(t.split()) for t in TEXTS[:-1])  # expansion past the tokens
@@ -134,6 +135,11 @@ def test_splade_serves_the_sparse_encoders_weights_through_both_doors(served, re
         weights = {entry["index"]: entry["value"] for entry in entries}
         assert sorted(weights) == np.flatnonzero(want[row]).tolist(), row
         assert max(abs(value - want[row][index]) for index, value in weights.items()) <= 1e-3, row
+    # rerank on a SPLADE export scores with its sparse output alone: SparseEncoder's similarity, the dot product
+    answer = post(served, "/v1/rerank", {"model": "splade", "query": TEXTS[0], "documents": TEXTS[1:6]})
+    scores = {result["index"]: result["relevance_score"] for result in answer["results"]}
+    for index in range(5):
+        assert abs(scores[index] - float(want[0] @ want[index + 1])) <= 1e-3 * max(1.0, abs(scores[index])), index
     request = urllib.request.Request(served.proxy_url + "/v1/embeddings", data=json.dumps(
         {"model": "splade", "input": ["dense?"]}).encode(), headers={"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -205,3 +211,17 @@ def test_modules_the_graph_does_not_build_are_refused_in_one_line(tmp_path):
     with open(pooling, "w", encoding="utf-8") as handle:
         json.dump({**config, "include_prompt": False}, handle)
     assert "include_prompt" in refused(tmp_path / "c", qwen)
+
+
+def test_a_folder_whose_served_tokens_would_differ_is_refused_by_the_reference_check(tmp_path):
+    """A folder that passes every rule read from its files, but whose tokenizer_config.json cuts long texts from the
+    left (truncation_side), which transformers applies and the served tokenizer.json does not: the reference check
+    finds the long text's ids differ and the export exits non-zero naming it, before anything is installed."""
+    folder = FAMILIES["labse"][0](str(tmp_path / "labse"))
+    config_path = os.path.join(folder, "tokenizer_config.json")
+    with open(config_path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    with open(config_path, "w", encoding="utf-8") as handle:
+        json.dump({**config, "truncation_side": "left"}, handle)
+    line = refused(tmp_path / "a", folder, "--max-length", "32")
+    assert line.startswith("export: reference check failed: text ") and "the served tokenizer gives ids" in line

@@ -1,5 +1,8 @@
 """Small helpers for the ensemble tests: the same calls through tritonclient.http and tritonclient.grpc."""
+import json
 import time
+import urllib.error
+import urllib.request
 import weakref
 
 import numpy as np
@@ -210,3 +213,14 @@ def raw_bytes_grpc(grpc_url, model, inputs, parameters=None):
             return grpc.StatusCode.OK, ""
         except grpc.RpcError as error:
             return error.code(), error.details()
+
+
+def post(server, path, body):
+    """(status, JSON answer) of a POST to the server's HTTP front, an error's included."""
+    request = urllib.request.Request(server.proxy_url + path, json.dumps(body).encode(),
+                                     {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)

@@ -78,21 +78,26 @@ def reference_ids(reference, texts, prompt):
             zip(features["input_ids"].tolist(), features["attention_mask"].tolist())]
 
 
-def check_dense(reference, pipeline, onnx_path, tokenizer_json, prompts, min_cosine, ragged=False):
-    """`embedding` and `embedding_unnormalized` against reference.encode, under no prompt (the default one) and every
-    named prompt. Returns the figures; fails on the first text that disagrees."""
+def served_runs(reference, onnx_path, tokenizer_json, prompts, ragged):
+    """(prompt name, run(output names) -> the graph's outputs) under no prompt (the default one) and every named
+    one, the served ids checked against the reference's first."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
-    figures = {}
     for prompt_name in [None, *prompts]:
         prefix = prompts.get(prompt_name if prompt_name is not None else reference.default_prompt_name, "")
-        texts = [prefix + text for text in PARITY_TEXTS]
-        served_ids, ids, mask = serving_batch(tokenizer_json, texts)
+        served_ids, ids, mask = serving_batch(tokenizer_json, [prefix + text for text in PARITY_TEXTS])
         check_ids(served_ids, reference_ids(reference, PARITY_TEXTS, prefix), prompt_name)
         feeds = {"input_ids": ids, "attention_mask": mask}
-        got, unnormalized = session.run(["embedding", "embedding_unnormalized"], ragged_feeds(**feeds) if ragged
-                                        else feeds)
+        yield prompt_name, lambda names, feeds=feeds: session.run(names, ragged_feeds(**feeds) if ragged else feeds)
+
+
+def check_dense(reference, pipeline, onnx_path, tokenizer_json, prompts, min_cosine, ragged=False):
+    """`embedding` and `embedding_unnormalized` against reference.encode, under no prompt (the default one) and every
+    named prompt. Returns the figures; fails on the first text that disagrees."""
+    figures = {}
+    for prompt_name, run in served_runs(reference, onnx_path, tokenizer_json, prompts, ragged):
+        got, unnormalized = run(["embedding", "embedding_unnormalized"])
         want = reference.encode(PARITY_TEXTS, prompt_name=prompt_name, convert_to_numpy=True,
                                 normalize_embeddings=False, batch_size=len(PARITY_TEXTS))
         cosines = (got * want).sum(-1) / np.maximum(np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1),
@@ -134,18 +139,9 @@ def check_sparse(reference, onnx_path, tokenizer_json, prompts, ragged=False, ma
     """A SPLADE export's sparse outputs against SparseEncoder.encode, under no prompt and every named one: the same
     non-zero token ids (an id only one side has must weigh under max_error there: relu's edge) and weights within
     max_error. Returns the figures; fails on the first text that disagrees."""
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
     figures = {}
-    for prompt_name in [None, *prompts]:
-        prefix = prompts.get(prompt_name if prompt_name is not None else reference.default_prompt_name, "")
-        texts = [prefix + text for text in PARITY_TEXTS]
-        served_ids, ids, mask = serving_batch(tokenizer_json, texts)
-        check_ids(served_ids, reference_ids(reference, PARITY_TEXTS, prefix), prompt_name)
-        feeds = {"input_ids": ids, "attention_mask": mask}
-        indices, values, counts = session.run(["sparse_indices", "sparse_values", "sparse_count"],
-                                              ragged_feeds(**feeds) if ragged else feeds)
+    for prompt_name, run in served_runs(reference, onnx_path, tokenizer_json, prompts, ragged):
+        indices, values, counts = run(["sparse_indices", "sparse_values", "sparse_count"])
         want = reference.encode(PARITY_TEXTS, prompt_name=prompt_name, convert_to_tensor=True,
                                 convert_to_sparse_tensor=False, batch_size=len(PARITY_TEXTS)).numpy()
         worst, label = 0.0, prompt_name or "none"
