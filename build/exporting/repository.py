@@ -27,6 +27,7 @@ PAIR_INPUTS = TEXT_INPUT + ',\n  { name: "query", data_type: TYPE_STRING, dims: 
 WIDTH_OUTPUTS = ("embedding", "embedding_unnormalized")
 # The graph the encoder runs (its outputs, pooling and normalization): part of the export digest
 GRAPH_CODE = os.path.join("build", "exporting", "graph.py")
+PIPELINE_CODE = os.path.join("build", "exporting", "pipeline.py")  # which modules of a folder the graph builds
 # The BLS model's quantized forms of `embedding` (sentence_transformers.quantization.quantize_embeddings' precisions)
 QUANTIZED_OUTPUTS = [("embedding_int8", "TYPE_INT8"), ("embedding_uint8", "TYPE_UINT8"),
                      ("embedding_binary", "TYPE_INT8"), ("embedding_ubinary", "TYPE_UINT8")]
@@ -65,14 +66,15 @@ def templates_digest():
     """sha256 of every config template export renders (model_repository/*/*.template), of the encoder's batching
     strategy it compiles (token_budget.c), of the models' library it installs (model_library/), of the GPU table
     (GPU, the tokenizer's grouping GPU_TOKENIZER in it) and of the graph it exports (build/exporting/graph.py: the
-    encoder's outputs, e.g. `embedding_unnormalized`, which an older export lacks): an export made from other ones is
+    encoder's outputs, e.g. `embedding_unnormalized`, which an older export lacks; pipeline.py: which of a folder's
+    modules it builds, e.g. a Dense module an older export dropped): an export made from other ones is
     stale, and
     --skip-if-exported redoes it (else a changed config, strategy, library or graph never reaches it)."""
     digest = hashlib.sha256(json.dumps(GPU, sort_keys=True).encode() + b"\0")
     sources = glob.glob(os.path.join(SOURCE_REPOSITORY, "*", "*.template")) + [
         os.path.join(SOURCE_REPOSITORY, "embedding", "token_budget.c"), *(os.path.join(PROJECT, source)
                                                                           for source, _ in (*LIBRARY, TRITON_SERVER)),
-        os.path.join(PROJECT, GRAPH_CODE)]
+        os.path.join(PROJECT, GRAPH_CODE), os.path.join(PROJECT, PIPELINE_CODE)]
     for path in sorted(sources):
         digest.update(os.path.relpath(path, SOURCE_REPOSITORY).encode() + b"\0")
         with open(path, "rb") as handle:
