@@ -3,10 +3,7 @@ gRPC) and POST /v1/chunk_embeddings, against a reference computed here from the 
 last_hidden_state (the mean over each chunk's tokens, then L2 normalization), for a mean-pooling model
 (all-MiniLM-L6-v2, the default export) and a CLS one (a tiny random XLM-R, exported beside it as `xcls`);
 chunk_tokens' sentence groups; bad spans refused naming the span; a text over the max length refused."""
-import json
 import re
-import urllib.error
-import urllib.request
 
 import numpy as np
 import pytest
@@ -14,6 +11,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+import triton_clients
 from conftest import TINY_XLMR_MAX_LENGTH, export, serve_until_done
 from triton_clients import PROTOCOLS, client, url_for
 
@@ -93,13 +91,7 @@ def chunk_error(server, protocol, text, spans=None, model="late_chunking", param
 
 
 def post(server, body):
-    request = urllib.request.Request(server.proxy_url + "/v1/chunk_embeddings", json.dumps(body).encode(),
-                                     {"content-type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as error:
-        return error.code, json.load(error)
+    return triton_clients.post(server, "/v1/chunk_embeddings", body)
 
 
 def sentence_spans(text):
