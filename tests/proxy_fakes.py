@@ -14,6 +14,7 @@ from model_library import model_errors
 from model_library.in_process import model_module
 
 errors = model_module("proxy", "errors")
+prechecks = model_module("proxy", "prechecks")
 proxy_app = model_module("proxy", "app")
 proxy_service = model_module("proxy", "service")
 Metrics = model_module("proxy", "metrics").Metrics
@@ -52,6 +53,7 @@ class Card:
     labels: tuple = ()
     unnormalized: bool = False  # the encoder's embedding_unnormalized (TEI's normalize: false)
     hidden_size: int | None = None  # the token vectors' width, when a Dense module makes it differ (registry.Card)
+    dimensions: tuple = (DIM,)  # the widths `dimensions` may ask for (registry.Card)
 
 
 def stable_hash(text):
@@ -66,7 +68,10 @@ def fake_vectors(text, dim=DIM):
 
 
 class FakeService:
-    """The app.Service contract: deterministic vectors per text, token count = words + 2, truncated over 14."""
+    """The app.Service contract: deterministic vectors per text, token count = words + 2, truncated over 14. Before
+    admission, as the real service: the models' refusals that need no tokens (the proxy's prechecks.py)."""
+
+    max_documents = None  # the rerank model's max_documents (None: not known; the real one learns Triton's)
 
     def __init__(self):
         self.models = {"fake-dense": Card("fake-dense", "ensemble", ("dense",), unnormalized=True),
@@ -94,6 +99,7 @@ class FakeService:
         return (False, self.failed) if self.failed else (True, "ok")
 
     async def embed(self, card, texts, outputs, param, parameters=None):
+        prechecks.embed(card, texts, param, parameters)
         proxy_service.admit_request()  # as the real service's first Triton call
         self.calls.append((card.id, list(texts), outputs))
         width = (parameters or {}).get("dimensions")
@@ -129,6 +135,7 @@ class FakeService:
     async def rerank(self, card, query, documents, weights, parameters=None):
         """Scores: the dense dot product; per mode: dense, and weight-scaled stand-ins for the others the card
         serves (the scoring itself is the rerank model's: tests/test_rerank.py, tests/test_m3.py)."""
+        prechecks.rerank(card, query, documents, weights, parameters, self.max_documents)
         proxy_service.admit_request()  # as the real service's first Triton call
         self.calls.append((card.id, [query, *documents], tuple(weights)))
         if not query.strip():
@@ -153,6 +160,7 @@ class FakeService:
 
     async def tokenize(self, card, texts, param, parameters):
         """A token per word (bytes counted), between two special tokens; the tokenizer's empty-text error."""
+        prechecks.embed(card, texts, param, {key: value for key, value in parameters.items() if value is not None})
         proxy_service.admit_request()  # as the real service's first Triton call
         self.calls.append((card.id, list(texts), "tokenize", parameters))
         rows = []
@@ -179,6 +187,7 @@ class FakeService:
 
     async def predict(self, card, inputs, param, parameters=None):
         """Per input one logit per label from its texts' vectors; scores their softmax (sigmoid for one)."""
+        prechecks.predict(inputs, param)
         proxy_service.admit_request()  # as the real service's first Triton call
         self.calls.append((card.id, list(inputs), "predict"))
         labels = card.num_labels or 1
@@ -187,6 +196,19 @@ class FakeService:
         scores = 1 / (1 + np.exp(-logits)) if labels == 1 else np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
         words = np.array([sum(len(t.split()) for t in item) + 3 for item in inputs])
         return logits, scores, int(words.sum()), words > card.max_length, 1.0
+
+    async def measure(self, card, texts, param, parameters=None, queries=None):
+        """The tokenizer's count without admission (the real one: the tokenizer model alone): words + 2 per text (a
+        pair: both texts' words + 3), cut over the card's max length; a pair's query is cut over half of it."""
+        self.calls.append((card.id, list(texts), "measure", queries))
+        if queries is None:
+            words = np.array([len(t.split()) + 2 for t in texts])
+            cut_queries = None
+        else:
+            queries = [queries] * len(texts) if isinstance(queries, str) else list(queries)
+            words = np.array([len(q.split()) + len(t.split()) + 3 for q, t in zip(queries, texts)])
+            cut_queries = np.array([len(q.split()) > card.max_length // 2 for q in queries])
+        return proxy_service.Measured(np.minimum(words, card.max_length), words > card.max_length, cut_queries)
 
     async def chunk_embed(self, card, texts, spans, parameters):
         """One chunk per span (or one for the text with chunk_tokens); vectors per chunk text."""

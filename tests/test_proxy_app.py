@@ -466,13 +466,16 @@ def test_work_gate_one_long_request_never_locks_everyone_out():
         small.close()  # (the rate drops, busy with the big job; the big job's share drops with it)
         assert gate.in_flight == pytest.approx(gate.share())
     second = admit(gate, 10**6)  # a second big one fills the budget...
-    assert second is not None and admit(gate, 1) is None  # ...the next waits for one: never past their deadlines
+    assert second is not None and admit(gate, 10**6) is None  # ...the next big one waits: never past its deadline
+    light = admit(gate, 1)  # a light one still gets in: a share of the budget is kept for them (issue 59)
+    assert light is not None and light.light is True
+    light.close()
     second.close()
     release = big.hold()
     big.abandon()  # its client left: out of the gate now, its BLS call still running
     assert gate.in_flight == 0 and gate.requests == 0 and gate.rate() is None  # measured afresh from here
     release()  # the call returns later: nothing counted twice, nothing finished
-    assert gate.requests == 0 and gate.finished == 5000 + 3 * 600 + 10**6
+    assert gate.requests == 0 and gate.finished == 5000 + 3 * 600 + 10**6 + 1
 
 
 def test_work_gate_bounds_the_requests_admitted():

@@ -123,6 +123,21 @@ def test_tokenizer_gpu_variants_group_lengths_coarser(minilm_repository):
         assert config == cpu, variant
 
 
+def test_rerank_gpu_variants_keep_256_texts_per_call(minilm_repository):
+    """rerank/configs/{gpu,gpu-trt}.pbtxt: the CPU config's 32 texts per call (a 1-text request waits behind one
+    call's encoder runs, issue 59) would cut a GPU's runs to 32 rows: the GPU variants keep 256, nothing else
+    changed."""
+    from exporting.repository import GPU
+
+    cpu = parse(os.path.join(minilm_repository, "rerank", "config.pbtxt"))
+    assert cpu.parameters["texts_per_call"].string_value == "32"
+    for variant in ("gpu", "gpu-trt"):
+        config = parse(os.path.join(minilm_repository, "rerank", "configs", f"{variant}.pbtxt"))
+        assert config.parameters["texts_per_call"].string_value == GPU["rerank"]["parameters"]["texts_per_call"]
+        config.parameters["texts_per_call"].string_value = "32"
+        assert config == cpu, variant
+
+
 def test_the_gpu_configs_hold_the_gpu_tables_values_whatever_the_cpu_config_says(tmp_path):
     """Issue 51: the CPU tokenizer's second instance (a CPU fix) reached the GPU config and halved passages on an
     H200. The GPU configs take instance counts, queue bound and grouping from the GPU table alone: a CPU config with

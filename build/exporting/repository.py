@@ -229,6 +229,7 @@ def write_configs(staging, names, outputs, sizes, warmup, max_length, encoder_on
         with open(os.path.join(staging, rerank, "config.pbtxt"), "w", encoding="utf-8") as handle:
             handle.write(render(os.path.join(SOURCE_REPOSITORY, "rerank", "config.pbtxt.template"), bls=bls,
                                 served=",".join(outputs)))
+        write_rerank_gpu_configs(os.path.join(staging, rerank))
     # The tokenizer's config names no model and no per-model value: a named export uses it as it is.
     copy_tokenizer(staging, tokenizer)
     for model, kind in ((bls, "ensemble_bls"), (rerank, "rerank")):
@@ -259,6 +260,9 @@ GPU_TOKENIZER = {"pad_to_multiple_of": "32", "pad_to_power_of_two": "true", "bat
 GPU = {
     "tokenizer": {"instances": 1, "max_queue_size": 512, "parameters": GPU_TOKENIZER},
     "encoder": {"instances": 1},  # one instance on each GPU the pod sees
+    # the rerank models' calls: the CPU's 32 texts (a 1-text request waits behind one call's encoder runs, issue 59)
+    # would cut a GPU's runs to 32 rows, where 256 cost about the same
+    "rerank": {"parameters": {"texts_per_call": "256"}},
 }
 
 
@@ -288,6 +292,23 @@ def write_tokenizer_gpu_configs(tokenizer_dir):
     os.makedirs(os.path.join(tokenizer_dir, "configs"), exist_ok=True)
     for variant in ("gpu", "gpu-trt"):
         pbtxt.write(os.path.join(tokenizer_dir, "configs", f"{variant}.pbtxt"), config, header)
+
+
+def write_rerank_gpu_configs(rerank_dir):
+    """<rerank>/configs/{gpu,gpu-trt}.pbtxt: the rerank model's config.pbtxt with the GPU table's parameters."""
+    try:
+        config = pbtxt.with_parameters(pbtxt.read(os.path.join(rerank_dir, "config.pbtxt")),
+                                       GPU["rerank"]["parameters"])
+    except pbtxt.ConfigError as error:
+        fail(str(error))
+    except KeyError as missing:
+        fail(f"{os.path.basename(rerank_dir)}/config.pbtxt has no parameter {missing.args[0]!r}")
+    header = ("# Written by build/export.py: config.pbtxt with the GPU table's parameters (GPU in\n"
+              "# build/exporting/repository.py), through Triton's ModelConfig: what each value means is in\n"
+              "# ../config.pbtxt's comments.\n")
+    os.makedirs(os.path.join(rerank_dir, "configs"), exist_ok=True)
+    for variant in ("gpu", "gpu-trt"):
+        pbtxt.write(os.path.join(rerank_dir, "configs", f"{variant}.pbtxt"), config, header)
 
 
 def clip_image_names(name):
@@ -333,6 +354,7 @@ def write_cross_encoder_configs(staging, names, labels, warmup, max_length):
         with open(os.path.join(staging, model, "config.pbtxt"), "w", encoding="utf-8") as handle:
             handle.write(render(os.path.join(SOURCE_REPOSITORY, template), **fill))
     write_gpu_configs(os.path.join(staging, encoder), values, max_length, int(budget))
+    write_rerank_gpu_configs(os.path.join(staging, rerank))
     copy_tokenizer(staging, tokenizer)
     copy_model_code("ensemble_bls", os.path.join(staging, bls))
     copy_model_code("cross_encoder_rerank", os.path.join(staging, rerank))

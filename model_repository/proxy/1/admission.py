@@ -16,6 +16,12 @@ the gate against everyone (issue 49: one legal 1 MB /similarity whose client lef
 - a request whose client has left or whose deadline has passed leaves the gate at once (`abandon`), even though
   Triton may still run what it was already given (24.07's BLS cannot cancel a call; the models stop feeding it at
   its deadline). The rate is measured again from there, since that work would read as a slow server.
+A share of the budget is kept for light requests (issue 59: three clients looping a legal 600-sentence /similarity
+held the whole budget between two of them, and a 1-text request got 429 on 104 of 105 tries): a request is light
+when its cost fits in RESERVED_SHARE of the budget, and when one asks, the heavy requests in flight count for at most
+(1 - RESERVED_SHARE) of the budget. Heavy requests are judged as before, against all of it, so a light request is
+never refused for work the heavy ones hold beyond their part, and a load of light requests alone is admitted as
+before.
 The request's deadline (request_timeout_s from its arrival) is also kept here: every Triton call of the request gets
 what is left of it, so sequential calls cannot take the timeout twice."""
 import contextvars
@@ -26,6 +32,8 @@ REQUEST_COST = 512  # the fixed part of a request's cost (HTTP, BLS hops), in bo
 RATE_WINDOW_S = 20.0  # the rate is measured over this many seconds of busy time (time with work in flight)
 MIN_MEASURED_S = 1.0  # busy time before the rate is trusted; until then only max_concurrent_requests applies
 REQUEST_SHARE = 0.5  # the most of the budget (admission_target_s x rate) one request's cost may hold
+RESERVED_SHARE = 0.25  # of the budget, kept for light requests (those whose cost fits in it): heavy ones count for
+# at most the rest when a light one asks
 
 _current = contextvars.ContextVar("admission_request", default=None)
 
@@ -34,8 +42,8 @@ class Ticket:
     """One admitted request: it leaves the gate when the request is over and its BLS calls have returned, or at once
     when it is abandoned (client gone, deadline passed)."""
 
-    def __init__(self, gate, cost):
-        self.gate, self.cost, self.calls, self.closed, self.open = gate, cost, 0, False, True
+    def __init__(self, gate, cost, light):
+        self.gate, self.cost, self.light, self.calls, self.closed, self.open = gate, cost, light, 0, False, True
 
     def hold(self):
         """A BLS call starts; returns the function to call (once or more) when it has returned or was given up."""
@@ -93,6 +101,22 @@ class WorkGate:
         share = self.share()
         return sum(held(t.cost, share) for t in self.open)
 
+    def counted(self, light):
+        """The work in flight as a new request of that class sees it: for a light one, the heavy requests' part
+        capped at what is not kept for light requests (RESERVED_SHARE)."""
+        share, budget = self.share(), self.budget()
+        heavy = sum(held(t.cost, share) for t in self.open if t.light is not True)
+        lights = sum(t.cost for t in self.open if t.light is True)
+        if light and budget is not None:
+            heavy = min(heavy, (1 - RESERVED_SHARE) * budget)
+        return heavy + lights
+
+    def is_light(self, cost):
+        """Whether a request of `cost` is light (it fits in the reserve); None while no budget is measured. Relative
+        to the budget, not a size in bytes: the budget follows the model and the hardware."""
+        budget = self.budget()
+        return None if budget is None else cost <= RESERVED_SHARE * budget
+
     def rate(self):
         """Cost finished per busy second between the window's first and last finish; None while less than
         MIN_MEASURED_S is measured. Time since the last finish does not count: a job still running is no evidence
@@ -103,15 +127,22 @@ class WorkGate:
         span = busy1 - busy0
         return (finished1 - finished0) / span if span >= MIN_MEASURED_S else None
 
-    def share(self):
-        """The most of the budget one request's cost holds (None: no rate yet, or admission by work off)."""
+    def budget(self):
+        """admission_target_s x the measured rate: the cost the gate lets in flight (None: no rate yet, or
+        admission by work off)."""
         rate = self.rate()
-        return REQUEST_SHARE * self.target_s * rate if rate and self.target_s > 0 else None
+        return self.target_s * rate if rate and self.target_s > 0 else None
+
+    def share(self):
+        """The most of the budget one request's cost holds (None: no budget)."""
+        budget = self.budget()
+        return None if budget is None else REQUEST_SHARE * budget
 
     def wait_s(self, cost=0):
-        """How long the work in flight (plus `cost`) would take at the measured rate; None: not known yet."""
+        """How long the work in flight, as a request of `cost` sees it (counted), plus `cost` would take at the
+        measured rate; None: not known yet."""
         rate = self.rate()
-        return None if not rate else (self.in_flight + held(cost, self.share())) / rate
+        return None if not rate else (self.counted(self.is_light(cost)) + held(cost, self.share())) / rate
 
     def refusal(self, cost):
         """Why a request of `cost` is refused now (a sentence), or None: admit it. A request is always admitted when
@@ -128,7 +159,7 @@ class WorkGate:
 
     def admit(self, cost):
         self._advance()
-        ticket = Ticket(self, cost)
+        ticket = Ticket(self, cost, self.is_light(cost))
         self.open.add(ticket)
         return ticket
 
@@ -136,7 +167,11 @@ class WorkGate:
         self._advance()
         self.open.discard(ticket)
         self.finished += ticket.cost
-        self.samples.append((self.busy_s, self.finished))
+        # A light request's finish while a heavy one runs is not a sample: the heavy one's progress shows only when it
+        # finishes, so the rate between would count the light work alone and fall toward 0 (the budget with it, and
+        # every light request would turn heavy). Its cost counts in the next sample, over all the busy time since.
+        if not (ticket.light and any(t.light is False for t in self.open)):
+            self.samples.append((self.busy_s, self.finished))
         while len(self.samples) > 2 and self.samples[-1][0] - self.samples[1][0] >= RATE_WINDOW_S:
             self.samples.popleft()
 

@@ -32,7 +32,10 @@ class Service(Protocol):
     None, tokens [n], truncated [n], inference_ms, token_vectors [[m, d]] | None. rerank -> scores [n],
     mode_scores [n, 3] | None, tokens, query_truncated, truncated [n], inference_ms. predict (cross-encoders) ->
     logits [n, labels], scores [n, labels], tokens, truncated [n], inference_ms. tokenize -> per text [Token(id,
-    text, special, start, stop)]; decode -> [text]. Failures raise errors.ApiError kinds."""
+    text, special, start, stop)]; decode -> [text]. measure (the tokenizer alone, outside admission: for a request
+    the gate refused) -> tokens [n], truncated [n], query_truncated [n] | None; or None (no answer in time). Failures
+    raise errors.ApiError kinds; a request refused by admission raises errors.NotAdmitted, before which the service
+    has given the models' refusals that need no tokens (prechecks.py)."""
 
     draining: bool
 
@@ -57,6 +60,8 @@ class Service(Protocol):
     async def tokenize(self, card, texts, param, parameters): ...
 
     async def decode(self, card, ids, param, parameters): ...
+
+    async def measure(self, card, texts, param, parameters=None, queries=None): ...
 
     async def chunk_embed(self, card, texts, spans, parameters): ...
 

@@ -123,6 +123,12 @@ class Timeout(ApiError):
     """The work did not finish within the request's deadline."""
 
 
+class NotAdmitted(ApiError):
+    """overloaded: admission (admission.py) refused the request at its first Triton call, so nothing of it ran and no
+    model has seen it; what only a model could refuse in it is asked before this is answered
+    (route_helpers.cut_while_busy)."""
+
+
 def rename_field(error, field):
     """The error restated about `field` (the client's name for the model's field): data only, the message is
     written from it."""

@@ -1,8 +1,10 @@
 """The inference half of the service (service.Service): each export's models through BLS — its BLS model for
 embeddings (it cuts many texts into length groups inside Triton), its ensemble for one text, its rerank, late
 chunking, image and tokenizer models — with the request's deadline and admission, and the models' errors as the
-error table's kinds (step_error: the error contract's kind and field, mapped once). pb_utils is handed in (tests
-import this file)."""
+error table's kinds (step_error: the error contract's kind and field, mapped once). Before a request's first call
+(its admission), the models' refusals that need no tokens are given here (prechecks.py), so that busy or not a
+request that can never succeed gets its 4xx; measure() asks the tokenizer alone, outside admission, what only it can
+say (a text over the max length). pb_utils is handed in (tests import this file)."""
 import asyncio
 import time
 from dataclasses import dataclass, field
@@ -11,7 +13,8 @@ import admission
 import model_errors
 import model_outputs
 import numpy as np
-from errors import FROM_MODEL, ApiError, InvalidInput, Timeout, Unavailable, rename_field
+import prechecks
+from errors import FROM_MODEL, ApiError, InvalidInput, NotAdmitted, Timeout, Unavailable, rename_field
 
 TENSORS = model_outputs.TENSORS
 QUANTIZED = tuple(model_outputs.QUANTIZED)  # the BLS model's outputs (not the ensemble's)
@@ -19,6 +22,7 @@ COLBERT_KINDS = ("colbert", *model_outputs.COLBERT_COMPACT)  # one of them per r
 BLS_ONLY = (*QUANTIZED, *COLBERT_KINDS[1:], "tokens")
 PER_TOKEN = model_outputs.PER_TOKEN
 TOKENIZE = ["input_ids", "token_text", "token_special", "byte_offsets", "num_tokens"]  # the tokenizer's task outputs
+PROMPT_PARAMETERS = ("prompt_name", "input_type")  # what the BLS and rerank models pass on to the tokenizer
 
 
 @dataclass
@@ -54,6 +58,14 @@ class RerankResult:
     logits: np.ndarray | None = None  # a cross-encoder's scores before its sigmoid (TEI's raw_scores); else None
 
 
+@dataclass
+class Measured:
+    """What the tokenizer makes of texts (Inference.measure), as the embedding step would: per text (or pair)."""
+    tokens: np.ndarray  # tokens embedded: cut at the max length, special tokens and the prompt included
+    truncated: np.ndarray  # cut at the max length (a pair: cut at all)
+    query_truncated: np.ndarray | None  # pairs: the pair's query was cut (None: single texts)
+
+
 def encoded(texts):
     """UTF-8 bytes of each text. The routes have refused lone surrogates (route_helpers.check_text); one that got
     past them reaches the tokenizer as it is, whose rule (valid UTF-8) answers for it."""
@@ -84,6 +96,7 @@ class Inference:
         ensemble (nothing to group, and the BLS hops cost ~1 ms) unless it needs the BLS model's quantized outputs
         or `dimensions`. parameters: the request parameters (dimensions, prompt_name, input_type,
         colbert_pool_factor), passed on. outputs: at most one ColBERT kind (colbert or colbert_fp16/int8/binary)."""
+        prechecks.embed(card, texts, param, parameters)
         started = time.perf_counter()
         names = [t for kind in outputs for t in TENSORS[kind]] + ["num_tokens", "truncated"]
         parameters = {key: value for key, value in (parameters or {}).items() if value is not None}
@@ -118,6 +131,7 @@ class Inference:
     async def tokenize(self, card, texts, param, parameters):
         """Every token of each text (the tokenizer model's tokenize task: not truncated) -> per text [Token]."""
         parameters = {key: value for key, value in parameters.items() if value is not None}
+        prechecks.embed(card, texts, param, parameters)
         rows, size = encoded(texts), self.bls_rows.get(card.bls, 1)
         parts = await asyncio.gather(*(
             self.infer(card, card.tokenizer, {"text": np.array(rows[first:first + size], dtype=np.object_)
@@ -155,6 +169,7 @@ class Inference:
         """A cross-encoder's classifier over texts and (first, second) pairs, through its BLS model (single texts
         and pairs as separate calls) -> (logits [n, labels], scores [n, labels], tokens, truncated [n]), rows in
         the order given. An input it refuses is param[i] (a pair's first text: its `query`)."""
+        prechecks.predict(inputs, param)
         started, size = time.perf_counter(), self.bls_rows.get(card.bls, 1)
         names = ["logits", "scores", "num_tokens", "truncated"]
 
@@ -202,6 +217,7 @@ class Inference:
     async def rerank(self, card, query, documents, weights, parameters=None):
         """A cross-encoder's rerank model: the classifier's scores (mode_scores None); else bge-m3's combined one.
         parameters: the request parameters (prompt_name: one prompt for all the texts; embedding exports)."""
+        prechecks.rerank(card, query, documents, weights, parameters, self.max_documents.get(card.rerank))
         started = time.perf_counter()
         inputs = {"query": np.array(encoded([query]), dtype=np.object_),
                   "documents": np.array(encoded(documents), dtype=np.object_)}
@@ -243,12 +259,50 @@ class Inference:
         results = await asyncio.gather(*(one(i) for i in range(len(texts))))
         return results, (time.perf_counter() - started) * 1000
 
-    async def infer(self, card, model, inputs, names, rows, parameters=None):
+    async def measure(self, card, texts, param, parameters=None, queries=None):
+        """What the export's tokenizer makes of `texts` (each alone with the request's prompt; or paired with
+        `queries`: one text for all, as a cross-encoder's rerank model sends its query, or one per text), as the
+        embedding step would: asked of the tokenizer alone, outside admission, for a request the gate refused whose
+        answer depends on its tokens (truncate false: route_helpers.cut_while_busy). -> Measured, or None when the
+        tokenizer cannot say in time: a full queue, the request's deadline, or more than a quarter of the BLS
+        threads (bls_concurrency) already waiting on such questions (under the rate limiter the tokenizer runs only
+        when the encoder has nothing queued: these wait for the busy encoder)."""
+        size = self.bls_rows.get(card.bls, 1)
+        starts = range(0, len(texts), size)
+        if self.measuring + len(starts) > max(1, self.settings.bls_concurrency // 4):
+            return None
+        prompt = {key: value for key, value in (parameters or {}).items()
+                  if key in PROMPT_PARAMETERS and value is not None}
+        if isinstance(queries, str):
+            prompt["query"] = queries
+        names = ["num_tokens", "truncated", "length_group"] + (["query_truncated"] if queries is not None else [])
+        rows = encoded(texts)
+
+        async def piece(first):
+            inputs = {"text": np.array(rows[first:first + size], dtype=np.object_).reshape(-1, 1)}
+            if queries is not None and not isinstance(queries, str):
+                inputs["query"] = np.array(encoded(queries[first:first + size]), dtype=np.object_).reshape(-1, 1)
+            return await self.infer(card, card.tokenizer, inputs, names, (param, first), prompt, admit=False)
+        self.measuring += len(starts)
+        try:
+            parts = await asyncio.gather(*(piece(first) for first in starts))
+        except ApiError as error:
+            if error.kind in ("overloaded", "inference_timeout"):
+                return None
+            raise
+        finally:
+            self.measuring -= len(starts)
+        joined = {name: np.concatenate([part[name].reshape(-1) for part in parts]) for name in names}
+        return Measured(joined["num_tokens"].astype(np.int64), joined["truncated"].astype(bool),
+                        joined["query_truncated"].astype(bool) if queries is not None else None)
+
+    async def infer(self, card, model, inputs, names, rows, parameters=None, admit=True):
         """One BLS request to `model` -> {output: array}. rows: (param, first row) to name a bad `text` row in the
         client's terms, (param, first row, client index of each row) a bad `image` row; None: the model's messages
-        already do (rerank: `query`, `documents[i]`)."""
+        already do (rerank: `query`, `documents[i]`). admit false: a call outside admission (measure), under the
+        request's deadline all the same."""
         pb = self.pb
-        admitted = admit_request()
+        admitted = admit_request() if admit else admission.current()
         # What is left of the request's deadline (request_timeout_s from its arrival), for each call in turn.
         left_s = admitted.left_s() if admitted is not None else self.settings.request_timeout_s
         if left_s <= 0:
@@ -315,10 +369,11 @@ class Inference:
 
 def admit_request():
     """The current HTTP request's admission.Request, admitted by its first Triton call (again: a no-op); None
-    outside a request (tests, bench). Refused: overloaded (429), the same for every call of the request."""
+    outside a request (tests, bench). Refused: overloaded (429, NotAdmitted), the same for every call of the
+    request."""
     admitted = admission.current()
     if admitted is not None and (refused := admitted.enter()) is not None:
-        raise ApiError(f"the server is busy: {refused}; retry", "overloaded")
+        raise NotAdmitted(f"the server is busy: {refused}; retry", "overloaded")
     return admitted
 
 

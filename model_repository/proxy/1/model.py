@@ -7,7 +7,8 @@ exports' models, in-process through BLS. This file is the Triton glue: settings,
                 a path speaks; route_helpers.py what the routes share (key gates, model lookup, HTTP's own rules
                 on the inputs, each once, the embed and rerank calls)
   service.py    the service, in three parts: inference.py (BLS calls to each export's models, the models' errors
-                as kinds), admin.py (load/unload), readiness.py's ModelReadiness (which models are ready)
+                as kinds), admin.py (load/unload), readiness.py's ModelReadiness (which models are ready);
+                prechecks.py the models' refusals that need no tokens, given before admission
   registry.py   the exports (cards) and their models' readiness;  triton_server.py  Triton's HTTP API (library)
   readiness.py  keeps readiness current; calls on a model that stops being ready fail at once
   guard.py      admission, body limits, disconnects;  server.py  uvicorn in its own thread

@@ -37,8 +37,8 @@ def answers_as(triton, server_id):
 
 
 class ModelReadiness:
-    """Service's readiness state: registry.ready (model -> ready) and bls_rows (a BLS or image model's max_batch_size,
-    learnt off the request path while it is ready)."""
+    """Service's readiness state: registry.ready (model -> ready), bls_rows (a BLS or image model's max_batch_size)
+    and max_documents (a rerank model's parameter), learnt off the request path while the model is ready."""
 
     def refresh_readiness(self):
         """From the readiness thread (and after admin actions): one question per model, so requests never wait."""
@@ -47,9 +47,21 @@ class ModelReadiness:
                 ready = bool(self.triton.ready(name))
                 if not ready:
                     self.bls_rows.pop(name, None)
+                    self.max_documents.pop(name, None)
                 elif name in (card.bls, card.image) and name not in self.bls_rows:  # learnt off the request path
                     self.bls_rows[name] = max(1, int((self.triton.config(name) or {}).get("max_batch_size") or 1))
+                elif name == card.rerank and name not in self.max_documents:
+                    self.max_documents[name] = rerank_limit(self.triton.config(name))
                 self.registry.ready[name] = ready
+
+
+def rerank_limit(config):
+    """A rerank model's max_documents from Triton's config of it, as the model reads it (model_common.RerankModel:
+    empty or absent, 2048); None: no config (the model's own rule then answers alone)."""
+    if not config:
+        return None
+    value = ((config.get("parameters") or {}).get("max_documents") or {}).get("string_value")
+    return int(value or 2048)
 
 
 class Readiness:

@@ -33,7 +33,8 @@ class Card:
     image_encoder: str | None = None
     architecture: str | None = None  # CLIP exports: open_clip's model name (ViT-B-32) or the HF model_type
     pretrained: str | None = None  # CLIP exports: open_clip's pretrained tag or checkpoint path
-    # the prompts its tokenizer prepends (prompt_name / input_type), as export.json lists them: ((name, text), ...)
+    # the prompts its tokenizer prepends (prompt_name / input_type), as export.json lists them, in its order (the
+    # tokenizer's prompts.json's, which its errors list): ((name, text), ...)
     prompts: tuple[tuple[str, str], ...] = ()
     default_prompt_name: str | None = None
     pooling: str | None = None  # embedding exports: mean, cls, last... (TEI's /info)
@@ -45,6 +46,8 @@ class Card:
     # the width of each token vector (/embed_all): the model's hidden size, which a Dense module after pooling makes
     # differ from embedding_size; None: the same as embedding_size (exports before issue 56)
     hidden_size: int | None = None
+    # the widths `dimensions` may ask for (export.json's, the BLS model's vectors.json); empty: not recorded
+    dimensions: tuple[int, ...] = ()
 
     @property
     def models(self):
@@ -66,10 +69,10 @@ def read_card(repository, name):
                     manifest.get("chunks_model"), manifest.get("image_model"),
                     manifest.get("image_preprocess_model"), manifest.get("image_encoder_model"),
                     manifest.get("architecture"), manifest.get("pretrained"),
-                    tuple(sorted((manifest.get("prompts") or {}).items())), manifest.get("default_prompt_name"),
+                    tuple((manifest.get("prompts") or {}).items()), manifest.get("default_prompt_name"),
                     manifest.get("pooling"), manifest.get("num_labels"), tuple(manifest.get("served_names") or ()),
                     tuple(manifest.get("labels") or ()), bool(manifest.get("unnormalized_output")),
-                    manifest.get("hidden_size"))
+                    manifest.get("hidden_size"), tuple(manifest.get("dimensions") or ()))
     except (OSError, ValueError, KeyError):
         return None
 

@@ -2,17 +2,19 @@
 routes_admin.py): the orjson route class, the key gates, the model lookup, HTTP's own rules on a request's inputs
 (each written once, naming the field in the dialect's own words), the embed and rerank calls with their metrics,
 and the answer's pieces. No Triton import here."""
+import asyncio
 import base64
 import hmac
 import uuid
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import errors
 import model_errors
 import model_outputs
 import numpy as np
 import orjson
-from errors import ApiError, rename_field
+from errors import ApiError, NotAdmitted, rename_field
 from fastapi import Depends, Request
 from fastapi.routing import APIRoute
 from starlette.responses import Response
@@ -134,6 +136,32 @@ def refuse_cut(card, cut, param, single=False):
                        "too_long", param, field)
 
 
+# What an ASCII text may count beyond one token per character: the special tokens a tokenizer adds to one text (2 for
+# BERT's and XLM-R's) and SentencePiece's leading word piece, with room to spare
+ASCII_SLACK = 5
+
+
+def surely_within(card, texts):
+    """Whether none of `texts` can be over the model's max length, told without their tokens: an ASCII text (and
+    prompt) gives at most one token per character whatever the tokenizer (WordPiece, BPE, SentencePiece), plus
+    ASCII_SLACK. Says only that the tokenizer need not be asked (cut_while_busy), never that a text is cut."""
+    prompts = [text for _, text in card.prompts]
+    if not all(text.isascii() for text in prompts):
+        return False
+    room = card.max_length - max(map(len, prompts), default=0) - ASCII_SLACK
+    return all(len(text) <= room and text.isascii() for text in texts)
+
+
+async def cut_while_busy(request, card, texts, param, parameters=None, queries=None):
+    """truncate false, and the gate refused the request (NotAdmitted): a text over the max length can never be
+    served, but only its tokens tell, so the tokenizer alone is asked (Service.measure: outside admission, it waits
+    for the busy encoder), unless every text is surely within the max length (then none is cut). -> the Measured
+    texts (their `truncated` for refuse_cut), or None: no answer in time (the 429 stands)."""
+    if queries is None and surely_within(card, texts):
+        return SimpleNamespace(truncated=np.zeros(len(texts), dtype=bool), query_truncated=None)
+    return await request.app.state.service.measure(card, texts, param, parameters, queries)
+
+
 def need(card, output, route, param="model"):
     """The model must serve `output`; `param`: the client's field that asked for it (default: the model)."""
     if output not in card.outputs:
@@ -155,7 +183,12 @@ def select(request, model):
 
 
 async def embed(request, card, texts, outputs, param, truncate, parameters=None):
-    result = await request.app.state.service.embed(card, texts, outputs, param, parameters)
+    try:
+        result = await request.app.state.service.embed(card, texts, outputs, param, parameters)
+    except NotAdmitted:  # busy: a text over the max length still gets its 422, never a 429 to retry
+        if not truncate and (measured := await cut_while_busy(request, card, texts, param, parameters)) is not None:
+            refuse_cut(card, measured.truncated, param)
+        raise
     if not truncate:
         refuse_cut(card, result.truncated, param)
     request.app.state.metrics.observe_embedding(card.id, len(texts), int(result.tokens.sum()),
@@ -216,13 +249,40 @@ async def score_documents(request, model, query, documents, weights=None, trunca
                            "invalid_value", "weights")
     elif not served:
         raise ApiError(f"model '{card.id}' serves none of dense, sparse, colbert", "not_served")
-    result = await request.app.state.service.rerank(card, query, documents, weights or (1.0, 1.0, 1.0), parameters)
+    try:
+        result = await request.app.state.service.rerank(card, query, documents, weights or (1.0, 1.0, 1.0),
+                                                        parameters)
+    except NotAdmitted:  # busy: a text over the max length still gets its 422, never a 429 to retry
+        if not truncate:
+            await rerank_cut_while_busy(request, card, query, documents, parameters)
+        raise
     if not truncate:
         refuse_cut(card, [result.query_truncated], "query", single=True)
         refuse_cut(card, result.truncated, "documents")
     truncated = int(result.query_truncated) + int(result.truncated.sum())
     request.app.state.metrics.observe_embedding(card.id, 1 + len(documents), result.tokens, truncated)
     return card, result, served, truncated
+
+
+async def rerank_cut_while_busy(request, card, query, documents, parameters):
+    """score_documents' truncate false for a request the gate refused: the query and the documents as the rerank
+    model has them tokenized (a cross-encoder's: each document paired with the query; else each text alone)."""
+    if card.kind == "cross-encoder":
+        measured = await cut_while_busy(request, card, documents, "documents", queries=query)
+        if measured is not None:
+            refuse_cut(card, [measured.query_truncated.any()], "query", single=True)
+            refuse_cut(card, measured.truncated, "documents")
+        return
+    try:
+        asked, measured = await asyncio.gather(cut_while_busy(request, card, [query], "query", parameters),
+                                               cut_while_busy(request, card, documents, "documents", parameters))
+    except ApiError as error:
+        if error.field == "query[0]":  # the query is one text, named alone (as the rerank model names it)
+            rename_field(error, "query")
+        raise
+    if asked is not None and measured is not None:
+        refuse_cut(card, asked.truncated, "query", single=True)
+        refuse_cut(card, measured.truncated, "documents")
 
 
 # ---------------------------------------------------------------- the answers' pieces

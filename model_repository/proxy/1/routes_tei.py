@@ -9,11 +9,14 @@ table's TEI column, errors.KINDS): 422 for a validation error, 413 for too many 
 fields (`texts`, `inputs.sentences`). `truncate` is false unless asked on every route (TEI started with
 --auto-truncate false, as /info says). TEI serves one model; here a body's `model` picks an export, else the default
 one."""
+import asyncio
+
 import dialects
+import model_errors
 import numpy as np
 import route_helpers as shared
 from direct import DirectRoutes
-from errors import ApiError
+from errors import ApiError, NotAdmitted, rename_field
 from fastapi import Request
 from pydantic import TypeAdapter
 
@@ -145,7 +148,7 @@ async def embed_all(request: Request, body: schemas.TeiEmbedAllRequest):
     card = shared.select(request, body.model)
     embedding_export(card, "/embed_all")
     parameters = {"prompt_name": body.prompt_name}
-    await bound_token_vectors(request, card, texts, parameters)
+    await bound_token_vectors(request, card, texts, parameters, bool(body.truncate))
     result = await shared.embed(request, card, texts, ("tokens",), "inputs", bool(body.truncate), parameters)
     rows = [np.ascontiguousarray(vectors, dtype=np.float32) for vectors in result.token_vectors]
     # the encoder's own widths: exact, where the check before the work read the export's embedding size
@@ -153,15 +156,25 @@ async def embed_all(request: Request, body: schemas.TeiEmbedAllRequest):
     return shared.json_response(rows, shared.timing_headers(result.truncated.sum(), result.inference_ms))
 
 
-async def bound_token_vectors(request, card, texts, parameters):
+async def bound_token_vectors(request, card, texts, parameters, truncate):
     """The 413 of an /embed_all answer over max_embed_all_numbers, before the encoder runs: nothing to do when
     every input at the model's max length fits; else the tokenizer model counts the tokens (its tokenize task,
-    the prompt included), each counted at most at the max length (over it: cut, or the embed call's 422)."""
+    the prompt included), each counted at most at the max length (over it: cut, or the embed call's 422). Refused
+    by the gate: the same count from the tokenizer alone (Service.measure), so that an answer too large gets its
+    413 (and, truncate false, a text over the max length its 422) instead of a 429."""
     hidden = card.hidden_size or card.embedding_size or 0
     if len(texts) * card.max_length * hidden <= request.app.state.settings.max_embed_all_numbers:
         return
-    tokens = await request.app.state.service.tokenize(card, texts, "inputs", {"add_special_tokens": True,
-                                                                              **parameters})
+    service = request.app.state.service
+    try:
+        tokens = await service.tokenize(card, texts, "inputs", {"add_special_tokens": True, **parameters})
+    except NotAdmitted:
+        measured = await service.measure(card, texts, "inputs", parameters)
+        if measured is not None:
+            answer_size(request, int(measured.tokens.sum()), hidden)
+            if not truncate:
+                shared.refuse_cut(card, measured.truncated, "inputs")
+        raise
     answer_size(request, sum(min(len(row), card.max_length) for row in tokens), hidden)
 
 
@@ -209,7 +222,13 @@ async def predict_answer(request, body):
     if card.kind != "cross-encoder":
         raise ApiError(f"model '{card.id}' is not a classifier: /predict serves cross-encoder exports", "not_served",
                        "model")
-    logits, scores, tokens, truncated, inference_ms = await request.app.state.service.predict(card, items, "inputs")
+    try:
+        logits, scores, tokens, truncated, inference_ms = await request.app.state.service.predict(card, items,
+                                                                                                 "inputs")
+    except NotAdmitted:  # busy: an input over the max length still gets its 422, never a 429 to retry
+        if not body.truncate and (cut := await predict_cut_while_busy(request, card, items)) is not None:
+            shared.refuse_cut(card, cut, "inputs")
+        raise
     if not body.truncate:
         shared.refuse_cut(card, truncated, "inputs")
     request.app.state.metrics.observe_embedding(card.id, sum(len(item) for item in items), tokens,
@@ -219,6 +238,35 @@ async def predict_answer(request, body):
               for row in values]
     return shared.json_response(answer[0] if single else answer,
                                 shared.timing_headers(int(truncated.sum()), inference_ms))
+
+
+async def predict_cut_while_busy(request, card, items):
+    """/predict's truncate false for a request the gate refused: per input, whether the tokenizer cuts it (a text
+    alone, a pair as the classifier reads it), asked of the tokenizer alone; None: no answer in time."""
+    singles = [i for i, item in enumerate(items) if len(item) == 1]
+    pairs = [i for i, item in enumerate(items) if len(item) == 2]
+
+    async def measure(indices, paired):
+        if not indices:
+            return np.zeros(0, dtype=bool)
+        with shared.client_indices("inputs", indices):
+            try:
+                measured = await shared.cut_while_busy(request, card, [items[i][-1] for i in indices], "inputs",
+                                                       queries=[items[i][0] for i in indices] if paired else None)
+            except ApiError as error:  # a pair's query[i]: its input, as predict names it
+                name, i = model_errors.split_field(error.field or "")
+                if name == "query" and i is not None:
+                    rename_field(error, f"inputs[{i}]")
+                    error.param = "inputs"
+                raise
+        return None if measured is None else measured.truncated
+    found = await asyncio.gather(measure(singles, False), measure(pairs, True))
+    if any(cut is None for cut in found):
+        return None
+    cut = np.zeros(len(items), dtype=bool)
+    for indices, flags in zip((singles, pairs), found):
+        cut[indices] = flags
+    return cut
 
 
 @router.post("/similarity", dependencies=shared.USER, response_model=list[float], responses=ERRORS)

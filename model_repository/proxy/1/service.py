@@ -6,12 +6,12 @@ import threading
 
 from admin import Admin
 from errors import InvalidInput, Timeout, Unavailable
-from inference import Embeddings, Inference, RerankResult, Token, admit_request, step_error
+from inference import Embeddings, Inference, Measured, RerankResult, Token, admit_request, step_error
 
 from readiness import ModelReadiness
 
-__all__ = ["Service", "Embeddings", "RerankResult", "Token", "admit_request", "step_error", "InvalidInput",
-           "Timeout", "Unavailable"]
+__all__ = ["Service", "Embeddings", "Measured", "RerankResult", "Token", "admit_request", "step_error",
+           "InvalidInput", "Timeout", "Unavailable"]
 
 
 class Service(Inference, Admin, ModelReadiness):
@@ -19,6 +19,8 @@ class Service(Inference, Admin, ModelReadiness):
         self.pb, self.registry, self.triton, self.settings, self.executor = \
             pb_utils, registry, triton, settings, executor
         self.bls_rows = {}  # BLS / image model -> its max_batch_size (Triton's config of it), kept while it is ready
+        self.max_documents = {}  # rerank model -> its parameter max_documents (Triton's config), kept while it is ready
+        self.measuring = 0  # BLS calls of measure() in flight (questions to the tokenizer outside admission)
         self.inflight = set()  # (models, the future its request awaits, BLS call) of each call in flight
         self.loop = None  # the HTTP server's event loop, known from the first call
         self.admin_lock = threading.Lock()

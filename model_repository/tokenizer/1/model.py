@@ -36,6 +36,7 @@ import html
 import json
 import os
 import sys
+import unicodedata
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -49,7 +50,10 @@ from grouping import pad_width, plan_groups, round_up  # noqa: E402
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 InvalidInput = model_common.InvalidInput  # a request's error about one field (model_errors.py's contract)
-NO_CONTENT = "has no content tokens (only whitespace, control or zero-width characters)"
+NO_CONTENT = "has no content (only whitespace, control or zero-width characters)"
+# A text with a visible character is embedded even when every token it gives is special (a lone combining mark:
+# BERT's normalizer strips it, and sentence-transformers and TEI embed [CLS][SEP]); only an invisible text is refused.
+INVISIBLE = ("Cc", "Cf")  # control and format characters (NUL, zero-width space, BOM): no content, as whitespace
 # input_type values that are not prompt names: the prompt names they stand for, first found wins
 INPUT_TYPES = {"query": ("query",), "search_query": ("query",), "document": ("document", "passage"),
                "search_document": ("document", "passage"), "passage": ("passage", "document"),
@@ -85,7 +89,6 @@ class TritonPythonModel:
         self.tokenizer.enable_truncation(self.max_length)
         self.whole = None  # the same tokenizer without truncation, made by the first tokenize request
         self.vocabulary = self.tokenizer.get_vocab_size(with_added_tokens=True)
-        self.special_tokens = len(self.tokenizer.encode("").ids)  # what a text with no content becomes
         self.pair_special_tokens = self.tokenizer.num_special_tokens_to_add(True)
         self.query_max_length = int(_parameter(config, "query_max_length") or self.max_length * 3 // 4)
         if not 0 < self.query_max_length <= self.max_length - self.pair_special_tokens - 1:
@@ -110,7 +113,6 @@ class TritonPythonModel:
                 return " ".join(text.split()).strip().lower()
 
             self.clean = clean_like_open_clip
-        self.prompt_tokens = {name: len(self.tokenizer.encode(text).ids) for name, text in self.prompts.items()}
         self.template = None
         if os.path.exists(os.path.join(here, "pair_template.json")):
             with open(os.path.join(here, "pair_template.json"), encoding="utf-8") as handle:
@@ -191,6 +193,8 @@ class TritonPythonModel:
             raise InvalidInput(label, f"is not valid UTF-8 (byte {error.start})") from None
         if not text.strip():
             raise InvalidInput(label, "is empty" + (" (whitespace only)" if text else ""))
+        if all(char.isspace() or unicodedata.category(char) in INVISIBLE for char in text):
+            raise InvalidInput(label, NO_CONTENT)
         return self.clean(text) if self.clean else text
 
     def pairs(self, queries, passages, shared):
@@ -199,20 +203,16 @@ class TritonPythonModel:
         if self.template is not None:
             return self.template_pairs(queries, passages, shared)
         encoded = {}
-        for row, query in enumerate(queries):
+        for query in queries:
             if query not in encoded:
                 encoding = self.tokenizer.encode(query, add_special_tokens=False)
-                if not encoding.ids:
-                    raise InvalidInput("query" if shared else f"query[{row}]", NO_CONTENT)
                 cut = len(encoding.ids) > self.query_max_length or bool(encoding.overflowing)
                 if len(encoding.ids) > self.query_max_length:
                     encoding.truncate(self.query_max_length)
                 encoded[query] = (encoding, cut)
         parts = self.tokenizer.encode_batch(passages, add_special_tokens=False)
         encodings, query_cut = [], []
-        for row, (query, passage) in enumerate(zip(queries, parts)):
-            if not passage.ids:
-                raise InvalidInput(f"text[{row}]", NO_CONTENT)
+        for query, passage in zip(queries, parts):
             query_encoding, cut = encoded[query]
             room = self.max_length - len(query_encoding.ids) - self.pair_special_tokens
             passage_cut = len(passage.ids) > room or bool(passage.overflowing)
@@ -228,12 +228,6 @@ class TritonPythonModel:
         cut at max_length, and when cut its tail written back over the last tokens, so the classifier still reads
         the template's last token. A query is cut when the kept tokens end inside it."""
         prefix, between, suffix, tail = (self.template[k] for k in ("prefix", "between", "suffix", "suffix_ids"))
-        for row, query in enumerate(dict.fromkeys(queries) if shared else queries):
-            if not self.tokenizer.encode(query, add_special_tokens=False).ids:
-                raise InvalidInput("query" if shared else f"query[{row}]", NO_CONTENT)
-        for row, passage in enumerate(self.tokenizer.encode_batch(passages, add_special_tokens=False)):
-            if not passage.ids:
-                raise InvalidInput(f"text[{row}]", NO_CONTENT)
         texts = [prefix + query + between + passage + suffix for query, passage in zip(queries, passages)]
         encodings, flags = [], []
         for query, encoding in zip(queries, self.tokenizer.encode_batch(texts, add_special_tokens=False)):
@@ -248,26 +242,19 @@ class TritonPythonModel:
         return encodings, flags
 
     def decode_with_prompt(self, request):
-        """decode()'s (texts, queries, shared) with the request's prompt prepended to single texts, and the token
-        count of a text with no content (the prompt alone counts as none)."""
+        """decode()'s (texts, queries, shared) with the request's prompt prepended to single texts."""
         name = self.prompt(request)
         texts, queries, shared = self.decode(request)
         if queries is not None and name is not None:
             raise InvalidInput("prompt_name", f"{json.dumps(name)}: prompts apply to single texts, not to pairs",
                                "invalid_value")
         if name is None:
-            return texts, queries, shared, (self.special_tokens, "")
-        return [self.prompts[name] + text for text in texts], None, False, (self.prompt_tokens[name],
-                                                                             self.prompts[name])
+            return texts, queries, shared
+        return [self.prompts[name] + text for text in texts], None, False
 
-    def check(self, encodings, split, pairs, empty, texts=()):
-        """Per-request checks that need the tokens: content (single texts: more tokens than `empty`'s count, what the
-        prompt alone gives; pairs: checked in pairs()), and the padded size against the token budget (unless the
-        caller splits the request into runs itself)."""
-        count, prompt = empty
-        for row, encoding in enumerate(encodings):
-            if not pairs and len(encoding.ids) <= count and not (prompt and self.has_content(texts[row][len(prompt):])):
-                raise InvalidInput(f"text[{row}]", NO_CONTENT)
+    def check(self, encodings, split):
+        """The per-request check that needs the tokens: the padded size against the token budget (unless the caller
+        splits the request into runs itself)."""
         if split:
             return
         padded = len(encodings) * self.width(max(len(e.ids) for e in encodings))
@@ -284,8 +271,8 @@ class TritonPythonModel:
         request.get_response_sender().send(pb_utils.InferenceResponse(error=error.triton_error), flags=FINAL)
 
     def execute(self, requests):
-        # single texts of all requests; per good request (index, first text, count, pairs, tokens of an empty text,
-        # its requested outputs: read once, each call crosses into the stub's C++)
+        # single texts of all requests; per good request (index, first text, count, pairs, its requested outputs:
+        # read once, each call crosses into the stub's C++)
         texts, spans = [], []
         for i, request in enumerate(requests):
             try:
@@ -297,22 +284,22 @@ class TritonPythonModel:
                 if "token_text" in wanted and "attention_mask" not in wanted:
                     self.tokenize(request)
                     continue
-                decoded, queries, shared, empty = self.decode_with_prompt(request)
+                decoded, queries, shared = self.decode_with_prompt(request)
                 pairs = None if queries is None else self.pairs(queries, decoded, shared)
             except ValueError as error:
                 self.reject(request, error)
                 continue
-            spans.append((i, len(texts), len(decoded), pairs, empty, wanted))
+            spans.append((i, len(texts), len(decoded), pairs, wanted))
             if pairs is None:
                 texts.extend(decoded)
         # encode() avoids encode_batch's thread-pool hand-off for the common single-text execute.
         encodings = self.tokenizer.encode_batch(texts) if len(texts) > 1 else [self.tokenizer.encode(t) for t in texts]
         accepted = []
-        for i, start, count, pairs, empty, wanted in spans:
+        for i, start, count, pairs, wanted in spans:
             split = "length_group" in wanted
             mine, flags = pairs if pairs else (encodings[start:start + count], None)
             try:
-                self.check(mine, split, pairs is not None, empty, texts[start:start + count])
+                self.check(mine, split)
             except ValueError as error:
                 self.reject(requests[i], error)
                 continue
@@ -327,11 +314,6 @@ class TritonPythonModel:
                 i, wanted, request_encodings, flags = accepted[k]
                 self.send(requests[i], wanted, request_encodings, flags, lengths[k], width)
         return None
-
-    def has_content(self, text):
-        """Whether `text` alone gives tokens of its own: with a prompt before it, a BPE may merge its first token
-        into the prompt's last (Qwen's "Query:" + "a" is "Query" ":a"), so the counts alone cannot tell."""
-        return len(self.tokenizer.encode(text).ids) > self.special_tokens
 
     def send_split(self, request, wanted, encodings, flags):
         lengths = [len(e.ids) for e in encodings]
@@ -392,7 +374,7 @@ class TritonPythonModel:
         """Every token of each text, as TEI's /tokenize lists them: not truncated (a user asking how many tokens a
         text has wants them all; max_text_bytes bounds the work), the prompt's tokens included."""
         special = self.flag(request, "add_special_tokens", True)
-        texts, queries, _, _ = self.decode_with_prompt(request)
+        texts, queries, _ = self.decode_with_prompt(request)
         if queries is not None:
             raise InvalidInput("query", "is not taken by tokenize: it lists the tokens of single texts",
                                "invalid_value")
