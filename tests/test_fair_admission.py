@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import start_server, stop_server, wait_for_proxy
+from conftest import serve_until_done
 from model_library.in_process import model_module
 from triton_clients import VARIED_TEXTS
 
@@ -29,10 +29,7 @@ LIGHT_EVERY_S = 0.5
 @pytest.fixture(scope="module")
 def fair_server(minilm_repository, tmp_path_factory):
     """The shipped admission settings (admission_target_s 2, max_concurrent_requests 256)."""
-    running = start_server(minilm_repository, tmp_path_factory.mktemp("fair_server"))
-    wait_for_proxy(running)
-    yield running
-    stop_server(running)
+    yield from serve_until_done(minilm_repository, tmp_path_factory.mktemp("fair_server"))
 
 
 def test_light_requests_are_served_while_heavy_clients_loop(fair_server):

@@ -277,38 +277,34 @@ def gpu_tokenizer_config(config, table=None):
 
 
 def write_tokenizer_gpu_configs(tokenizer_dir):
-    """<tokenizer>/configs/{gpu,gpu-trt}.pbtxt: the tokenizer's config.pbtxt with the GPU table's values, written
-    through Triton's ModelConfig (build/exporting/pbtxt.py: no comments; config.pbtxt has them).
-    Triton loads them under --model-config-name (launcher MODEL_CONFIG_NAME), as the encoder's configs/."""
-    try:
-        config = gpu_tokenizer_config(pbtxt.read(os.path.join(tokenizer_dir, "config.pbtxt")))
-    except pbtxt.ConfigError as error:
-        fail(str(error))
-    except KeyError as missing:
-        fail(f"tokenizer/config.pbtxt has no {missing.args[0]!r}")
-    header = ("# Written by build/export.py: config.pbtxt with the GPU table's instances, queue bound and length\n"
-              "# grouping (GPU in build/exporting/repository.py), through Triton's ModelConfig: what each value\n"
-              "# means is in ../config.pbtxt's comments.\n")
-    os.makedirs(os.path.join(tokenizer_dir, "configs"), exist_ok=True)
-    for variant in ("gpu", "gpu-trt"):
-        pbtxt.write(os.path.join(tokenizer_dir, "configs", f"{variant}.pbtxt"), config, header)
+    """<tokenizer>/configs/{gpu,gpu-trt}.pbtxt: the tokenizer's config.pbtxt with the GPU table's instances, queue
+    bound and length grouping."""
+    write_gpu_variants(tokenizer_dir, gpu_tokenizer_config, "instances, queue bound and length grouping")
 
 
 def write_rerank_gpu_configs(rerank_dir):
     """<rerank>/configs/{gpu,gpu-trt}.pbtxt: the rerank model's config.pbtxt with the GPU table's parameters."""
+    write_gpu_variants(rerank_dir, lambda config: pbtxt.with_parameters(config, GPU["rerank"]["parameters"]),
+                       "parameters")
+
+
+def write_gpu_variants(model_dir, edit, edited):
+    """<model>/configs/{gpu,gpu-trt}.pbtxt: its config.pbtxt through `edit`, written through Triton's ModelConfig
+    (build/exporting/pbtxt.py: no comments; config.pbtxt has them). Triton loads them under --model-config-name
+    (launcher MODEL_CONFIG_NAME), as the encoder's configs/. edited: what the header says was changed."""
+    name = os.path.basename(os.path.normpath(model_dir))
     try:
-        config = pbtxt.with_parameters(pbtxt.read(os.path.join(rerank_dir, "config.pbtxt")),
-                                       GPU["rerank"]["parameters"])
+        config = edit(pbtxt.read(os.path.join(model_dir, "config.pbtxt")))
     except pbtxt.ConfigError as error:
         fail(str(error))
     except KeyError as missing:
-        fail(f"{os.path.basename(rerank_dir)}/config.pbtxt has no parameter {missing.args[0]!r}")
-    header = ("# Written by build/export.py: config.pbtxt with the GPU table's parameters (GPU in\n"
+        fail(f"{name}/config.pbtxt has no {missing.args[0]!r}")
+    header = (f"# Written by build/export.py: config.pbtxt with the GPU table's {edited} (GPU in\n"
               "# build/exporting/repository.py), through Triton's ModelConfig: what each value means is in\n"
               "# ../config.pbtxt's comments.\n")
-    os.makedirs(os.path.join(rerank_dir, "configs"), exist_ok=True)
+    os.makedirs(os.path.join(model_dir, "configs"), exist_ok=True)
     for variant in ("gpu", "gpu-trt"):
-        pbtxt.write(os.path.join(rerank_dir, "configs", f"{variant}.pbtxt"), config, header)
+        pbtxt.write(os.path.join(model_dir, "configs", f"{variant}.pbtxt"), config, header)
 
 
 def clip_image_names(name):
