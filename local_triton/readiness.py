@@ -39,6 +39,41 @@ def stop_feeding(server):
     return True
 
 
+QUIET_S = 5.0  # no model finished a request or an execution for this long: no request runs (an encoder run of a
+# piece takes seconds on 2 busy cores, and every request in flight ends its steps now and then)
+
+
+class Activity:
+    """Whether requests still run while the drain waits. A running request's steps finish now and then (the models a
+    draining model calls are still served), so Triton's statistics of the models it serves (/v2/models/stats; an
+    unloading model's own are not served) move; a wait on a model that runs nothing moves none (issue 59: an idle
+    server's drain said requests were running). Read at most once a second; unreadable counts as running."""
+
+    def __init__(self, triton, now):
+        self.triton, self.read, self.moved = triton, now, float("-inf")
+        self.counts = self.sample()
+
+    def sample(self):
+        answer = self.triton.call("GET", "/v2/models/stats", timeout=2.0)
+        if answer is None or answer[0] != 200:
+            return None
+        try:
+            return {(stats["name"], stats["version"]): stats["execution_count"] + sum(
+                stats["inference_stats"][kind]["count"] for kind in ("success", "fail"))
+                for stats in json.loads(answer[1])["model_stats"]}
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def running(self, now):
+        if now - self.read >= 1.0:
+            counts, self.read = self.sample(), now
+            if counts is None or self.counts is None or \
+                    any(counts.get(model, done) > done for model, done in self.counts.items()):
+                self.moved = now
+            self.counts = counts
+        return now - self.moved < QUIET_S
+
+
 def drain(server, model_repository, bound_s, interrupted=lambda: False):
     """SIGTERM's first phase: stop taking work without cutting any. Triton's own stop refuses every new request at
     once, the calls an admitted request still has to make to its next step included (a BLS model's encoder runs,
@@ -49,17 +84,28 @@ def drain(server, model_repository, bound_s, interrupted=lambda: False):
     started = time.monotonic()
     deadline = started + bound_s
     try:
+        activity = Activity(server.triton, started)
         for tier in public_tiers(model_repository):
             states = server.model_states()
             serving = [model for model in tier if "READY" in states.get(model, ())]
             for model in serving:
                 server.triton.control("unload", model, timeout=5.0)
-            while any(server.model_states().get(model, set()) & {"READY", "UNLOADING"} for model in serving):
-                if time.monotonic() > deadline or interrupted() or server.poll() is not None:
+            while True:
+                states = server.model_states()
+                waiting = [model for model in serving if states.get(model, set()) & {"READY", "UNLOADING"}]
+                if not waiting:
+                    break
+                now = time.monotonic()
+                running = activity.running(now)
+                if now > deadline:  # which models held it, for the log (Triton's own stop waits for them too)
+                    print(f"launch: drain: {', '.join(waiting)} not unloaded within {bound_s:.0f} s", flush=True)
                     return False
-                if time.monotonic() > started + bound_s * STOP_FEEDING_AT and stop_feeding(server):
-                    print(f"launch: drain: past {bound_s * STOP_FEEDING_AT:.0f} s, requests still running start "
-                          f"no next piece (they fail 'the server is stopping')", flush=True)
+                if interrupted() or server.poll() is not None:
+                    return False
+                if now > started + bound_s * STOP_FEEDING_AT and stop_feeding(server):
+                    print(f"launch: drain: past {bound_s * STOP_FEEDING_AT:.0f} s, " + (
+                        "requests still running start no next piece (they fail 'the server is stopping')" if running
+                        else f"waiting for {', '.join(waiting)} to unload (no request is running)"), flush=True)
                 time.sleep(0.1)
     except (OSError, ValueError, KeyError, RuntimeError) as error:  # MODEL_CONTROL=none: no unloads; Triton's stop
         print(f"launch: drain: {error}", flush=True)

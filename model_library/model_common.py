@@ -172,14 +172,32 @@ def rerank_inputs(request, max_documents):
 def answer(request, work):
     """The per-request execute wrapper: the response of `work(request)` (its output tensors), or that request's own
     error. Nothing a request does fails the batch or reaches the stub: anything unforeseen is that request's
-    internal error."""
+    internal error. The error's frames are dropped first (forget_frames): they would keep the request alive."""
     try:
         return pb_utils.InferenceResponse(output_tensors=work(request))
     except ModelError as error:
+        forget_frames(error)
         return pb_utils.InferenceResponse(error=error.triton_error)
     except Exception as error:  # noqa: BLE001 - see the docstring
+        forget_frames(error)
         return pb_utils.InferenceResponse(error=ModelError("internal", None, f"{type(error).__name__}: {error}")
                                           .triton_error)
+
+
+def forget_frames(error):
+    """Drops the tracebacks of `error` and of the errors chained to it. Why (issue 59): an error raised in a step's
+    thread (a BLS piece, an encoder run) is kept by its Future and raised again by result() in the frame that holds
+    that Future, so its traceback closes a reference cycle (error -> frames -> Future -> error) through the request.
+    The Python backend (24.07) frees a request's response factory, which holds its model, only once the request's
+    Python object is gone: until the cyclic GC happens to run (never, in an idle stub) the model cannot unload, and
+    a drain, an admin unload or tritonserver's exit waits for it until it times out and the stubs are killed."""
+    found, seen = [error], set()
+    while found:
+        error = found.pop()
+        if error is not None and id(error) not in seen:
+            seen.add(id(error))
+            error.__traceback__ = None
+            found += [error.__cause__, error.__context__]
 
 
 class RequestModel:

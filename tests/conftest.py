@@ -17,6 +17,7 @@ import subprocess
 import sys
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -254,6 +255,25 @@ def wait_for_proxy(server, timeout_s=60):
             last = error
         time.sleep(0.2)
     raise TimeoutError(f"the proxy's /health never answered 200 ({last}):\n" + server.log()[-3000:])
+
+
+def wait_for_launched_proxy(process, proxy_port, log_path, timeout_s=240):
+    """A launcher started as a subprocess (`python -m local_triton.launch`): until its proxy's /health answers 200
+    (the default export is ready); fails with its log's tail if it exits or the time runs out."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        assert process.poll() is None, Path(log_path).read_text()[-3000:]
+        assert time.monotonic() < deadline, "the proxy never answered /health 200:\n" + \
+            Path(log_path).read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{proxy_port}/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from conftest import MODEL_PYTHON, PROJECT, free_port, port_is_free
+from conftest import MODEL_PYTHON, PROJECT, free_port, port_is_free, wait_for_launched_proxy
 
 
 def launcher_until_ready(repository, tmp_path, *extra_args, env=None):
@@ -129,17 +129,7 @@ def test_launcher_keeps_the_keys_out_of_the_python_stubs_environment(minilm_repo
         cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
         env={**os.environ, "PROXY_PORT": str(proxy_port), "API_KEY": user_key, "ADMIN_API_KEY": admin_key})
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert process.poll() is None, (tmp_path / "launch.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the proxy never answered /health 200"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{proxy_port}/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            time.sleep(0.5)
+        wait_for_launched_proxy(process, proxy_port, tmp_path / "launch.log")
 
         [triton] = [pid for pid, (_, args) in launch.children(process.pid).items() if b"tritonserver" in args[0]]
         stubs = {pid: args[1].decode(errors="replace").split("/")[-3]  # argv[1]: <repository>/<model>/1/model.py
