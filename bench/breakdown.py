@@ -165,10 +165,10 @@ def tokenizer_micro(scratch, texts):
     for text in texts:
         request = Request(text.encode())
         t0 = time.perf_counter()
-        decoded, _, _, empty = model.decode_with_prompt(request)
+        decoded, _, _ = model.decode_with_prompt(request)
         t1 = time.perf_counter()
         encodings = [model.tokenizer.encode(decoded[0])]
-        model.check(encodings, split=False, pairs=False, empty=empty)
+        model.check(encodings, split=False)
         t2 = time.perf_counter()
         lengths = [[len(encodings[0].ids)]]
         groups = module.plan_groups(lengths, model.multiple, model.overhead, model.min_efficiency,
