@@ -197,11 +197,11 @@ class TritonPythonModel:
             raise InvalidInput(label, NO_CONTENT)
         return self.clean(text) if self.clean else text
 
-    def pairs(self, queries, passages, shared):
+    def pairs(self, queries, passages):
         """(query, passage) rows -> (pair encodings, (query cut, pair cut) per row), FlagReranker's rule (or the
         chat template's), or InvalidInput."""
         if self.template is not None:
-            return self.template_pairs(queries, passages, shared)
+            return self.template_pairs(queries, passages)
         encoded = {}
         for query in queries:
             if query not in encoded:
@@ -223,7 +223,7 @@ class TritonPythonModel:
             query_cut.append((cut, cut or passage_cut))
         return encodings, query_cut
 
-    def template_pairs(self, queries, passages, shared):
+    def template_pairs(self, queries, passages):
         """CrossEncoder's rule for a chat template (build/exporting/cross_encoder.py, pair_ids): the rendered text
         cut at max_length, and when cut its tail written back over the last tokens, so the classifier still reads
         the template's last token. A query is cut when the kept tokens end inside it."""
@@ -284,8 +284,8 @@ class TritonPythonModel:
                 if "token_text" in wanted and "attention_mask" not in wanted:
                     self.tokenize(request)
                     continue
-                decoded, queries, shared = self.decode_with_prompt(request)
-                pairs = None if queries is None else self.pairs(queries, decoded, shared)
+                decoded, queries, _ = self.decode_with_prompt(request)
+                pairs = None if queries is None else self.pairs(queries, decoded)
             except ValueError as error:
                 self.reject(request, error)
                 continue
