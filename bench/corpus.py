@@ -7,9 +7,13 @@ headings and rules are dropped), then, with a seeded RNG:
   - passages: consecutive paragraphs joined and cut at a word boundary to a random target in its passage range.
 Token counts include the special tokens ([CLS]/[SEP]) of the served tokenizer and never exceed its max length.
 The same Python version + seed + tokenizer gives the same texts (their SHA-256 is recorded in the report).
+
+`multilingual()` builds the other kind from bench/data/multilingual.tsv: sentences in 26 languages and scripts, with
+mixed-script lines and a text that is a lone combining mark (its tokens are all special in an English vocabulary).
 """
 import hashlib
 import json
+import os
 import random
 import re
 from dataclasses import dataclass
@@ -118,6 +122,71 @@ def build(tokenizer, workload, size, seed=0, max_length=512):
         raise RuntimeError(f"could only build {len(corpus)} of {size} {workload.name} texts")
     rng.shuffle(corpus)
     return corpus
+
+
+MULTILINGUAL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "multilingual.tsv")
+UNSPACED = ("zh", "ja", "th")  # scripts written without spaces between words: cut by characters
+
+
+def _multilingual_sentences():
+    sentences = []
+    with open(MULTILINGUAL, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip() and not line.startswith("#"):
+                language, sentence = line.rstrip("\n").split("\t")
+                sentences.append((language, sentence))
+    return sentences
+
+
+def multilingual(tokenizer, queries, passages, seed=0, max_length=512):
+    """`queries` texts: every sentence of the file whole (2 to ~90 tokens in MiniLM's vocabulary), then their opening
+    words or characters (up to 60 tokens); and `passages` of 60 tokens to the max length (sentences of one language,
+    then of others, cut at a word), shuffled apart.
+    Returns (queries, passages), each [{"text", "tokens", "kind"}]."""
+    rng = random.Random(f"multilingual:{seed}")
+    sentences = _multilingual_sentences()
+    seen, found_queries = set(), [{"text": s, "tokens": _count(tokenizer, s), "kind": "query"} for _, s in sentences]
+    seen.update(s for _, s in sentences)
+    for _ in range(200 * queries):
+        if len(found_queries) >= queries:
+            break
+        language, sentence = rng.choice(sentences)
+        pieces = list(sentence) if language in UNSPACED else sentence.split()
+        if len(pieces) < 3:
+            continue
+        text = ("" if language in UNSPACED else " ").join(pieces[:rng.randint(2, len(pieces) - 1)])
+        n = _count(tokenizer, text)
+        if n <= 60 and text not in seen:
+            seen.add(text)
+            found_queries.append({"text": text, "tokens": n, "kind": "query"})
+    found_passages = []
+    for _ in range(200 * passages):
+        if len(found_passages) >= passages:
+            break
+        target = rng.randint(60, max_length)
+        language = rng.choice(sentences)[0]
+        own = [s for lang, s in sentences if lang == language]
+        rng.shuffle(own)
+        words = " ".join(own).split()
+        while _count(tokenizer, " ".join(words)) < target:
+            words += rng.choice(sentences)[1].split()
+        lo_w, hi_w = 1, len(words)  # the longest word prefix within the target
+        while lo_w < hi_w:
+            mid = (lo_w + hi_w + 1) // 2
+            if _count(tokenizer, " ".join(words[:mid])) <= target:
+                lo_w = mid
+            else:
+                hi_w = mid - 1
+        text = " ".join(words[:lo_w])
+        if text not in seen:
+            seen.add(text)
+            found_passages.append({"text": text, "tokens": _count(tokenizer, text), "kind": "passage"})
+    if len(found_queries) < queries or len(found_passages) < passages:
+        raise RuntimeError(f"could only build {len(found_queries)} queries and {len(found_passages)} passages")
+    found_queries = found_queries[:queries]
+    rng.shuffle(found_queries)
+    rng.shuffle(found_passages)
+    return found_queries, found_passages
 
 
 def digest(corpus):

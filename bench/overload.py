@@ -14,7 +14,7 @@ Targets (issue 16), at the highest N against the lowest: goodput (texts/s of ans
 and no client timeout; refusals answered within 100 ms (p99); p99 of answered requests <= 3x; 0 misrouted; RSS and
 /dev/shm flat.
 
-    python -m bench.overload [--clients 8,50,200] [--seconds 300] [--repository DIR]
+    python -m bench.overload [--clients 8,50,200] [--seconds 300] [--corpus multilingual|english] [--repository DIR]
 """
 import argparse
 import asyncio
@@ -258,6 +258,10 @@ def main(argv=None):
                         "queue bounds")
     parser.add_argument("--routes", default=",".join(ROUTES), help="the routes the clients take in turn (default "
                         "%(default)s); proxy_queries,proxy_passages,proxy_rerank: the HTTP front alone")
+    parser.add_argument("--corpus", choices=("multilingual", "english"), default="multilingual",
+                        help="multilingual: 26 languages and scripts, queries of 2-90 tokens and passages of 60 to "
+                        "the max length (bench/corpus.py's multilingual()); english: Python's reference prose, queries "
+                        "of 5-30 tokens and passages of 100-500 (default %(default)s)")
     parser.add_argument("--output", default=os.path.join(common.RESULTS, "overload"), help="results folder")
     args = parser.parse_args(argv)
     clients = [int(c) for c in args.clients.split(",")]
@@ -272,9 +276,14 @@ def main(argv=None):
     with open(os.path.join(repository, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
         manifest = json.load(handle)
     tokenizer = corpus_lib.load_tokenizer(os.path.join(repository, "tokenizer", "1", "tokenizer.json"))
-    queries = [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS["queries"], 400)]
-    passages = [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS["passages"], 200,
-                                                    max_length=manifest["max_length"])]
+    if args.corpus == "multilingual":
+        queries, passages = ([t["text"] for t in texts] for texts in corpus_lib.multilingual(
+            tokenizer, 400, 200, max_length=manifest["max_length"]))
+    else:
+        queries = [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS["queries"], 400)]
+        passages = [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS["passages"], 200,
+                                                        max_length=manifest["max_length"])]
+    progress(f"{args.corpus} corpus: {len(queries)} queries, {len(passages)} passages")
     ports = common.free_ports()
     server = common.start_server(repository, ports, os.path.join(args.output, "tritonserver.log"))
     try:

@@ -4,8 +4,8 @@ a field); the BLS call, which carries the request's deadline and passes a step's
 
 build/export.py installs this file beside each Python model's model.py (MODEL_CODE in build/exporting/repository.py)
 and counts it in the export digest, so a mounted repository runs with nothing beside it. Import it as
-`import model_common`; it needs only numpy, the backend's triton_python_backend_utils and model_errors.py (installed
-beside it).
+`import model_common`; it needs only numpy, the backend's triton_python_backend_utils, model_errors.py and
+request_rules.py (installed beside it).
 
 Why the decoder: Triton 2.48's stub turns every BYTES input into numpy before execute() runs, outside any error
 handling, with triton_python_backend_utils.deserialize_bytes_tensor(...).reshape(dims). The stock decoder raises on
@@ -25,6 +25,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import model_errors
 import numpy as np
+import request_rules
 import triton_python_backend_utils as pb_utils
 
 
@@ -161,11 +162,7 @@ def rerank_inputs(request, max_documents):
     documents = read_bytes(request, "documents", rank=1)
     if len(query) != 1:
         raise InvalidInput("query", f"must hold one text, not {len(query)}")
-    if len(documents) == 0:
-        raise InvalidInput("documents", "is empty: send at least one document")
-    if len(documents) > max_documents:
-        raise InvalidInput("documents", f"holds {len(documents)} documents, over the limit of {max_documents} "
-                                        f"(rerank parameter max_documents)", "too_many")
+    request_rules.documents(len(documents), max_documents, InvalidInput)
     return query, documents
 
 

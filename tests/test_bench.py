@@ -151,6 +151,27 @@ def test_storage_corpus_and_scores():
                                                  (b.astype(np.int16) - 128).astype(np.int8)), -bits)
 
 
+def test_multilingual_corpus_is_deterministic_and_mixed(minilm_repository):
+    """bench.overload's default corpus: the same texts twice, queries and passages apart, passages within their
+    token range, many scripts, and the lone combining mark whose tokens are all special (issue 59: it is embedded)."""
+    import os
+    import unicodedata
+
+    from bench import corpus
+
+    tokenizer = corpus.load_tokenizer(os.path.join(minilm_repository, "tokenizer", "1", "tokenizer.json"))
+    queries, passages = corpus.multilingual(tokenizer, 120, 30, max_length=256)
+    assert (queries, passages) == corpus.multilingual(tokenizer, 120, 30, max_length=256)
+    assert len(queries) == 120 and len(passages) == 30
+    assert not {q["text"] for q in queries} & {p["text"] for p in passages}
+    assert all(60 <= p["tokens"] <= 256 for p in passages), [p["tokens"] for p in passages]
+    scripts = {unicodedata.name(char).split()[0] for q in queries for char in q["text"] if char.isalpha()}
+    assert {"LATIN", "CYRILLIC", "GREEK", "ARABIC", "HEBREW", "DEVANAGARI", "CJK", "HIRAGANA", "HANGUL",
+            "THAI"} <= scripts, scripts
+    assert "\u064d" in {q["text"] for q in queries}
+    assert tokenizer.encode("\u064d").tokens == ["[CLS]", "[SEP]"]  # all special: the case the front once refused
+
+
 def test_overload_script_measures_every_route(minilm_repository, tmp_path):
     """bench/overload.py with 2 and 6 clients for a few seconds: every route answered, its vectors checked, the
     table and the targets printed. One --edit proves the bounds can be changed on the scratch copy."""

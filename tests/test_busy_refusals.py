@@ -1,14 +1,17 @@
 """A request that can never succeed gets its 4xx, busy or idle (issue 59, item 3): admission refuses a request with
 429 at its first Triton call, before any model could refuse it, and a client told to retry a request that cannot
 succeed retries for ever. The models' refusals that need no tokens are given before admission (proxy/1/prechecks.py:
-empty and invisible texts, prompt_name, input_type, dimensions, documents per request, weights), each with the
-model's kind, field and words; a text over the max length with truncate false, which only its tokens tell, is
-asked of the tokenizer alone when the gate refuses the request (Service.measure, route_helpers.cut_while_busy).
+empty and invisible texts, prompt_name, input_type, dimensions, documents per request, weights), by the models' own
+rules (model_library/request_rules.py), with the model's kind, field and words; a text over the max length with
+truncate false, which only its tokens tell, is asked of the tokenizer alone when the gate refuses the request
+(Service.measure, route_helpers.cut_while_busy).
 
-Three layers: the prechecks against the models' own code (the answer the proxy gives from the model's error, through
-inference.step_error, equals the precheck's); the routes over the fake service with a gate that refuses everything
-(every dialect); the real server, made busy, each hopeless case against its idle answer."""
+Three layers: the prechecks against the models' code (the answer the proxy gives from the model's error, through
+inference.step_error, equals the precheck's: the same rule, called with the same data and named alike); the routes
+over the fake service with a gate that refuses everything (every dialect); the real server, made busy, each hopeless
+case against its idle answer."""
 import json
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
@@ -93,7 +96,7 @@ def test_a_texts_content_is_refused_as_the_tokenizer_refuses_it(models, text):
     tokenizer = object.__new__(models.tokenizer.TritonPythonModel)
     tokenizer.max_text_bytes, tokenizer.clean = 1 << 20, None
     expected = model_answer(lambda: tokenizer.decode_row(text.encode(), "text[3]"), ("input", 0))
-    assert precheck_answer(lambda: prechecks.text(text, "input", "input[3]")) == expected
+    assert precheck_answer(lambda: prechecks.texts(["ok", "a", "b", text], "input")) == expected
     assert (expected is None) == (text in ("ok", " ok ", "a\u200b", "\u064d", "\u0301", "\ue000", "\u3164", "🙂"))
 
 
@@ -114,8 +117,12 @@ def test_prompt_name_and_input_type_are_refused_as_the_tokenizer_refuses_them(mo
     assert precheck_answer(lambda: prechecks.prompt(card, parameters)) == expected
 
 
-def test_the_input_types_are_the_tokenizers(models):
-    assert tuple(models.tokenizer.INPUT_TYPES) == prechecks.INPUT_TYPES
+def test_each_rule_is_one_copy_the_models_and_the_proxy_import(models):
+    """The rules are model_library/request_rules.py's, imported by the models and the proxy alike (export installs
+    that file beside each of them): nothing to keep in step."""
+    for module in (models.tokenizer, models.bls, models.rerank, prechecks):
+        assert module.request_rules.__file__ == models.tokenizer.request_rules.__file__
+        assert module.request_rules.__file__.endswith(os.path.join("model_library", "request_rules.py"))
 
 
 @pytest.mark.parametrize("served", [(384,), (768, 512, 256, 128)], ids=["one width", "matryoshka"])
@@ -143,7 +150,8 @@ def test_weights_are_refused_as_the_rerank_model_refuses_them(models, values):
     rerank = object.__new__(models.rerank.TritonPythonModel)
     rerank.served = ["dense"]
     expected = model_answer(lambda: rerank.weights(ModelRequest(weights=np.array(values, dtype=np.float32))), None)
-    assert precheck_answer(lambda: prechecks.weights(values)) == expected
+    assert precheck_answer(lambda: prechecks.rerank(Card("m", "m", ("dense",)), "q", ["d"], values, {}, 2048)) == \
+        expected
 
 
 def test_the_first_refusal_is_the_models_first():

@@ -88,10 +88,10 @@ def test_reexport_over_another_model_is_consistent(xlmr_repository, minilm_repos
     # Tokenizer files: the XLM-R one replaced MiniLM's (the planted vocab.txt is gone), the code stays.
     tokenizer_dir = os.path.join(xlmr_repository, "tokenizer", "1")
     files = set(os.listdir(tokenizer_dir)) - {"__pycache__"}
-    # prompts.json: none here; model_common.py, model_errors.py, model_outputs.py: the models' library, installed
-    # beside model.py
+    # prompts.json: none here; model_common.py, model_errors.py, model_outputs.py, request_rules.py: the models'
+    # library, installed beside model.py
     assert files == {"model.py", "grouping.py", "model_common.py", "model_errors.py", "model_outputs.py",
-                     "tokenizer.json", "prompts.json"}, files
+                     "request_rules.py", "tokenizer.json", "prompts.json"}, files
     tokenizer = json.load(open(os.path.join(tokenizer_dir, "tokenizer.json"), encoding="utf-8"))
     assert tokenizer["model"]["type"] == "Unigram" and len(tokenizer["model"]["vocab"]) == 250002
     assert tokenizer["padding"]["pad_id"] == 1 and tokenizer["truncation"]["max_length"] == TINY_XLMR_MAX_LENGTH
@@ -250,7 +250,8 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
     # the package's own files, outside Triton only (model_library/__init__.py: the package; in_process.py: model code
     # run in tests and bench): never installed
     code -= {"model_library/__init__.py", "model_library/in_process.py"}
-    installed = ("model_common.py", "model_errors.py", "model_outputs.py", "triton_server.py")  # the library's copies
+    installed = ("model_common.py", "model_errors.py", "model_outputs.py", "request_rules.py",
+                 "triton_server.py")  # the library's copies
     assert code == listed - {p for p in listed if p not in tracked and p.endswith(installed)}
     checkout = tmp_path / "checkout"
     for path in tracked:
@@ -272,6 +273,7 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
         assert ("1/model_common.py" in names) == (kind not in ("proxy", "supervisor")), kind
         assert ("1/model_errors.py" in names) == (kind != "supervisor"), kind  # the proxy reads the error contract
         assert ("1/model_outputs.py" in names) == (kind != "supervisor"), kind  # and the output vocabulary
+        assert ("1/request_rules.py" in names) == (kind != "supervisor"), kind  # and the prechecks' rules
         assert ("1/triton_server.py" in names) == (kind in ("proxy", "supervisor")), kind
 
 

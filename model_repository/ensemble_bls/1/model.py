@@ -36,6 +36,7 @@ sys.dont_write_bytecode = True  # the repository may be read-only storage: no __
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_common  # noqa: E402  (installed beside this file by build/export.py)
 import model_outputs  # noqa: E402  (the same)
+import request_rules  # noqa: E402  (the same)
 
 TOKENIZER_OUTPUTS = ["input_ids", "attention_mask", "num_tokens", "truncated", "length_group"]
 FROM_TOKENIZER = {"num_tokens", "truncated", "query_truncated"}
@@ -111,14 +112,7 @@ class TritonPythonModel(model_common.RequestModel):
         width = parameters.get("dimensions")
         if width is None:
             return None, prompt
-        allowed = ", ".join(map(str, self.dimensions))
-        if isinstance(width, str) and width.strip().isdigit():
-            width = int(width)
-        if not isinstance(width, int) or isinstance(width, bool) or width not in self.dimensions:
-            detail = f"one of this model's Matryoshka widths: {allowed}" if len(self.dimensions) > 1 else \
-                f"{allowed}: this model is not Matryoshka and gives only its full size"
-            raise InvalidInput("dimensions", f"{json.dumps(width)} is not served; dimensions must be {detail}",
-                               "not_served")
+        width = request_rules.width(self.dimensions, width, InvalidInput)
         return (None if width == max(self.dimensions) else width), prompt
 
     def vectors(self, results, wanted, width):

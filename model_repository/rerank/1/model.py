@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_common  # noqa: E402  (installed beside this file by build/export.py)
 import model_errors  # noqa: E402  (the same)
 import model_outputs  # noqa: E402  (the same)
+import request_rules  # noqa: E402  (the same)
 
 MODES = model_outputs.MODES
 TENSORS = {mode: model_outputs.TENSORS[mode] for mode in MODES}
@@ -80,8 +81,7 @@ class TritonPythonModel(model_common.RerankModel):
     def weights(self, request):
         tensor = pb_utils.get_input_tensor_by_name(request, "weights")
         values = [1.0, 1.0, 1.0] if tensor is None else [float(w) for w in tensor.as_numpy().reshape(-1)]
-        if len(values) != 3 or any(not np.isfinite(w) or w < 0 for w in values):
-            raise InvalidInput("weights", "must be 3 finite numbers >= 0: [dense, sparse, colbert]", "invalid_value")
+        request_rules.weights(values, InvalidInput)
         return {mode: w for mode, w in zip(MODES, values) if mode in self.served}
 
     def work(self, request):

@@ -36,7 +36,6 @@ import html
 import json
 import os
 import sys
-import unicodedata
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -45,19 +44,12 @@ from tokenizers import Tokenizer
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_common  # noqa: E402  (installed beside this file by build/export.py)
+import request_rules  # noqa: E402  (the same)
 
 from grouping import pad_width, plan_groups, round_up  # noqa: E402
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 InvalidInput = model_common.InvalidInput  # a request's error about one field (model_errors.py's contract)
-NO_CONTENT = "has no content (only whitespace, control or zero-width characters)"
-# A text with a visible character is embedded even when every token it gives is special (a lone combining mark:
-# BERT's normalizer strips it, and sentence-transformers and TEI embed [CLS][SEP]); only an invisible text is refused.
-INVISIBLE = ("Cc", "Cf")  # control and format characters (NUL, zero-width space, BOM): no content, as whitespace
-# input_type values that are not prompt names: the prompt names they stand for, first found wins
-INPUT_TYPES = {"query": ("query",), "search_query": ("query",), "document": ("document", "passage"),
-               "search_document": ("document", "passage"), "passage": ("passage", "document"),
-               "classification": ("classification",), "clustering": ("clustering",)}
 
 
 class TemplatePair:
@@ -144,23 +136,8 @@ class TritonPythonModel:
     def prompt(self, request):
         """The prompt name the request's parameters pick (or the default; None: no prompt), or InvalidInput."""
         parameters = json.loads(request.parameters() or "{}")
-        name, kind = parameters.get("prompt_name"), parameters.get("input_type")
-        names = ", ".join(self.prompts) or "none"
-        if name is not None and kind is not None:
-            raise InvalidInput("prompt_name", "and input_type: give one of them, not both", "invalid_value")
-        if name is not None:
-            if name not in self.prompts:
-                raise InvalidInput("prompt_name", f"{json.dumps(name)} is not one of this model's prompts ({names})",
-                                   "not_served")
-            return name
-        if kind is not None:
-            if kind in self.prompts:
-                return kind
-            if kind not in INPUT_TYPES:
-                raise InvalidInput("input_type", f"{json.dumps(kind)} is not one of {', '.join(INPUT_TYPES)} or "
-                                                 f"this model's prompts ({names})", "not_served")
-            return next((p for p in INPUT_TYPES[kind] if p in self.prompts), self.default_prompt)
-        return self.default_prompt
+        return request_rules.prompt(self.prompts, self.default_prompt, parameters.get("prompt_name"),
+                                    parameters.get("input_type"), InvalidInput)
 
     def decode(self, request):
         """(texts, queries, shared): the request's texts, per row its query (None: single texts), and whether one
@@ -191,10 +168,7 @@ class TritonPythonModel:
             text = item.decode("utf-8")
         except UnicodeDecodeError as error:
             raise InvalidInput(label, f"is not valid UTF-8 (byte {error.start})") from None
-        if not text.strip():
-            raise InvalidInput(label, "is empty" + (" (whitespace only)" if text else ""))
-        if all(char.isspace() or unicodedata.category(char) in INVISIBLE for char in text):
-            raise InvalidInput(label, NO_CONTENT)
+        request_rules.text(text, label, InvalidInput)
         return self.clean(text) if self.clean else text
 
     def pairs(self, queries, passages):

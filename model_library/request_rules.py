@@ -1,0 +1,83 @@
+"""The request rules that need no tokens, each written once: the models apply them (the tokenizer, the BLS model, the
+rerank models) and the proxy applies them before admission (proxy/1/prechecks.py), so that a request that can never
+succeed gets the same 4xx whether the server is busy or idle (issue 59).
+
+Each rule takes the export's data it needs (prompts, widths, max_documents) and `refuse`, the caller's error class
+called as refuse(field, problem, kind) (model_common.InvalidInput in a model; the proxy passes its own): a rule raises
+what its caller raises, and the words, kind and field are the same through both doors.
+
+Plain Python (no Triton import): build/export.py installs it beside every Python model's model.py and the proxy's."""
+import json
+import math
+import unicodedata
+
+NO_CONTENT = "has no content (only whitespace, control or zero-width characters)"
+# A text with a visible character is embedded even when every token it gives is special (a lone combining mark:
+# BERT's normalizer strips it, and sentence-transformers and TEI embed [CLS][SEP]); only an invisible text is refused.
+INVISIBLE = ("Cc", "Cf")  # control and format characters (NUL, zero-width space, BOM): no content, as whitespace
+# input_type values that are not prompt names: the prompt names they stand for, first found wins
+INPUT_TYPES = {"query": ("query",), "search_query": ("query",), "document": ("document", "passage"),
+               "search_document": ("document", "passage"), "passage": ("passage", "document"),
+               "classification": ("classification",), "clustering": ("clustering",)}
+WEIGHTS = "must be 3 finite numbers >= 0: [dense, sparse, colbert]"
+
+
+def text(value, field, refuse):
+    """A text has content: not empty, not whitespace, control and zero-width characters alone."""
+    if value[:1] > " " and value[:1].isprintable():
+        return  # the common case, at its first character
+    for char in value:
+        if not char.isspace() and unicodedata.category(char) not in INVISIBLE:
+            return
+    if not value.strip():
+        raise refuse(field, "is empty" + (" (whitespace only)" if value else ""), "invalid_input")
+    raise refuse(field, NO_CONTENT, "invalid_input")
+
+
+def prompt(prompts, default, name, kind, refuse):
+    """The prompt a request's prompt_name or input_type picks (one of them; `default` when neither is given):
+    a prompt name the export has, or an input type (INPUT_TYPES) or prompt name for input_type."""
+    names = ", ".join(prompts) or "none"
+    if name is not None and kind is not None:
+        raise refuse("prompt_name", "and input_type: give one of them, not both", "invalid_value")
+    if name is not None:
+        if name not in prompts:
+            raise refuse("prompt_name", f"{json.dumps(name)} is not one of this model's prompts ({names})",
+                         "not_served")
+        return name
+    if kind is not None:
+        if kind in prompts:
+            return kind
+        if kind not in INPUT_TYPES:
+            raise refuse("input_type", f"{json.dumps(kind)} is not one of {', '.join(INPUT_TYPES)} or this model's "
+                                       f"prompts ({names})", "not_served")
+        return next((p for p in INPUT_TYPES[kind] if p in prompts), default)
+    return default
+
+
+def width(dimensions, value, refuse):
+    """The width a request's `dimensions` asks for (an int, or digits in a string), one of `dimensions` (the widths
+    the export serves)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value in dimensions:
+        return value
+    allowed = ", ".join(map(str, dimensions))
+    detail = f"one of this model's Matryoshka widths: {allowed}" if len(dimensions) > 1 else \
+        f"{allowed}: this model is not Matryoshka and gives only its full size"
+    raise refuse("dimensions", f"{json.dumps(value)} is not served; dimensions must be {detail}", "not_served")
+
+
+def documents(count, max_documents, refuse):
+    """A rerank request's documents: 1 to max_documents (the rerank model's parameter)."""
+    if count == 0:
+        raise refuse("documents", "is empty: send at least one document", "invalid_input")
+    if count > max_documents:
+        raise refuse("documents", f"holds {count} documents, over the limit of {max_documents} (rerank parameter "
+                                  f"max_documents)", "too_many")
+
+
+def weights(values, refuse):
+    """bge-m3's rerank weights: 3 finite numbers >= 0 (dense, sparse, colbert)."""
+    if len(values) != 3 or any(not math.isfinite(w) or w < 0 for w in values):
+        raise refuse("weights", WEIGHTS, "invalid_value")
