@@ -26,8 +26,9 @@ export HTTP_PORT GRPC_PORT METRICS_PORT PROXY_PORT ONNXRUNTIME_BACKEND
 TESTS ?= tests
 # Debian packages: libb64 for perf_analyzer; wrk, the HTTP load generator of `make bench`; a C compiler for the
 # encoder's batching strategy (build/export.py compiles model_repository/embedding/token_budget.c); jemalloc, which
-# the launcher preloads where the C++ onnxruntime backend runs the encoders in tritonserver's process.
-DEB_PACKAGES := libb64-0d wrk gcc libc6-dev libjemalloc2
+# the launcher preloads where the C++ onnxruntime backend runs the encoders in tritonserver's process; prometheus
+# and promtool, which tests/test_monitoring.py runs against deploy/monitoring/ (its own instance on a free port).
+DEB_PACKAGES := libb64-0d wrk gcc libc6-dev libjemalloc2 prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 EXPORT_ARGS = --repository $(REPOSITORY) $(if $(MODEL),--model "$(MODEL)") $(if $(NAME),--name "$(NAME)") \
 	$(if $(OPEN_CLIP),--open-clip "$(OPEN_CLIP)") $(if $(PRETRAINED),--pretrained "$(PRETRAINED)")

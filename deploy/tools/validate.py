@@ -22,6 +22,7 @@ import copy
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -117,6 +118,16 @@ def render(folder):
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
+def python_pattern(pattern):
+    """The API server's regular expressions are Go's (RE2), where a flag group may stand anywhere and applies from
+    there on; Python wants global flags first. Moved to the front, `^(?i)(abort|warn)?$` (PrometheusRule's
+    partial_response_strategy) means the same to both."""
+    flags = re.findall(r"\(\?[a-z]+\)", pattern)
+    if not flags or pattern.startswith(flags[0]) and len(flags) == 1:
+        return pattern
+    return "".join(flags) + re.sub(r"\(\?[a-z]+\)", "", pattern)
+
+
 def strict(schema):
     """The API server's strict field validation: object schemas with properties reject unknown fields."""
     schema = copy.deepcopy(schema)
@@ -126,6 +137,8 @@ def strict(schema):
             if ("properties" in node and "additionalProperties" not in node
                     and not node.get("x-kubernetes-preserve-unknown-fields")):
                 node["additionalProperties"] = False
+            if isinstance(node.get("pattern"), str):
+                node["pattern"] = python_pattern(node["pattern"])
             for value in node.values():
                 visit(value)
         elif isinstance(node, list):
