@@ -51,8 +51,6 @@ from tokenizers import Tokenizer  # noqa: E402
 from bench import common, gpu_encoders  # noqa: E402
 from bench import corpus as corpus_lib  # noqa: E402
 
-BGE_M3_SHAPE = {"vocab": 250002, "hidden": 1024, "layers": 24, "heads": 16, "ffn": 4096, "positions": 8194}
-TINY_SHAPE = {"vocab": 250002, "hidden": 32, "layers": 2, "heads": 2, "ffn": 64, "positions": 514}
 MAX_LENGTH = 8192
 # The tokenizer's length-grouping parameters --matrix can set, in its order.
 GROUPING = ("pad_to_multiple_of", "batch_overhead_tokens", "split_overhead_tokens", "min_padding_efficiency",
@@ -365,7 +363,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.work_dir, exist_ok=True)
-    shape = TINY_SHAPE if args.tiny else BGE_M3_SHAPE
+    shape = gpu_encoders.encoder_shape(args.tiny)
     machine = ""
     if shutil.which("nvidia-smi"):
         machine = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],

@@ -53,6 +53,10 @@ except ImportError:
     from local_triton import launch as triton_backends  # noqa: E402
 
 ENCODERS = ("python", "torchscript")
+# The stand-in's shapes, here rather than in bench/gpu.py (which imports this module): the encoders are built from
+# them, and both benches measure the same ones.
+BGE_M3_SHAPE = {"vocab": 250002, "hidden": 1024, "layers": 24, "heads": 16, "ffn": 4096, "positions": 8194}
+TINY_SHAPE = {"vocab": 250002, "hidden": 32, "layers": 2, "heads": 2, "ffn": 64, "positions": 514}
 MAX_BATCH_SIZE = 256
 STAND_IN = os.path.join(PROJECT, "bench", "models", "torch_encoder")
 DEFAULT_PYTORCH_BACKEND = os.path.join(PROJECT, ".triton", "pytorch-backend")
@@ -343,7 +347,7 @@ def all_at_once(http_port, model, requests):
 def check(args):
     import torch
 
-    shape = common_shape(args.tiny)
+    shape = encoder_shape(args.tiny)
     work = os.path.abspath(args.work_dir)
     repository = os.path.join(work, "repository")
     shutil.rmtree(repository, ignore_errors=True)
@@ -423,16 +427,15 @@ def check(args):
     return 0 if result["ok"] else 1
 
 
-def common_shape(tiny):
-    from bench import gpu  # the shapes live with the bench that measures them
-
-    return dict(gpu.TINY_SHAPE if tiny else gpu.BGE_M3_SHAPE)
+def encoder_shape(tiny):
+    """The stand-in's shape (a copy): the tiny one for CPU checks, else bge-m3's."""
+    return dict(TINY_SHAPE if tiny else BGE_M3_SHAPE)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    parser.add_argument("--tiny", action="store_true", help="bench.gpu's tiny shape instead of bge-m3's")
+    parser.add_argument("--tiny", action="store_true", help="the tiny shape (as bench.gpu --tiny) instead of bge-m3's")
     parser.add_argument("--pytorch-backend", help="folder holding libtriton_pytorch.so (default: PYTORCH_BACKEND, "
                                                   "else .triton/pytorch-backend)")
     parser.add_argument("--requests", type=int, default=300, help="one-row requests timed per encoder, in 10 "

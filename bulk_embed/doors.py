@@ -23,12 +23,14 @@ import numpy as np
 
 from model_library import model_errors, model_outputs  # the models' error contract, read by every caller; their outputs
 
-# output kind (--outputs) -> (the BLS model's tensors, the Parquet columns it fills)
+# output kind (--outputs) -> (the BLS model's tensors, the Parquet columns it fills): a column is named as the tensor
+# it comes from (ColBERT's: as its kind), so the output vocabulary names both
 QUANTIZED = tuple(model_outputs.QUANTIZED)
+COUNTS = [model_outputs.NUM_TOKENS, model_outputs.TRUNCATED]  # beside the vectors, in every answer
 KINDS = {
-    "float": (model_outputs.TENSORS["dense"], ("embedding",)),
+    "float": (model_outputs.TENSORS["dense"], model_outputs.TENSORS["dense"]),
     **{kind: (model_outputs.TENSORS[kind], model_outputs.TENSORS[kind]) for kind in QUANTIZED},
-    "sparse": (model_outputs.TENSORS["sparse"], ("sparse_indices", "sparse_values")),
+    "sparse": (model_outputs.TENSORS["sparse"], model_outputs.SPARSE[:2]),  # not sparse_count: the rows' lengths
     **{kind: (model_outputs.TENSORS[kind], (kind,)) for kind in ("colbert", *model_outputs.COLBERT_COMPACT)},
 }
 RETRY_KINDS = ("overloaded", "unavailable", "timeout", "cancelled")
@@ -79,7 +81,7 @@ class KServeDoor:
         self.grpc, self.url, self.model, self.kinds = grpcclient, url, model, kinds
         self.max_length = max_length  # the export's (export.json), when the tokenizer's config leaves it to the file
         self.parameters = {k: v for k, v in parameters.items() if v is not None}
-        self.tensors = list(dict.fromkeys(t for kind in kinds for t in KINDS[kind][0])) + ["num_tokens", "truncated"]
+        self.tensors = list(dict.fromkeys(t for kind in kinds for t in KINDS[kind][0])) + COUNTS
         self.local = threading.local()
 
     def client(self):
@@ -131,7 +133,8 @@ class KServeDoor:
         columns = {}
         for kind in self.kinds:
             columns.update(rows_of(kind, tensors))
-        return Answer(columns, tensors["truncated"].reshape(-1).astype(bool), int(tensors["num_tokens"].sum()))
+        return Answer(columns, tensors[model_outputs.TRUNCATED].reshape(-1).astype(bool),
+                      int(tensors[model_outputs.NUM_TOKENS].sum()))
 
 
 def failure(message):
@@ -148,15 +151,14 @@ def failure(message):
 
 def rows_of(kind, tensors):
     """The columns of one output kind, one value per text, padding cut away."""
-    names = KINDS[kind][0]
+    names, columns = KINDS[kind]
     if kind == "sparse":
-        counts = tensors["sparse_count"].reshape(-1)
-        return {"sparse_indices": [row[:n] for row, n in zip(tensors["sparse_indices"], counts)],
-                "sparse_values": [row[:n] for row, n in zip(tensors["sparse_values"], counts)]}
+        counts = tensors[names[2]].reshape(-1)  # sparse_count
+        return {column: [row[:n] for row, n in zip(tensors[name], counts)] for column, name in zip(columns, names)}
     if kind.startswith("colbert"):
-        lengths = tensors["colbert_length"].reshape(-1)
-        return {KINDS[kind][1][0]: [row[:n] for row, n in zip(tensors[names[0]], lengths)]}
-    return {KINDS[kind][1][0]: list(tensors[names[0]])}
+        lengths = tensors[names[1]].reshape(-1)  # colbert_length
+        return {columns[0]: [row[:n] for row, n in zip(tensors[names[0]], lengths)]}
+    return {columns[0]: list(tensors[names[0]])}
 
 
 # ---------------------------------------------------------------- the HTTP front
@@ -241,8 +243,9 @@ class HttpDoor:
             answer = self.request("POST", "/v1/encode", body)
             data = sorted(answer["data"], key=lambda item: item["index"])
             if "sparse" in rest:
-                columns["sparse_indices"] = [np.asarray(d["sparse"]["indices"], dtype=np.int64) for d in data]
-                columns["sparse_values"] = [np.asarray(d["sparse"]["values"], dtype=np.float32) for d in data]
+                indices, values = KINDS["sparse"][1]
+                columns[indices] = [np.asarray(d["sparse"]["indices"], dtype=np.int64) for d in data]
+                columns[values] = [np.asarray(d["sparse"]["values"], dtype=np.float32) for d in data]
             if colbert:
                 dtype = {"colbert": np.float32, "colbert_fp16": np.float16, "colbert_int8": np.int8,
                          "colbert_binary": np.uint8}[colbert]

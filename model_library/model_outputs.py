@@ -1,4 +1,6 @@
-"""The output vocabulary: which tensors each kind of output is made of, named once for every model and tool.
+"""The output vocabulary: which tensors each kind of output is made of, and the models' other outputs (counts, the
+tokenizer's tasks, the rerank and late chunking models'), named once for every model and tool: the proxy and the bulk
+client write no output name of their own (tests/test_proxy_errors.py checks).
 
 A kind is what a client asks for (export.json's `outputs`, the HTTP front's embedding types, the bulk client's
 --outputs); its tensors are what the ensembles, the BLS model and the encoder return. build/export.py installs this
@@ -24,5 +26,25 @@ TENSORS = {
     "tokens": (TOKEN_EMBEDDINGS,), "unnormalized": (UNNORMALIZED,),
 }
 MODES = ("dense", "sparse", "colbert")  # bge-m3's retrieval modes: the rerank model's mode_scores columns, in order
+# Beside the vectors, what the text models' answers say: how many tokens (each text's; a late chunking model's each
+# chunk's; a rerank model's the request's) and whether a text was cut to the max length (a rerank model's: each
+# document). Some of these words are also fields of the HTTP front's answers (tests/test_proxy_errors.py knows which).
+NUM_TOKENS = "num_tokens"
+TRUNCATED = "truncated"
+# the tokenizer's other outputs: a text's length group (the BLS model's groups), its tokenize task's (each token's
+# id, text, whether it is special and byte span; and NUM_TOKENS) and its decode task's (the text of token ids)
+LENGTH_GROUP = "length_group"
+TOKENIZE = ("input_ids", "token_text", "token_special", "byte_offsets", NUM_TOKENS)
+DECODED = "decoded"
+# the rerank models' (and a cross-encoder's BLS model's: SCORES and LOGITS): each document's score, bge-m3's score
+# per mode (MODES' columns), a cross-encoder's classifier logits, whether the query was cut
+SCORES = "scores"
+MODE_SCORES = "mode_scores"
+LOGITS = "logits"
+QUERY_TRUNCATED = "query_truncated"
+# the late chunking model's, beside each chunk's vector (DENSE) and tokens (NUM_TOKENS): its [start, end) characters
+# and the whole text's tokens
+CHUNK_SPANS = "chunk_spans"
+TEXT_TOKENS = "text_tokens"
 # the tensors with a per-token dimension (padded to the widest row of their request or run)
 PER_TOKEN = (SPARSE[0], SPARSE[1], COLBERT[0], *COLBERT_COMPACT.values(), TOKEN_EMBEDDINGS)

@@ -1,7 +1,8 @@
 """The proxy's one error table and its dialects as units (issue 52): every error is a kind of errors.KINDS, no HTTP
 status is written outside it, every dialect's body carries the field as data (and bulk_embed's HTTP door reads it
-from there), each dialect's routes document their own error shape, the route lists are read from the routers, and
-no router imports another dialect's. Over the fake service of tests/proxy_fakes.py."""
+from there), each dialect's routes document their own error shape, the route lists are read from the routers, no
+router imports another dialect's, an empty list of inputs is one kind everywhere, and the proxy and bulk_embed name
+no output tensor but through model_outputs. Over the fake service of tests/proxy_fakes.py."""
 import ast
 import io
 import json
@@ -11,7 +12,7 @@ import tokenize
 import pytest
 
 from conftest import PROJECT
-from model_library import model_errors
+from model_library import model_errors, model_outputs
 from model_library.in_process import model_module
 from proxy_fakes import error_of, errors, make_client
 
@@ -88,6 +89,26 @@ def test_one_name_for_one_error_in_every_dialect():
         assert error_of(client.post(path, json=body), status)["code"] == "too_many", path
 
 
+
+@pytest.mark.parametrize("path, body, status, field", [
+    ("/v1/embeddings", {"input": []}, 400, "input"), ("/v1/encode", {"input": []}, 400, "input"),
+    ("/v1/chunk_embeddings", {"input": []}, 400, "input"), ("/v2/embed", {"texts": []}, 400, "texts"),
+    ("/v1/embed", {"texts": []}, 400, "texts"), ("/v1/rerank", {"query": "q", "documents": []}, 400, "documents"),
+    ("/v2/rerank", {"query": "q", "documents": []}, 400, "documents"), ("/embed", {"inputs": []}, 422, "inputs"),
+    ("/embed_all", {"inputs": []}, 422, "inputs"), ("/tokenize", {"inputs": []}, 422, "inputs"),
+    ("/rerank", {"query": "q", "texts": []}, 422, "texts"), ("/decode", {"ids": []}, 422, "ids"),
+    ("/similarity", {"inputs": {"source_sentence": "q", "sentences": []}}, 422, "inputs.sentences"),
+    ("/predict", {"inputs": [], "model": "fake-xe"}, 422, "inputs"),
+])
+def test_an_empty_list_is_invalid_input_in_every_dialect(path, body, status, field):
+    """An empty list of inputs is the input being wrong: `invalid_input` naming it on every route (pydantic's
+    min_length would make it `invalid_value` on some: schemas.NOT_EMPTY), with the rerank models' own words for
+    documents."""
+    error = error_of(make_client().post(path, json=body), status, f"{field} is empty")
+    assert (error["code"], error["field"]) == ("invalid_input", field), error
+    if "rerank" in path or path == "/similarity":
+        assert error["message"].endswith("send at least one document"), error
+
 def test_each_dialect_documents_its_own_error_shape():
     spec = make_client().get("/openapi.json").json()
 
@@ -131,6 +152,46 @@ def test_no_router_imports_another_dialects_router():
     app = ast.parse(code_of("app.py"))  # the app only assembles: no route of its own
     assert not [node for node in ast.walk(app) if isinstance(node, ast.AsyncFunctionDef) and any(
         isinstance(d, ast.Call) and getattr(d.func, "attr", "") in ("get", "post") for d in node.decorator_list)]
+
+
+# ---------------------------------------------------------------- output names: model_library/model_outputs.py's only
+# The output names that are also words of another vocabulary: OpenAI's `object` and item field `embedding` and an
+# export's kind `embedding`; the answers' fields `num_tokens` and `truncated` (and the bulk output's column); Cohere
+# v1's per-mode `scores`. Those are refused only in the code that handles tensors: the proxy's BLS calls and the bulk
+# client's doors, but for the named parts there that read the HTTP front's JSON.
+OTHER_WORDS = (model_outputs.DENSE, model_outputs.NUM_TOKENS, model_outputs.TRUNCATED, model_outputs.SCORES)
+TENSOR_CODE = {os.path.join(PROXY, "inference.py"): (), os.path.join(PROJECT, "bulk_embed", "doors.py"): ("HttpDoor",)}
+
+
+def output_names():
+    """Every output name model_outputs defines (its constants' strings, its tables' values; not MODES: kinds)."""
+    names = set()
+    for key, value in vars(model_outputs).items():
+        if key.isupper() and key != "MODES":
+            for item in value.values() if isinstance(value, dict) else [value]:
+                names.update([item] if isinstance(item, str) else item)
+    return names
+
+
+def test_output_names_are_written_only_in_model_outputs():
+    """The proxy and bulk_embed name the models' outputs through model_outputs, never as string literals: a renamed
+    output is renamed once."""
+    names = output_names()
+    assert {"embedding", "sparse_count", "colbert_vectors_int8", "num_tokens", "mode_scores", "chunk_spans",
+            "decoded"} <= names and not names & {"dense", "sparse", "colbert"}
+    files = [os.path.join(PROXY, n) for n in sorted(os.listdir(PROXY)) if n.endswith(".py")]
+    files += [os.path.join(PROJECT, "bulk_embed", n) for n in sorted(os.listdir(os.path.join(PROJECT, "bulk_embed")))
+              if n.endswith(".py")]
+    found = []
+    for path in files:
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        json_readers = {id(node) for part in ast.walk(tree) if isinstance(part, (ast.ClassDef, ast.FunctionDef))
+                        and part.name in TENSOR_CODE.get(path, ()) for node in ast.walk(part)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in names and (
+                    node.value not in OTHER_WORDS or (path in TENSOR_CODE and id(node) not in json_readers)):
+                found.append(f"{os.path.relpath(path, PROJECT)}:{node.lineno}: {node.value!r}")
+    assert not found, found
 
 
 # ---------------------------------------------------------------- bulk_embed's HTTP door reads the body, not the prose

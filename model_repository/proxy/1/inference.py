@@ -15,13 +15,29 @@ import model_outputs
 import numpy as np
 import prechecks
 from errors import FROM_MODEL, ApiError, InvalidInput, NotAdmitted, Timeout, Unavailable, rename_field
+from model_outputs import (
+    CHUNK_SPANS,
+    DECODED,
+    DENSE,
+    LENGTH_GROUP,
+    LOGITS,
+    MODE_SCORES,
+    NUM_TOKENS,
+    QUERY_TRUNCATED,
+    SCORES,
+    TEXT_TOKENS,
+    TRUNCATED,
+)
 
 TENSORS = model_outputs.TENSORS
 QUANTIZED = tuple(model_outputs.QUANTIZED)  # the BLS model's outputs (not the ensemble's)
 COLBERT_KINDS = ("colbert", *model_outputs.COLBERT_COMPACT)  # one of them per request
 BLS_ONLY = (*QUANTIZED, *COLBERT_KINDS[1:], "tokens")
 PER_TOKEN = model_outputs.PER_TOKEN
-TOKENIZE = ["input_ids", "token_text", "token_special", "byte_offsets", "num_tokens"]  # the tokenizer's task outputs
+SPARSE_INDICES, SPARSE_VALUES, SPARSE_COUNT = model_outputs.SPARSE
+COLBERT_LENGTH = model_outputs.COLBERT[1]  # beside the ColBERT vectors of every form
+TOKENIZE = list(model_outputs.TOKENIZE)  # the tokenizer's tokenize task's outputs
+COUNTS = [NUM_TOKENS, TRUNCATED]  # beside every text model's vectors
 PROMPT_PARAMETERS = ("prompt_name", "input_type")  # what the BLS and rerank models pass on to the tokenizer
 
 
@@ -98,7 +114,7 @@ class Inference:
         colbert_pool_factor), passed on. outputs: at most one ColBERT kind (colbert or colbert_fp16/int8/binary)."""
         prechecks.embed(card, texts, param, parameters)
         started = time.perf_counter()
-        names = [t for kind in outputs for t in TENSORS[kind]] + ["num_tokens", "truncated"]
+        names = [t for kind in outputs for t in TENSORS[kind]] + COUNTS
         parameters = {key: value for key, value in (parameters or {}).items() if value is not None}
         bls = len(texts) > 1 or "dimensions" in parameters or "colbert_pool_factor" in parameters or \
             any(kind in BLS_ONLY for kind in outputs)
@@ -113,20 +129,20 @@ class Inference:
         flat = {name: np.concatenate([part[name] for part in parts]) for name in names if name not in PER_TOKEN}
         colbert = next((TENSORS[kind][0] for kind in outputs if kind in COLBERT_KINDS), None)
         return Embeddings(
-            dense=flat["embedding"] if "dense" in outputs else None,
+            dense=flat[DENSE] if "dense" in outputs else None,
             sparse=[(ids[:int(n)], weights[:int(n)]) for ids, weights, n in
-                    zip(joined["sparse_indices"], joined["sparse_values"], flat["sparse_count"].reshape(-1))]
+                    zip(joined[SPARSE_INDICES], joined[SPARSE_VALUES], flat[SPARSE_COUNT].reshape(-1))]
             if "sparse" in outputs else None,
-            colbert=[vectors[:int(n)] for vectors, n in zip(joined[colbert], flat["colbert_length"].reshape(-1))]
+            colbert=[vectors[:int(n)] for vectors, n in zip(joined[colbert], flat[COLBERT_LENGTH].reshape(-1))]
             if colbert else None,
-            tokens=flat["num_tokens"].reshape(-1).astype(np.int64),
-            truncated=flat["truncated"].reshape(-1).astype(bool),
+            tokens=flat[NUM_TOKENS].reshape(-1).astype(np.int64),
+            truncated=flat[TRUNCATED].reshape(-1).astype(bool),
             inference_ms=(time.perf_counter() - started) * 1000,
             quantized={kind: flat[TENSORS[kind][0]] for kind in outputs if kind in QUANTIZED},
-            token_vectors=[vectors[:int(n)] for vectors, n in zip(joined["token_embeddings"],
-                                                                   flat["num_tokens"].reshape(-1))]
+            token_vectors=[vectors[:int(n)] for vectors, n in zip(joined[model_outputs.TOKEN_EMBEDDINGS],
+                                                                   flat[NUM_TOKENS].reshape(-1))]
             if "tokens" in outputs else None,
-            unnormalized=flat["embedding_unnormalized"] if "unnormalized" in outputs else None)
+            unnormalized=flat[model_outputs.UNNORMALIZED] if "unnormalized" in outputs else None)
 
     async def tokenize(self, card, texts, param, parameters):
         """Every token of each text (the tokenizer model's tokenize task: not truncated) -> per text [Token]."""
@@ -155,7 +171,7 @@ class Inference:
             for i, row in enumerate(rows):
                 array[i, :len(row)] = row
             try:
-                return await self.infer(card, card.tokenizer, {"token_ids": array}, ["decoded"], None, parameters)
+                return await self.infer(card, card.tokenizer, {"token_ids": array}, [DECODED], None, parameters)
             except InvalidInput as error:
                 name, i = model_errors.split_field(error.field or "")
                 if name == "token_ids":
@@ -163,7 +179,7 @@ class Inference:
                     error.param = param
                 raise
         parts = await asyncio.gather(*(piece(first) for first in range(0, len(ids), size)))
-        return [item.decode("utf-8", "replace") for part in parts for item in part["decoded"].reshape(-1)]
+        return [item.decode("utf-8", "replace") for part in parts for item in part[DECODED].reshape(-1)]
 
     async def predict(self, card, inputs, param, parameters=None):
         """A cross-encoder's classifier over texts and (first, second) pairs, through its BLS model (single texts
@@ -171,7 +187,7 @@ class Inference:
         the order given. An input it refuses is param[i] (a pair's first text: its `query`)."""
         prechecks.predict(inputs, param)
         started, size = time.perf_counter(), self.bls_rows.get(card.bls, 1)
-        names = ["logits", "scores", "num_tokens", "truncated"]
+        names = [LOGITS, SCORES, *COUNTS]
 
         async def piece(indices, pairs):
             tensors = {"text": np.array(encoded([inputs[i][-1] for i in indices]), dtype=np.object_).reshape(-1, 1)}
@@ -197,7 +213,7 @@ class Inference:
                 if out[name] is None:
                     out[name] = np.zeros((len(inputs), *part[name].shape[1:]), dtype=part[name].dtype)
                 out[name][indices] = part[name]
-        return (out["logits"], out["scores"], int(out["num_tokens"].sum()), out["truncated"].reshape(-1).astype(bool),
+        return (out[LOGITS], out[SCORES], int(out[NUM_TOKENS].sum()), out[TRUNCATED].reshape(-1).astype(bool),
                 (time.perf_counter() - started) * 1000)
 
     async def embed_images(self, card, images, param, indices=None):
@@ -209,9 +225,9 @@ class Inference:
         size = self.bls_rows.get(card.image, 1)
         parts = await asyncio.gather(*(
             self.infer(card, card.image, {"image": np.array(images[first:first + size], dtype=np.object_)
-                                          .reshape(-1, 1)}, ["embedding"], (param, first, indices))
+                                          .reshape(-1, 1)}, [DENSE], (param, first, indices))
             for first in range(0, len(images), size)))
-        vectors = np.concatenate([part["embedding"] for part in parts]).astype(np.float32, copy=False)
+        vectors = np.concatenate([part[DENSE] for part in parts]).astype(np.float32, copy=False)
         return vectors, (time.perf_counter() - started) * 1000
 
     async def rerank(self, card, query, documents, weights, parameters=None):
@@ -224,12 +240,12 @@ class Inference:
         cross = card.kind == "cross-encoder"
         if not cross:
             inputs["weights"] = np.array(weights, dtype=np.float32)
-        names = ["scores", "logits" if cross else "mode_scores", "num_tokens", "query_truncated", "truncated"]
+        names = [SCORES, LOGITS if cross else MODE_SCORES, NUM_TOKENS, QUERY_TRUNCATED, TRUNCATED]
         result = await self.infer(card, card.rerank, inputs, names, None,
                                   {key: value for key, value in (parameters or {}).items() if value is not None})
-        return RerankResult(result["scores"], None if cross else result["mode_scores"], int(result["num_tokens"][0]),
-                            bool(result["query_truncated"][0]), result["truncated"].astype(bool),
-                            (time.perf_counter() - started) * 1000, result["logits"] if cross else None)
+        return RerankResult(result[SCORES], None if cross else result[MODE_SCORES], int(result[NUM_TOKENS][0]),
+                            bool(result[QUERY_TRUNCATED][0]), result[TRUNCATED].astype(bool),
+                            (time.perf_counter() - started) * 1000, result[LOGITS] if cross else None)
 
     async def chunk_embed(self, card, texts, spans, parameters):
         """Late chunking, one call to the export's late chunking model per text (all at once). spans: per text,
@@ -237,7 +253,7 @@ class Inference:
         [n, 2], tokens per chunk [n], the text's tokens), inference_ms. A bad text or span is named input[i]."""
         started = time.perf_counter()
         parameters = {key: value for key, value in parameters.items() if value is not None}
-        names = ["embedding", "chunk_spans", "num_tokens", "text_tokens"]
+        names = [DENSE, CHUNK_SPANS, NUM_TOKENS, TEXT_TOKENS]
 
         async def one(i):
             inputs = {"text": np.array(encoded([texts[i]]), dtype=np.object_)}
@@ -255,7 +271,7 @@ class Inference:
                         if name == "spans" and spans is not None:
                             error.field = f"spans[{i}]" + ("" if k is None else f"[{k}]")
                 raise
-            return result["embedding"], result["chunk_spans"], result["num_tokens"], int(result["text_tokens"][0])
+            return result[DENSE], result[CHUNK_SPANS], result[NUM_TOKENS], int(result[TEXT_TOKENS][0])
         results = await asyncio.gather(*(one(i) for i in range(len(texts))))
         return results, (time.perf_counter() - started) * 1000
 
@@ -275,7 +291,7 @@ class Inference:
                   if key in PROMPT_PARAMETERS and value is not None}
         if isinstance(queries, str):
             prompt["query"] = queries
-        names = ["num_tokens", "truncated", "length_group"] + (["query_truncated"] if queries is not None else [])
+        names = [*COUNTS, LENGTH_GROUP] + ([QUERY_TRUNCATED] if queries is not None else [])
         rows = encoded(texts)
 
         async def piece(first):
@@ -293,8 +309,8 @@ class Inference:
         finally:
             self.measuring -= len(starts)
         joined = {name: np.concatenate([part[name].reshape(-1) for part in parts]) for name in names}
-        return Measured(joined["num_tokens"].astype(np.int64), joined["truncated"].astype(bool),
-                        joined["query_truncated"].astype(bool) if queries is not None else None)
+        return Measured(joined[NUM_TOKENS].astype(np.int64), joined[TRUNCATED].astype(bool),
+                        joined[QUERY_TRUNCATED].astype(bool) if queries is not None else None)
 
     async def infer(self, card, model, inputs, names, rows, parameters=None, admit=True):
         """One BLS request to `model` -> {output: array}. rows: (param, first row) to name a bad `text` row in the

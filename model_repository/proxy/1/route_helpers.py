@@ -82,7 +82,8 @@ USER = [Depends(user_key)]
 # ---------------------------------------------------------------- HTTP's own rules on the inputs, each once: `param`
 # is the request parameter in the dialect's words (input, inputs, texts, query, documents, ids), `field` the item
 def need_items(items, param, field=None, what="a text or a non-empty list of texts"):
-    """A request's list of inputs must hold one at least (400 invalid_input; TEI: 422)."""
+    """A request's list of inputs must hold one at least (400 invalid_input; TEI: 422): every dialect's empty list
+    is this one kind (the input is wrong, not a parameter), so no schema says min_length for one (schemas.NOT_EMPTY)."""
     if not items:
         raise ApiError(f"is empty: send {what}", "invalid_input", param, field or param)
 
@@ -238,6 +239,8 @@ async def score_documents(request, model, query, documents, weights=None, trunca
     weights only): the checks that are HTTP's own, the model's kind, the call and its metrics -> (card, result, the
     modes served, how many texts were cut). parameters: the request parameters (prompt_name), passed on."""
     check_text(request, query, "query", "query")
+    # the rerank models' own rule and words (request_rules.documents), before any other check of the documents
+    need_items(documents, "documents", what="at least one document")
     check_texts(request, documents, "documents", count=False)  # the rerank model counts them (max_documents)
     card = select(request, model)
     if card.rerank is None:

@@ -25,6 +25,7 @@ async def embed_by_type(request, body, route, kinds, dimensions=None):
     shared.need(card, "dense", route)
     parameters = {"dimensions": dimensions, "input_type": body.input_type, "prompt_name": body.prompt_name}
     with shared.client_fields({"dimensions": "output_dimension"}):
+        shared.need_items(body.texts, "texts", what="a non-empty list of texts")
         texts = shared.check_texts(request, body.texts, "texts")
         outputs = ("dense", *(k for k in kinds if k in shared.QUANTIZED))
         result = await shared.embed(request, card, texts, outputs, "texts", body.truncate == "END", parameters)

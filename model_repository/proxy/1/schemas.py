@@ -10,6 +10,10 @@ Text = str  # one text to embed; the tokenizer refuses a blank one (400 naming i
 INT32_MAX = 2**31 - 1
 Count = Annotated[int, Field(ge=1, le=INT32_MAX)]  # widths, factors, token counts, top_n
 Offset = Annotated[int, Field(ge=0, le=INT32_MAX)]  # character positions
+# A list of inputs (texts, documents, sentences): at least one, as the document says, but checked by the routes
+# (route_helpers.need_items), not pydantic: an empty list is then invalid_input in every dialect, as OpenAI's `input`
+# and the rerank models' `documents` are (pydantic's too_short is invalid_value, a request parameter's kind).
+NOT_EMPTY = {"minItems": 1}
 
 
 class Request(BaseModel):
@@ -50,7 +54,7 @@ class EmbeddingsRequest(Request):
 
 class CohereEmbedRequest(Request):
     """Cohere's `POST /v2/embed`."""
-    texts: list[Text] = Field(min_length=1)
+    texts: list[Text] = Field(json_schema_extra=NOT_EMPTY)
     model: str | None = None
     input_type: str | None = Field(None, description="search_query, search_document, query, document, or one of "
                                    "the model's prompt names (none: the model's default prompt)")
@@ -111,7 +115,7 @@ class RerankDocument(Request):
 class RerankRequest(Request):
     """`POST /v1/rerank` in Cohere / Jina / TEI's shape, scored with bge-m3's combined (M3) score."""
     query: Text
-    documents: list[Text | RerankDocument] = Field(min_length=1)
+    documents: list[Text | RerankDocument] = Field(json_schema_extra=NOT_EMPTY)
     model: str | None = None
     top_n: Count | None = Field(None, description="return the best n (default: all)")
     return_documents: bool = False
@@ -139,7 +143,7 @@ class TeiEmbedRequest(Request):
 class TeiRerankRequest(Request):
     """TEI's /rerank (and / for a cross-encoder export)."""
     query: Text
-    texts: list[Text] = Field(min_length=1)
+    texts: list[Text] = Field(json_schema_extra=NOT_EMPTY)
     raw_scores: bool = Field(False, description="true: a cross-encoder's logits; bge-m3's combined score is raw")
     return_text: bool = False
     truncate: bool | None = Field(None, description="as /embed's")
@@ -168,7 +172,7 @@ class TeiPredictRequest(Request):
 
 class SimilarityInput(Item):
     source_sentence: Text
-    sentences: list[Text] = Field(min_length=1)
+    sentences: list[Text] = Field(json_schema_extra=NOT_EMPTY)
 
 
 class SimilarityParameters(Item):
@@ -202,7 +206,7 @@ class TeiDecodeRequest(Request):
 class CohereRerankRequest(Request):
     """Cohere's v2 rerank (also the v1 SDK's fields: `return_documents`, document objects)."""
     query: Text
-    documents: list[Text | RerankDocument] = Field(min_length=1)
+    documents: list[Text | RerankDocument] = Field(json_schema_extra=NOT_EMPTY)
     model: str | None = None
     top_n: Count | None = None
     max_tokens_per_doc: Count | None = Field(None, description="at least the model's max tokens: documents are cut "
@@ -212,7 +216,7 @@ class CohereRerankRequest(Request):
 
 class CohereV1EmbedRequest(Request):
     """Cohere's v1 embed: `embeddings_floats` without `embedding_types`, `embeddings_by_type` with them."""
-    texts: list[Text] = Field(min_length=1)
+    texts: list[Text] = Field(json_schema_extra=NOT_EMPTY)
     model: str | None = None
     input_type: str | None = None
     embedding_types: list[Literal["float", "base64", "int8", "uint8", "binary", "ubinary"]] | None = None
