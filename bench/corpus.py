@@ -64,6 +64,18 @@ def _count(tokenizer, text):
     return len(tokenizer.encode(text).ids)
 
 
+def _cut(tokenizer, words, target):
+    """The longest prefix of `words` within `target` tokens (at least one word), by binary search."""
+    lo, hi = 1, len(words)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _count(tokenizer, " ".join(words[:mid])) <= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo])
+
+
 def _queries(rng, tokenizer, sentences, wanted, token_range, seen, budget):
     lo, hi = token_range
     found, tries = [], 0
@@ -93,14 +105,7 @@ def _passages(rng, tokenizer, paragraphs, wanted, token_range, max_length, seen,
             words.extend(paragraph.split())
             if len(words) > target:  # ~1.3 tokens per word: enough words to cut from
                 break
-        lo_w, hi_w = 1, len(words)  # binary search for the longest word prefix within the target
-        while lo_w < hi_w:
-            mid = (lo_w + hi_w + 1) // 2
-            if _count(tokenizer, " ".join(words[:mid])) <= target:
-                lo_w = mid
-            else:
-                hi_w = mid - 1
-        text = " ".join(words[:lo_w])
+        text = _cut(tokenizer, words, target)
         n = _count(tokenizer, text)
         if lo <= n <= hi and text not in seen:
             seen.add(text)
@@ -170,14 +175,7 @@ def multilingual(tokenizer, queries, passages, seed=0, max_length=512):
         words = " ".join(own).split()
         while _count(tokenizer, " ".join(words)) < target:
             words += rng.choice(sentences)[1].split()
-        lo_w, hi_w = 1, len(words)  # the longest word prefix within the target
-        while lo_w < hi_w:
-            mid = (lo_w + hi_w + 1) // 2
-            if _count(tokenizer, " ".join(words[:mid])) <= target:
-                lo_w = mid
-            else:
-                hi_w = mid - 1
-        text = " ".join(words[:lo_w])
+        text = _cut(tokenizer, words, target)
         if text not in seen:
             seen.add(text)
             found_passages.append({"text": text, "tokens": _count(tokenizer, text), "kind": "passage"})
