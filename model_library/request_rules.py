@@ -22,10 +22,15 @@ INPUT_TYPES = {"query": ("query",), "search_query": ("query",), "document": ("do
 WEIGHTS = "must be 3 finite numbers >= 0: [dense, sparse, colbert]"
 
 
+def starts_visible(value):
+    """The common case, told at the first character: a text that starts with a visible character has content."""
+    return value[:1] > " " and value[:1].isprintable()
+
+
 def text(value, field, refuse):
     """A text has content: not empty, not whitespace, control and zero-width characters alone."""
-    if value[:1] > " " and value[:1].isprintable():
-        return  # the common case, at its first character
+    if starts_visible(value):
+        return
     for char in value:
         if not char.isspace() and unicodedata.category(char) not in INVISIBLE:
             return

@@ -69,7 +69,7 @@ def texts(items, param):
     """The tokenizer's rule on each text's content; fields param[i]."""
     texts_refuse = refuse(param)
     for i, value in enumerate(items):
-        if not (value[:1] > " " and value[:1].isprintable()):  # the common case, without a field's name
+        if not request_rules.starts_visible(value):  # the common case passes without a field's name written
             request_rules.text(value, f"{param}[{i}]", texts_refuse)
 
 
