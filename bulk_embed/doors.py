@@ -26,7 +26,7 @@ from model_library import model_errors, model_outputs  # the models' error contr
 # output kind (--outputs) -> (the BLS model's tensors, the Parquet columns it fills): a column is named as the tensor
 # it comes from (ColBERT's: as its kind), so the output vocabulary names both
 QUANTIZED = tuple(model_outputs.QUANTIZED)
-COUNTS = [model_outputs.NUM_TOKENS, model_outputs.TRUNCATED]  # beside the vectors, in every answer
+COUNTS = list(model_outputs.COUNTS)
 KINDS = {
     "float": (model_outputs.TENSORS["dense"], model_outputs.TENSORS["dense"]),
     **{kind: (model_outputs.TENSORS[kind], model_outputs.TENSORS[kind]) for kind in QUANTIZED},

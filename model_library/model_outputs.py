@@ -31,6 +31,7 @@ MODES = ("dense", "sparse", "colbert")  # bge-m3's retrieval modes: the rerank m
 # document). Some of these words are also fields of the HTTP front's answers (tests/test_proxy_errors.py knows which).
 NUM_TOKENS = "num_tokens"
 TRUNCATED = "truncated"
+COUNTS = (NUM_TOKENS, TRUNCATED)  # beside every text model's vectors, in every answer
 # the tokenizer's other outputs: a text's length group (the BLS model's groups), its tokenize task's (each token's
 # id, text, whether it is special and byte span; and NUM_TOKENS) and its decode task's (the text of token ids)
 LENGTH_GROUP = "length_group"

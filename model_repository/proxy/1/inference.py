@@ -37,7 +37,7 @@ PER_TOKEN = model_outputs.PER_TOKEN
 SPARSE_INDICES, SPARSE_VALUES, SPARSE_COUNT = model_outputs.SPARSE
 COLBERT_LENGTH = model_outputs.COLBERT[1]  # beside the ColBERT vectors of every form
 TOKENIZE = list(model_outputs.TOKENIZE)  # the tokenizer's tokenize task's outputs
-COUNTS = [NUM_TOKENS, TRUNCATED]  # beside every text model's vectors
+COUNTS = list(model_outputs.COUNTS)
 PROMPT_PARAMETERS = ("prompt_name", "input_type")  # what the BLS and rerank models pass on to the tokenizer
 
 
