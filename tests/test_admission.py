@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from conftest import start_server, stop_server, wait_for_proxy
+from conftest import pbtxt, start_server, stop_server, wait_for_proxy
 from triton_clients import VARIED_TEXTS, cosine, infer
 
 CLIENTS = 48
@@ -24,13 +24,12 @@ TEXTS = [VARIED_TEXTS[i % 40] for i in range(CLIENTS)]
 def bounded_server(minilm_repository, tmp_path_factory):
     repository = tmp_path_factory.mktemp("bounded") / "repository"
     shutil.copytree(minilm_repository, repository)
-    config = repository / "tokenizer" / "config.pbtxt"
-    text = config.read_text()
-    assert "max_queue_size: 512" in text and "count: 2, rate_limiter" in text
+    config = pbtxt.read(repository / "tokenizer" / "config.pbtxt")
+    assert (pbtxt.max_queue_size(config), pbtxt.instance_count(config)) == (512, 2)
     # One instance: a burst of 48 then overflows the bound of 2 every time. With the shipped two, the batcher may
     # hand the whole burst to the two instances' batches before the queue ever holds 3 (found: nothing refused).
-    config.write_text(text.replace("max_queue_size: 512", "max_queue_size: 2")
-                      .replace("count: 2, rate_limiter", "count: 1, rate_limiter"))
+    pbtxt.write(repository / "tokenizer" / "config.pbtxt",
+                pbtxt.with_instance_count(pbtxt.with_max_queue_size(config, 2), 1))
     running = start_server(repository, tmp_path_factory.mktemp("bounded_server"),
                            extra_env={"PROXY_MAX_CONCURRENT_REQUESTS": "4"})
     wait_for_proxy(running)

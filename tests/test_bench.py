@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import PROJECT
+from conftest import PROJECT, pbtxt
 
 
 def test_short_benchmark_produces_report(minilm_repository, tmp_path):
@@ -181,7 +181,7 @@ def test_overload_script_measures_every_route(minilm_repository, tmp_path):
          "ensemble_bls:dynamic_batching { default_queue_policy { max_queue_size: 200 } }"],
         cwd=PROJECT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "max_queue_size: 200" in (tmp_path / "repository" / "ensemble_bls" / "config.pbtxt").read_text()
+    assert pbtxt.max_queue_size(pbtxt.read(tmp_path / "repository" / "ensemble_bls" / "config.pbtxt")) == 200
     rows = json.loads((tmp_path / "overload.json").read_text())
     assert [row["clients"] for row in rows] == [2, 6]
     for row in rows:

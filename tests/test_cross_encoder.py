@@ -24,7 +24,7 @@ import pytest
 
 from conftest import CE_BERT_MAX_LENGTH as BERT_MAX_LENGTH
 from conftest import CE_MAX_LENGTH as MAX_LENGTH
-from conftest import PROJECT
+from conftest import PROJECT, pbtxt
 from triton_clients import PROTOCOLS, VARIED_TEXTS, bytes_input, client, post, raw_bytes_grpc, rerank
 
 TOLERANCE = 1e-5
@@ -90,7 +90,7 @@ def test_export_recognizes_cross_encoders_and_checks_parity(ce_repository):
             assert parity["flag_reranker_max_abs_diff"] <= TOLERANCE, parity
             assert parity["flag_reranker_normalized_max_abs_diff"] <= TOLERANCE, parity
     assert json.load(open(repository / "emb" / "1" / "export.json"))["kind"] == "embedding"
-    assert "label" in (repository / "bert2_rerank" / "config.pbtxt").read_text()
+    assert "label" in pbtxt.parameters(pbtxt.read(repository / "bert2_rerank" / "config.pbtxt"))
 
 
 def _config_only(folder, architecture, model_type):

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from conftest import M3_MAX_LENGTH, M3_TEXTS, PROJECT, build_m3, export, serve_until_done
+from conftest import M3_MAX_LENGTH, M3_TEXTS, PROJECT, build_m3, export, pbtxt, serve_until_done
 from triton_clients import PROTOCOLS, client, cosine, infer, outputs, text_input, url_for
 
 NAME = "m3"
@@ -149,10 +149,6 @@ def test_the_model_is_not_degenerate(reference, flag_model):
 
 
 # ---------------------------------------------------------------- export
-def _declared(config):
-    return re.findall(r'name: "(\w+)", data_type: (\w+), dims: \[ ([^\]]*) \]', config)
-
-
 def test_export_of_bge_m3_layout_has_all_three_outputs(m3_repository):
     import onnx
 
@@ -166,10 +162,11 @@ def test_export_of_bge_m3_layout_has_all_three_outputs(m3_repository):
     encoder = (m3_repository / f"{NAME}_embedding" / "config.pbtxt").read_text()
     ensemble = (m3_repository / NAME / "config.pbtxt").read_text()
     token_embeddings = [("token_embeddings", "TYPE_FP32", "-1, 32")]  # the encoder's only (late chunking)
-    assert _declared(encoder)[2:] == expected + token_embeddings  # after the two inputs
-    assert _declared(ensemble)[1:] == expected + [("num_tokens", "TYPE_INT32", "1"), ("truncated", "TYPE_BOOL", "1")]
-    for name, _, _ in expected:
-        assert f'output_map {{ key: "{name}", value: "{name}" }}' in ensemble
+    assert pbtxt.declared(encoder)[2:] == expected + token_embeddings  # after the two inputs
+    counts = [("num_tokens", "TYPE_INT32", "1"), ("truncated", "TYPE_BOOL", "1")]
+    assert pbtxt.declared(ensemble)[1:] == expected + counts
+    maps = pbtxt.output_maps(ensemble)
+    assert all(maps[name] == name for name, _, _ in expected)
     graph = onnx.load(str(m3_repository / f"{NAME}_embedding" / "1" / "model.onnx"), load_external_data=False)
     assert [o.name for o in graph.graph.output] == [name for name, _, _ in expected + token_embeddings]
     parity = manifest["parity"]
@@ -185,11 +182,11 @@ def test_outputs_dense_exports_dense_only(m3_dir, m3_repository, tmp_path):
            "--outputs", "dense")
     manifest = json.load(open(tmp_path / "m3-dense" / "1" / "export.json"))
     assert manifest["outputs"] == ["dense"] and manifest["colbert_size"] is None
-    assert [n for n, _, _ in _declared((tmp_path / "m3-dense_embedding" / "config.pbtxt").read_text())] == \
+    assert [n for n, _, _ in pbtxt.declared((tmp_path / "m3-dense_embedding" / "config.pbtxt").read_text())] == \
         ["input_ids", "attention_mask", "embedding", "embedding_unnormalized",
          "token_embeddings"]  # the last for late chunking
     ensemble = (tmp_path / "m3-dense" / "config.pbtxt").read_text()
-    assert [n for n, _, _ in _declared(ensemble)] == ["text", "embedding", "embedding_unnormalized", "num_tokens",
+    assert [n for n, _, _ in pbtxt.declared(ensemble)] == ["text", "embedding", "embedding_unnormalized", "num_tokens",
                                                       "truncated"]
     assert "sparse" not in ensemble and "colbert" not in ensemble
     dense_path = str(tmp_path / "m3-dense_embedding" / "1" / "model.onnx")

@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import MINILM, PROJECT, TINY_XLMR_MAX_LENGTH, export, start_server, wait_for_proxy
+from conftest import MINILM, PROJECT, TINY_XLMR_MAX_LENGTH, export, pbtxt, start_server, wait_for_proxy
 from local_triton import launch
 from triton_clients import VARIED_TEXTS, cosine
 
@@ -133,10 +133,19 @@ def clone_export(repository, source, name):
     for suffix in STEP_SUFFIXES:
         shutil.copytree(repository / f"{source}{suffix}", repository / f"{name}{suffix}",
                         ignore=shutil.ignore_patterns("__pycache__"))
-    for path in (repository / name / "config.pbtxt", repository / name / "1" / "export.json",
-                 repository / f"{name}_bls" / "config.pbtxt", repository / f"{name}_rerank" / "config.pbtxt",
-                 repository / f"{name}_chunks" / "config.pbtxt"):
-        path.write_text(path.read_text().replace(f'"{source}', f'"{name}'))
+    def renamed(model):
+        return name + model[len(source):] if model.startswith(source) else model
+
+    ensemble = pbtxt.read(repository / name / "config.pbtxt")
+    for step in ensemble.ensemble_scheduling.step:
+        step.model_name = renamed(step.model_name)
+    pbtxt.write(repository / name / "config.pbtxt", ensemble)
+    for path in (repository / f"{name}{suffix}" / "config.pbtxt" for suffix in ("_bls", "_rerank", "_chunks")):
+        config = pbtxt.read(path)
+        pbtxt.write(path, pbtxt.with_parameters(config, {key: renamed(value) for key, value in
+                                                         pbtxt.parameters(config).items()}))
+    manifest = repository / name / "1" / "export.json"  # every name in it that starts with the source's
+    manifest.write_text(manifest.read_text().replace(f'"{source}', f'"{name}'))
 
 
 class Load:

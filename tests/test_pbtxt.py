@@ -65,3 +65,17 @@ def test_it_loads_without_grpc():
             "from tritonclient.grpc import model_config_pb2\n"
             "assert model_config_pb2 is pbtxt.model_config_pb2\n")
     subprocess.run([sys.executable, "-c", code], cwd=PROJECT, check=True)
+
+
+def test_declared_tensors_and_ensemble_steps_are_read_from_the_message():
+    config = pbtxt.parse('platform: "ensemble"\nmax_batch_size: 8\n'
+                         'input [ { name: "text", data_type: TYPE_STRING, dims: [ 1 ] } ]\n'
+                         'output [ { name: "vectors", data_type: TYPE_FP32, dims: [ -1, 32 ] } ]\n'
+                         'ensemble_scheduling { step [\n'
+                         '  { model_name: "a_tokenizer", model_version: -1, input_map { key: "text", value: "text" }\n'
+                         '    output_map { key: "input_ids", value: "ids" } },\n'
+                         '  { model_name: "a_embedding", model_version: -1, input_map { key: "input_ids", value: "ids" }\n'
+                         '    output_map { key: "colbert", value: "vectors" } } ] }\n')
+    assert pbtxt.declared(config) == [("text", "TYPE_STRING", "1"), ("vectors", "TYPE_FP32", "-1, 32")]
+    assert pbtxt.step_models(config) == ["a_tokenizer", "a_embedding"]
+    assert pbtxt.output_maps(config) == {"ids": "input_ids", "vectors": "colbert"}

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from conftest import export, serve_until_done, tiny_xlmr
+from conftest import export, pbtxt, serve_until_done, tiny_xlmr
 from triton_clients import PROTOCOLS, VARIED_TEXTS, client, infer, settled_stats, url_for
 
 MAX_LENGTH = 128
@@ -31,8 +31,8 @@ def ragged_server(minilm_repository, xlmr_tokenizer_dir, tmp_path_factory):
     shutil.copytree(minilm_repository, repository)
     export(repository, "--model", str(model), "--name", PADDED, "--max-length", str(MAX_LENGTH))
     export(repository, "--model", str(model), "--name", RAGGED, "--max-length", str(MAX_LENGTH), "--ragged-batch")
-    with open(repository / f"{RAGGED}_embedding" / "config.pbtxt", encoding="utf-8") as handle:
-        assert "allow_ragged_batch: true" in handle.read()
+    encoder = pbtxt.read(repository / f"{RAGGED}_embedding" / "config.pbtxt")
+    assert all(tensor.allow_ragged_batch for tensor in encoder.input)
     yield from serve_until_done(repository, tmp_path_factory.mktemp("ragged_server"))
 
 

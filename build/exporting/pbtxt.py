@@ -126,6 +126,24 @@ def max_batch_size(config):
     return _message(config).max_batch_size
 
 
+def declared(config):
+    """The config's inputs then outputs as (name, data type name, dims as "a, b") triples, e.g.
+    ("colbert_vectors", "TYPE_FP32", "-1, 32")."""
+    message = _message(config)
+    return [(tensor.name, model_config_pb2.DataType.Name(tensor.data_type), ", ".join(map(str, tensor.dims)))
+            for tensor in [*message.input, *message.output]]
+
+
+def step_models(config):
+    """The model_name of each step of an ensemble config, in order."""
+    return [step.model_name for step in _message(config).ensemble_scheduling.step]
+
+
+def output_maps(config):
+    """{ensemble tensor: step tensor} over every step's output_map of an ensemble config."""
+    return {value: key for step in _message(config).ensemble_scheduling.step for key, value in step.output_map.items()}
+
+
 # ---------------------------------------------------------------- editing (a copy)
 def with_parameters(config, values):
     """`config` with the string_value of each parameter in `values` (key -> value) replaced; KeyError names a key
