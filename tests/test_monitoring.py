@@ -8,6 +8,7 @@ HTTP API for every panel's query: each must return series. The rules are checked
 `promtool test rules` (deploy/monitoring/prometheusrule.test: each alert fires on a made-up series of its trouble
 and stays quiet on a healthy one), and evaluated by that Prometheus on the real series without an error.
 """
+import importlib.util
 import json
 import os
 import re
@@ -42,6 +43,7 @@ GPU_ONLY_PANELS = {"GPU utilization", "GPU memory used"}
 # the whole load (Prometheus starts before it).
 VARIABLES = {"$__rate_interval": "2m", "$namespace": ".*"}
 SCRAPE_S = 1
+LOAD_STARTED = []  # when the `loaded` fixture began (unix s): the dashboard picture's time range
 
 
 def _need_prometheus():
@@ -224,12 +226,21 @@ def _send_load(server):
 
 @pytest.fixture(scope="module")
 def loaded(monitored_server, prometheus):
+    LOAD_STARTED.append(time.time())
     _wait_for_scrapes(prometheus)  # a sample before the load, so that the rates see its first requests
     _send_load(monitored_server)
     _wait_for_scrapes(prometheus)
     _send_load(monitored_server)  # again: series born in the first round now grow between samples
     _wait_for_scrapes(prometheus)
     return prometheus
+
+
+def _pictures():
+    """deploy/monitoring/pictures.py (a tool beside the manifests, not a package)."""
+    spec = importlib.util.spec_from_file_location("monitoring_pictures", os.path.join(MONITORING, "pictures.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _has_gpu(prometheus):
@@ -296,3 +307,18 @@ def test_prometheus_evaluates_every_alert_rule_on_the_real_series(loaded):
     active = {a["labels"]["alertname"]: a["state"] for a in _get(f"{loaded}/api/v1/alerts")["data"]["alerts"]}
     assert active.get("TritonEmbedRefusalsSustained") == "pending", active
     assert not {"TritonEmbedErrorRatioHigh", "TritonEmbedRestarted", "TritonEmbedNotReady"} & set(active), active
+
+
+def test_the_dashboard_renders_from_the_real_series(loaded, tmp_path):
+    """The docs' picture of the dashboard (deploy/monitoring/pictures.py): every panel drawn from Prometheus'
+    query_range over the load, with series in each (the GPU panels without a GPU aside). TRITON_EMBED_PICTURES=FOLDER
+    also writes it there (docs/images: how the docs' copy was made)."""
+    skip = () if _has_gpu(loaded) else GPU_ONLY_PANELS
+    path = tmp_path / "dashboard.png"
+    drawn = _pictures().dashboard(loaded, DASHBOARD, LOAD_STARTED[0], time.time(), path, fill=_fill, skip=skip,
+                                  step=1)
+    assert len(drawn) == len(_dashboard_panels()) - len(skip)
+    assert all(drawn.values()), {title: n for title, n in drawn.items() if not n}
+    assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 20_000
+    if os.environ.get("TRITON_EMBED_PICTURES"):
+        shutil.copy(path, os.path.join(os.environ["TRITON_EMBED_PICTURES"], "dashboard.png"))
