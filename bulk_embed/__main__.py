@@ -108,11 +108,13 @@ def main(argv=None):
             raise SystemExit(f"embed: {ids.refusal(row.id, row.ordinal, first, args.format)}")
     parameters = {"dimensions": args.dimensions, "prompt_name": args.prompt_name, "input_type": args.input_type,
                   "colbert_pool_factor": args.colbert_pool_factor}
+    # --no-truncate: the request parameter truncate false, the tokenizer refuses a text over the max length
+    sent = {**parameters, "truncate": None if args.truncate else False}
     if args.http:
-        door, target = HttpDoor(args.http, args.model, args.kinds, parameters), args.model or "(default)"
+        door, target = HttpDoor(args.http, args.model, args.kinds, sent), args.model or "(default)"
     else:
         target, max_length = bls_model(args.repository, args.model)
-        door = KServeDoor(args.grpc_url, target, args.kinds, parameters, max_length)
+        door = KServeDoor(args.grpc_url, target, args.kinds, sent, max_length)
     try:
         limits = door.limits()
     except JobError as error:

@@ -221,7 +221,8 @@ class HttpDoor:
             raise Refused(index, "invalid_input", "is not valid UTF-8 (JSON cannot carry it to the HTTP front)") \
                 from None
         base = {"input": inputs, **({"model": self.model} if self.model else {}),
-                **{k: v for k, v in self.parameters.items() if k in ("dimensions", "prompt_name", "input_type")}}
+                **{k: v for k, v in self.parameters.items()
+                   if k in ("dimensions", "prompt_name", "input_type", "truncate")}}
         columns, truncated, tokens = {}, np.zeros(len(texts), dtype=bool), 0
         for kind in [k for k in self.kinds if k == "float" or k in QUANTIZED]:
             encoding = "base64" if kind == "float" else kind
@@ -239,7 +240,7 @@ class HttpDoor:
             body = {"input": inputs, **({"model": self.model} if self.model else {}), "return_dense": False,
                     "return_sparse": "sparse" in rest, "return_colbert": colbert is not None,
                     **({"colbert_type": colbert.partition("_")[2] or "float"} if colbert else {}),
-                    **{k: v for k, v in self.parameters.items() if k == "colbert_pool_factor"}}
+                    **{k: v for k, v in self.parameters.items() if k in ("colbert_pool_factor", "truncate")}}
             answer = self.request("POST", "/v1/encode", body)
             data = sorted(answer["data"], key=lambda item: item["index"])
             if "sparse" in rest:

@@ -60,9 +60,11 @@ def estimate_tokens(size, max_length):
     return min(tokens, max_length) if max_length else tokens
 
 
-def send(door, request, truncate, max_wait_s):
+def send(door, request, max_wait_s):
     """One request's rows answered: ([(ordinal, id, truncated, columns)], [rejects], tokens). Refused texts leave the
-    request and the rest is sent again; overload and restarts are waited out (Retry-After, else backoff)."""
+    request and the rest is sent again (a text over the max length with --no-truncate among them: the door sends
+    truncate false, the tokenizer refuses it before the encoder runs); overload and restarts are waited out
+    (Retry-After, else backoff)."""
     alive, rejects, waited, internal, attempt = list(request), [], 0.0, 0, 0
     while alive:
         try:
@@ -82,14 +84,8 @@ def send(door, request, truncate, max_wait_s):
             time.sleep(pause)
             waited += pause
             continue
-        answered = []
-        for k, row in enumerate(alive):
-            if answer.truncated[k] and not truncate:
-                rejects.append(reject(row, "too_long", "is longer than the model's max length (truncation is off: "
-                                                       "--truncate cuts it and says so in the truncated column)"))
-                continue
-            answered.append((row.ordinal, row.id, bool(answer.truncated[k]),
-                             {name: values[k] for name, values in answer.columns.items()}))
+        answered = [(row.ordinal, row.id, bool(answer.truncated[k]),
+                     {name: values[k] for name, values in answer.columns.items()}) for k, row in enumerate(alive)]
         return answered, rejects, answer.tokens
     return [], rejects, 0
 
@@ -198,7 +194,7 @@ class Run:
         for request in plan(readable, self.limits):
             while len(self.pending) >= self.options.in_flight:
                 self.settle()
-            future = self.pool.submit(send, self.door, request, self.options.truncate, self.options.max_wait)
+            future = self.pool.submit(send, self.door, request, self.options.max_wait)
             self.pending[future] = number
 
     def settle(self):

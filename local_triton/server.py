@@ -9,6 +9,8 @@ import subprocess
 import sys
 import tempfile
 
+from model_library import tracing
+
 from .backends import (
     CONTAINER_SERVER,
     backend_dir_for,
@@ -65,7 +67,45 @@ def server_command(model_repository, http_port=8000, grpc_port=8001, metrics_por
         command.append("--rate-limit=execution_count")  # honour the configs' rate_limiter sections
     if setting("MODEL_CONFIG_NAME", "", env):
         command.append(f"--model-config-name={setting('MODEL_CONFIG_NAME', '', env)}")
+    command += trace_flags(env)
     return [*command, *extra_args]
+
+
+def trace_flags(env=None):
+    """tritonserver's --trace-config flags when the standard OpenTelemetry settings turn traces on
+    (OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT: model_library/tracing.py), else none: Triton's own spans (mode
+    opentelemetry, level TIMESTAMPS) to the same OTLP/HTTP endpoint, its service.name the front's. Its rate is every
+    Nth request; OTEL_TRACES_SAMPLER[_ARG] become one (trace_rate). Whatever the rate, Triton 24.07 traces every
+    KServe request carrying a valid traceparent (src/tracer.cc: force_sample; not even its sampled flag is read)."""
+    env = os.environ if env is None else env
+    url = tracing.traces_url(env)
+    if url is None:
+        return []
+    service = setting("OTEL_SERVICE_NAME", "", env) or next(
+        (item.split("=", 1)[1].strip() for item in setting("OTEL_RESOURCE_ATTRIBUTES", "", env).split(",")
+         if item.split("=", 1)[0].strip() == "service.name" and "=" in item), tracing.SERVICE_NAME)
+    rate = trace_rate(setting("OTEL_TRACES_SAMPLER", "", env), setting("OTEL_TRACES_SAMPLER_ARG", "", env))
+    return ["--trace-config=mode=opentelemetry", "--trace-config=level=TIMESTAMPS", f"--trace-config=rate={rate}",
+            "--trace-config=count=-1", f"--trace-config=opentelemetry,url={url}",
+            f"--trace-config=opentelemetry,resource=service.name={service}"]
+
+
+def trace_rate(sampler, argument):
+    """OpenTelemetry's sampler setting as Triton's rate (trace every Nth request; 0: only requests that carry a
+    context). always_on and the parent-based default: 1; always_off: 0; a trace id ratio p: round(1/p) (0 when p is
+    0). Another sampler (jaeger_remote...) has no equivalent: 1."""
+    sampler = (sampler or "parentbased_always_on").strip().lower()
+    if sampler in ("always_off", "parentbased_always_off"):
+        return 0
+    if sampler in ("traceidratio", "parentbased_traceidratio"):
+        try:
+            ratio = float(argument) if argument.strip() else 1.0
+        except ValueError:
+            raise SystemExit(f"launch: OTEL_TRACES_SAMPLER_ARG={argument!r} is not a ratio from 0 to 1") from None
+        if not 0 <= ratio <= 1:
+            raise SystemExit(f"launch: OTEL_TRACES_SAMPLER_ARG={argument!r} is not a ratio from 0 to 1")
+        return 0 if ratio == 0 else max(1, round(1 / ratio))
+    return 1
 
 
 # The default export's folders: until build/export.py exports into them (without --name) they hold only templates

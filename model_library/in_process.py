@@ -6,11 +6,11 @@ The one place outside the model folders that edits sys.path (beside_a_model). In
 its code and export's copies of this library, and its model.py puts that folder on sys.path: its modules import
 each other and the library top-level (`import errors`, `import model_errors`). Outside Triton the same code needs
 the same names: the model's folder of the checkout, and this library's folder (model_errors, model_common,
-model_outputs, request_rules, triton_server, as they are beside a model). Everything else imports the project's packages
-(`from model_library import model_errors`: the editable install, pyproject.toml).
+model_outputs, request_rules, tracing, triton_server, as they are beside a model). Everything else imports the
+project's packages (`from model_library import model_errors`: the editable install, pyproject.toml).
 
 Not installed into the model repository (export installs model_common.py, model_errors.py, model_outputs.py,
-request_rules.py and triton_server.py beside the models)."""
+request_rules.py, tracing.py and triton_server.py beside the models)."""
 import importlib
 import importlib.util
 import os

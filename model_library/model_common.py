@@ -4,8 +4,8 @@ a field); the BLS call, which carries the request's deadline and passes a step's
 
 build/export.py installs this file beside each Python model's model.py (MODEL_CODE in build/exporting/repository.py)
 and counts it in the export digest, so a mounted repository runs with nothing beside it. Import it as
-`import model_common`; it needs only numpy, the backend's triton_python_backend_utils, model_errors.py and
-request_rules.py (installed beside it).
+`import model_common`; it needs only numpy, the backend's triton_python_backend_utils, model_errors.py,
+request_rules.py and tracing.py (installed beside it).
 
 Why the decoder: Triton 2.48's stub turns every BYTES input into numpy before execute() runs, outside any error
 handling, with triton_python_backend_utils.deserialize_bytes_tensor(...).reshape(dims). The stock decoder raises on
@@ -26,6 +26,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 import model_errors
 import numpy as np
 import request_rules
+import tracing
 import triton_python_backend_utils as pb_utils
 
 
@@ -169,7 +170,18 @@ def rerank_inputs(request, max_documents):
 def answer(request, work):
     """The per-request execute wrapper: the response of `work(request)` (its output tensors), or that request's own
     error. Nothing a request does fails the batch or reaches the stub: anything unforeseen is that request's
-    internal error. The error's frames are dropped first (forget_frames): they would keep the request alive."""
+    internal error. The error's frames are dropped first (forget_frames): they would keep the request alive.
+    Traced (tracing.py): the request's own span, with the error's kind."""
+    if tracing.ENABLED:
+        with tracing.model_span(request) as span:
+            response = _answer(request, work)
+            if span is not None and response.has_error():
+                tracing.answered(span, model_errors.parse(response.error().message()).kind)
+            return response
+    return _answer(request, work)
+
+
+def _answer(request, work):
     try:
         return pb_utils.InferenceResponse(output_tensors=work(request))
     except ModelError as error:
@@ -205,6 +217,7 @@ class RequestModel:
 
     def initialize(self, args):
         install_decoder()
+        tracing.name_model(args.get("model_name"))
         self.config, self.parameters = config_parameters(args)
         self.setup(args)
 
@@ -261,10 +274,20 @@ def call(model, inputs, outputs, deadline, parameters=None, rename=None):
     """One BLS request to `model` with what is left of the request's timeout (Deadline.left_us: cancellation and
     time checked first): its outputs {name: array}, in host memory even when the step runs on a GPU (as_numpy needs
     that). A step's error is raised as this request's ModelError of the same kind, its field passed through
-    `rename(field)` (the caller's name for it: the tokenizer's `text[0]` is a rerank request's `query`)."""
+    `rename(field)` (the caller's name for it: the tokenizer's `text[0]` is a rerank request's `query`). Traced
+    (tracing.py): Triton's trace of the request, or a span of ours, goes with the call."""
+    if tracing.ENABLED:
+        with tracing.child_call(deadline.request, model, parameters) as (parameters, trace):
+            return _call(model, inputs, outputs, deadline, parameters, rename, {} if trace is None else
+                         {"trace": trace})
+    return _call(model, inputs, outputs, deadline, parameters, rename, {})
+
+
+def _call(model, inputs, outputs, deadline, parameters, rename, traced):
     request = pb_utils.InferenceRequest(
         model_name=model, inputs=inputs, requested_output_names=outputs, parameters=parameters or {},
-        timeout=deadline.left_us(), preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0))
+        timeout=deadline.left_us(), preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0),
+        **traced)
     try:
         response = request.exec()
     except pb_utils.TritonModelException as error:  # Triton refused the call itself: stopping, or not loaded

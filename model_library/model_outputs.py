@@ -10,8 +10,10 @@ build/exporting/graph.py's OUTPUT_TENSORS, which export checks against this one.
 DENSE = "embedding"
 UNNORMALIZED = "embedding_unnormalized"  # the pooled vector before its L2 step (TEI's normalize: false)
 TOKEN_EMBEDDINGS = "token_embeddings"  # the encoder's last hidden state (late chunking, TEI's /embed_all)
-SPARSE = ("sparse_indices", "sparse_values", "sparse_count")
-COLBERT = ("colbert_vectors", "colbert_length")
+SPARSE_INDICES, SPARSE_VALUES, SPARSE_COUNT = "sparse_indices", "sparse_values", "sparse_count"
+SPARSE = (SPARSE_INDICES, SPARSE_VALUES, SPARSE_COUNT)
+COLBERT_VECTORS, COLBERT_LENGTH = "colbert_vectors", "colbert_length"
+COLBERT = (COLBERT_VECTORS, COLBERT_LENGTH)
 # sentence_transformers.quantization's precisions of `embedding`, computed by the BLS model
 QUANTIZED = {"int8": "embedding_int8", "uint8": "embedding_uint8", "binary": "embedding_binary",
              "ubinary": "embedding_ubinary"}
@@ -32,11 +34,21 @@ MODES = ("dense", "sparse", "colbert")  # bge-m3's retrieval modes: the rerank m
 NUM_TOKENS = "num_tokens"
 TRUNCATED = "truncated"
 COUNTS = (NUM_TOKENS, TRUNCATED)  # beside every text model's vectors, in every answer
-# the tokenizer's other outputs: a text's length group (the BLS model's groups), its tokenize task's (each token's
-# id, text, whether it is special and byte span; and NUM_TOKENS) and its decode task's (the text of token ids)
+# the tokenizer's outputs (the encoder's inputs: ENCODER_INPUTS), a text's length group (the BLS model's groups),
+# each token's [start, end) characters (late chunking), its tokenize task's (each token's id, text, whether it is
+# special and byte span; and NUM_TOKENS) and its decode task's (the text of token ids)
+INPUT_IDS = "input_ids"
+ATTENTION_MASK = "attention_mask"
+ENCODER_INPUTS = (INPUT_IDS, ATTENTION_MASK)
 LENGTH_GROUP = "length_group"
-TOKENIZE = ("input_ids", "token_text", "token_special", "byte_offsets", NUM_TOKENS)
+OFFSETS = "offsets"
+TOKEN_TEXT = "token_text"
+TOKEN_SPECIAL = "token_special"
+BYTE_OFFSETS = "byte_offsets"
+TOKENIZE = (INPUT_IDS, TOKEN_TEXT, TOKEN_SPECIAL, BYTE_OFFSETS, NUM_TOKENS)
 DECODED = "decoded"
+# the image preprocessing model's (CLIP): each image as the image tower's input
+PIXEL_VALUES = "pixel_values"
 # the rerank models' (and a cross-encoder's BLS model's: SCORES and LOGITS): each document's score, bge-m3's score
 # per mode (MODES' columns), a cross-encoder's classifier logits, whether the query was cut
 SCORES = "scores"

@@ -86,3 +86,19 @@ def weights(values, refuse):
     """bge-m3's rerank weights: 3 finite numbers >= 0 (dense, sparse, colbert)."""
     if len(values) != 3 or any(not math.isfinite(w) or w < 0 for w in values):
         raise refuse("weights", WEIGHTS, "invalid_value")
+
+
+def truncate(parameters, refuse):
+    """A request's `truncate` parameter: true (the default) cuts a text over the model's max length to it and says
+    so (`truncated`); false refuses it (cut_refused). Given by every text model (the tokenizer decides; the BLS,
+    rerank and late chunking models pass it on) and by the proxy's routes that take truncate false."""
+    value = parameters.get("truncate", True)
+    if not isinstance(value, bool):
+        raise refuse("truncate", f"must be true or false, not {json.dumps(value)[:40]}", "invalid_value")
+    return value
+
+
+def cut_refused(field, max_length, refuse):
+    """truncate false: the text (or pair) at `field` has more tokens than `max_length`: too_long, before the encoder
+    runs. Returns the error for the caller to raise."""
+    return refuse(field, f"is longer than the model's maximum of {max_length} tokens (truncate is false)", "too_long")

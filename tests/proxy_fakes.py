@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 from fastapi.testclient import TestClient
 
-from model_library import model_errors
+from model_library import model_errors, request_rules
 from model_library.in_process import model_module
 
 errors = model_module("proxy", "errors")
@@ -27,6 +27,20 @@ def model_error(kind, field, problem, card, rows):
     tagged message, as the ensemble passes it on."""
     message = "in ensemble 'x', " + model_errors.tagged(kind, field, problem)
     return proxy_service.step_error(message, card, "x", rows)
+
+
+def refuse_cut(card, cut, rows, field="text", single=False):
+    """The tokenizer's truncate false (request_rules.cut_refused): the first row cut is too_long naming it, read as
+    the real service reads it; `single`: the field is one text (a rerank query)."""
+    for i, over in enumerate(cut):
+        if over:
+            raise request_rules.cut_refused(field if single else f"{field}[{i}]", card.max_length,
+                                            lambda name, problem, kind: model_error(kind, name, problem, card, rows))
+
+
+def keeps(parameters):
+    """The request parameter `truncate` (false: the tokenizer refuses a text over the max length)."""
+    return (parameters or {}).get("truncate", True)
 
 
 @dataclass(frozen=True)
@@ -112,6 +126,8 @@ class FakeService:
             if text == "BAD":
                 raise model_error("invalid_input", f"text[{i}]", "is not valid UTF-8 (byte 0)", card, (param, 0))
         words = [len(t.split()) + 2 for t in texts]
+        if not keeps(parameters):
+            refuse_cut(card, np.array(words) > card.max_length, (param, 0))
         tokens = np.minimum(words, card.max_length)
         # a token id per distinct word: hash() of a str differs per process, and "a" and "b" once met mod 1000
         ids = [np.array(sorted({stable_hash(w) % 1000 for w in t.split()}), dtype=np.int64) for t in texts]
@@ -145,12 +161,15 @@ class FakeService:
                 raise model_error("invalid_input", f"documents[{i}]", "is empty", card, None)
             if text == "BAD":
                 raise model_error("invalid_input", f"documents[{i}]", "is not valid UTF-8 (byte 0)", card, None)
+        words = [len(t.split()) + 2 for t in documents]
+        if not keeps(parameters):  # the rerank model's fields: query, documents[i]
+            refuse_cut(card, [len(query.split()) + 2 > card.max_length], None, "query", single=True)
+            refuse_cut(card, np.array(words) > card.max_length, None, "documents")
         dense = np.array([float(fake_vectors(query) @ fake_vectors(d)) for d in documents], dtype=np.float32)
         modes = np.full((len(documents), 3), np.nan, dtype=np.float32)
         for column, mode in enumerate(("dense", "sparse", "colbert")):
             if mode in card.outputs:
                 modes[:, column] = dense * (column + 1)
-        words = [len(t.split()) + 2 for t in documents]
         cross = card.kind == "cross-encoder"  # its classifier's logits, and their sigmoid as the scores
         logits = dense * 4 if cross else None
         return SimpleNamespace(scores=1 / (1 + np.exp(-logits)) if cross else dense,
@@ -195,12 +214,15 @@ class FakeService:
                           dtype=np.float32)
         scores = 1 / (1 + np.exp(-logits)) if labels == 1 else np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
         words = np.array([sum(len(t.split()) for t in item) + 3 for item in inputs])
+        if not keeps(parameters):
+            refuse_cut(card, words > card.max_length, (param, 0))
         return logits, scores, int(words.sum()), words > card.max_length, 1.0
 
     async def measure(self, card, texts, param, parameters=None, queries=None):
         """The tokenizer's count without admission (the real one: the tokenizer model alone): words + 2 per text (a
         pair: both texts' words + 3), cut over the card's max length; a pair's query is cut over half of it."""
         self.calls.append((card.id, list(texts), "measure", queries))
+        queries_given = queries
         if queries is None:
             words = np.array([len(t.split()) + 2 for t in texts])
             cut_queries = None
@@ -208,6 +230,10 @@ class FakeService:
             queries = [queries] * len(texts) if isinstance(queries, str) else list(queries)
             words = np.array([len(q.split()) + len(t.split()) + 3 for q, t in zip(queries, texts)])
             cut_queries = np.array([len(q.split()) > card.max_length // 2 for q in queries])
+        if not keeps(parameters):  # the tokenizer's order: a pair's query, then the row
+            if cut_queries is not None:
+                refuse_cut(card, cut_queries, (param, 0), "query", single=isinstance(queries_given, str))
+            refuse_cut(card, words > card.max_length, (param, 0))
         return proxy_service.Measured(np.minimum(words, card.max_length), words > card.max_length, cut_queries)
 
     async def chunk_embed(self, card, texts, spans, parameters):

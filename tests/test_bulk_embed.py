@@ -94,10 +94,12 @@ def test_plan_sorts_by_length_and_keeps_every_limit():
 
 # ---------------------------------------------------------------- retries and rejects
 class FakeDoor:
-    """Vectors from the text's bytes; refuses empty texts (as the tokenizer does) and can fail on cue."""
+    """Vectors from the text's bytes; refuses empty texts (as the tokenizer does), and with truncate false texts
+    over 50 bytes (as the tokenizer does texts over its max length), and can fail on cue."""
 
-    def __init__(self, overloaded=0, internal=0, crash_after=None):
+    def __init__(self, overloaded=0, internal=0, crash_after=None, truncate=True):
         self.overloaded, self.internal, self.crash_after, self.calls = overloaded, internal, crash_after, 0
+        self.truncate = truncate
 
     def embed(self, texts):
         self.calls += 1
@@ -112,6 +114,8 @@ class FakeDoor:
         for i, text in enumerate(texts):
             if not text:
                 raise Refused(i, "invalid_input", "is empty")
+            if len(text) > 50 and not self.truncate:
+                raise Refused(i, "too_long", "is longer than the model's maximum of 16 tokens (truncate is false)")
         vectors = [np.frombuffer((t * 8)[:8].ljust(8, b"."), np.uint8).astype(np.float32) for t in texts]
         return Answer({"embedding": vectors}, np.array([len(t) > 50 for t in texts]), sum(map(len, texts)))
 
@@ -122,26 +126,26 @@ def rows_of_texts(texts):
 
 def test_send_rejects_refused_texts_and_sends_the_rest(monkeypatch):
     monkeypatch.setattr(job.time, "sleep", lambda s: None)
-    answered, rejects, _ = job.send(FakeDoor(), rows_of_texts([b"a", b"", b"c", b""]), True, 60)
+    answered, rejects, _ = job.send(FakeDoor(), rows_of_texts([b"a", b"", b"c", b""]), 60)
     assert [a[1] for a in answered] == ["id0", "id2"]
     assert [(r["row"], r["id"], r["kind"]) for r in rejects] == [(1, "id1", "invalid_input"),
                                                                  (3, "id3", "invalid_input")]
-    answered, rejects, _ = job.send(FakeDoor(), rows_of_texts([b"x" * 60, b"short"]), False, 60)
+    answered, rejects, _ = job.send(FakeDoor(truncate=False), rows_of_texts([b"x" * 60, b"short"]), 60)
     assert [a[1] for a in answered] == ["id1"] and rejects[0]["kind"] == "too_long"
 
 
 def test_send_waits_out_overload_with_retry_after_and_gives_up_on_a_fault(monkeypatch):
     slept = []
     monkeypatch.setattr(job.time, "sleep", slept.append)
-    answered, _, _ = job.send(FakeDoor(overloaded=3), rows_of_texts([b"a"]), True, 60)
+    answered, _, _ = job.send(FakeDoor(overloaded=3), rows_of_texts([b"a"]), 60)
     assert len(answered) == 1 and slept == [0.25, 0.25, 0.25]
     slept.clear()
-    job.send(FakeDoor(internal=2), rows_of_texts([b"a"]), True, 60)
+    job.send(FakeDoor(internal=2), rows_of_texts([b"a"]), 60)
     assert slept == [0.5, 1.0]  # backoff when the server says no Retry-After
     with pytest.raises(JobError, match="gave up"):
-        job.send(FakeDoor(internal=job.INTERNAL_RETRIES + 1), rows_of_texts([b"a"]), True, 600)
+        job.send(FakeDoor(internal=job.INTERNAL_RETRIES + 1), rows_of_texts([b"a"]), 600)
     with pytest.raises(JobError, match="gave up"):
-        job.send(FakeDoor(overloaded=100), rows_of_texts([b"a"]), True, 1.0)
+        job.send(FakeDoor(overloaded=100), rows_of_texts([b"a"]), 1.0)
 
 
 def test_kserve_errors_map_by_kind_and_field():

@@ -407,12 +407,44 @@ def test_seed_admin_routes_unload_and_load_the_export(clip_server, open_clip_mod
     missing = httpx.post(proxy + "/load_clip_model", json={"model_name": "ViT-L-14", "pretrained": "openai"},
                          headers=ADMIN, timeout=60)
     assert missing.status_code == 404 and "build/export.py --open-clip ViT-L-14" in missing.text, missing.text
+    # Bad images first, through both doors (the tests above sent more): they must not hold the preprocessing model.
+    # Issue 58: its error's traceback kept the requests, and the model stayed UNLOADING: the unload answered after
+    # request_timeout_s (60 s) and the load started a second stub beside the stuck one.
+    bad = httpx.post(proxy + "/v1/embeddings", timeout=60,
+                     json={"model": "clip", "input": [{"image": b64(HOSTILE["truncated"][0])}] * 2})
+    assert bad.status_code == 400, bad.text
+    with pytest.raises(Exception, match="could not be decoded"):
+        infer("http", clip_server, "clip_image", "image", [HOSTILE["truncated"][0]])
     unloaded = httpx.post(proxy + "/unload_clip_model", json=wanted, headers=ADMIN, timeout=120)
     assert unloaded.status_code == 200, unloaded.text
+    assert unloaded.json()["seconds"] < 30, unloaded.text  # not the 60 s of a model that never unloads
+    states = {model["name"]: model.get("state") for model in repository_index(clip_server)}
+    assert states["clip_image_preprocess"] == "UNAVAILABLE", states
     gone = httpx.post(proxy + "/infer", json={"model": "clip", "text": ["a cat"]}, timeout=60)
     assert gone.status_code == 404, gone.text
     loaded = httpx.post(proxy + "/load_clip_model", json=wanted, headers=ADMIN, timeout=240)
     assert loaded.status_code == 200 and loaded.json()["model"] == "clip", loaded.text
+    stubs = [argv for argv in stub_argvs(clip_server) if "/clip_image_preprocess/" in argv]
+    assert len(stubs) == 1, stubs  # one instance (CPU config), not a second beside a stuck one
     back = httpx.post(proxy + "/infer", json={"model": "clip", "text": ["a cat"], "image": [
         b64(sample_images()["red.png"])]}, timeout=60)
     assert back.status_code == 200 and len(back.json()["image_embeddings"]) == 1, back.text
+
+
+def repository_index(server):
+    """Triton's repository index (its restricted API: the launcher's admin key, the one the proxy's admin holds)."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(f"http://{server.http_url}/v2/repository/index", data=b"{}", method="POST",
+                                     headers={"admin-key": ADMIN["Authorization"].removeprefix("Bearer ")})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def stub_argvs(server):
+    """The command lines of tritonserver's live stub processes (each names its model's folder)."""
+    from local_triton import launch
+
+    return [b" ".join(argv).decode(errors="replace") for state, argv in launch.children(server.process.pid).values()
+            if state != "Z"]

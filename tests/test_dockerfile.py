@@ -13,7 +13,8 @@ from conftest import PROJECT
 DOCKERFILE = os.path.join(PROJECT, "Dockerfile.triton")
 PROVIDED = {"triton_python_backend_utils"}  # the Python backend provides it
 PIP_NAMES = {"yaml": "pyyaml", "sklearn": "scikit-learn", "PIL": "pillow", "cv2": "opencv-python",
-             "google.protobuf": "protobuf", "google": "protobuf", "attr": "attrs", "dateutil": "python-dateutil"}
+             "google.protobuf": "protobuf", "google": "protobuf", "attr": "attrs", "dateutil": "python-dateutil",
+             "opentelemetry": "opentelemetry-api"}  # (a namespace: its packages are pinned beside the API)
 
 
 def _normalize(name):

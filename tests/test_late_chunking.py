@@ -182,7 +182,7 @@ def test_bad_combinations_are_refused(served, spans, parameters, words):
 def test_over_the_max_length_is_refused_naming_the_limit(served):
     """MiniLM takes 256 tokens: late chunking does not truncate (chunks past the cut would have no tokens)."""
     message = chunk_error(served, "http", MULTI_SENTENCE * 3, [(0, 10)])
-    assert "text is longer than the model's max length of 256 tokens" in message, message
+    assert "text is longer than the model's maximum of 256 tokens" in message, message
     message = chunk_error(served, "grpc", "   ", [(0, 1)])
     assert message.startswith("text is empty"), message
 
@@ -217,7 +217,7 @@ def test_http_route_matches_kserve(served, references):
     ({"input": TEXT, "spans": [[3, 3]]}, 400, "spans", "spans[0] [3, 3] is empty"),
     ({"input": TEXT, "spans": [[0, 1, 2]]}, 400, "spans", "spans[0] must be [start, end]"),
     ({"input": TEXT}, 400, "spans", "spans or the request parameter chunk_tokens gives the chunks: neither"),
-    ({"input": MULTI_SENTENCE * 3, "chunk_tokens": 50}, 422, "input", "input is longer than the model's max length "
+    ({"input": MULTI_SENTENCE * 3, "chunk_tokens": 50}, 422, "input", "input is longer than the model's maximum "
                                                                       "of 256 tokens"),  # too_long: over a limit
     # the tokenizer's parameter errors, behind the late chunking model (was a 500: found by schemathesis)
     ({"input": TEXT, "chunk_tokens": 30, "input_type": "poem"}, 400, "input_type", 'input_type "poem" is not one'),

@@ -74,7 +74,8 @@ def test_declared_tensors_and_ensemble_steps_are_read_from_the_message():
                          'ensemble_scheduling { step [\n'
                          '  { model_name: "a_tokenizer", model_version: -1, input_map { key: "text", value: "text" }\n'
                          '    output_map { key: "input_ids", value: "ids" } },\n'
-                         '  { model_name: "a_embedding", model_version: -1, input_map { key: "input_ids", value: "ids" }\n'
+                         '  { model_name: "a_embedding", model_version: -1,\n'
+                         '    input_map { key: "input_ids", value: "ids" }\n'
                          '    output_map { key: "colbert", value: "vectors" } } ] }\n')
     assert pbtxt.declared(config) == [("text", "TYPE_STRING", "1"), ("vectors", "TYPE_FP32", "-1, 32")]
     assert pbtxt.step_models(config) == ["a_tokenizer", "a_embedding"]

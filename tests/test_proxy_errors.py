@@ -161,6 +161,9 @@ def test_no_router_imports_another_dialects_router():
 # client's doors, but for the named parts there that read the HTTP front's JSON.
 OTHER_WORDS = (model_outputs.DENSE, model_outputs.NUM_TOKENS, model_outputs.TRUNCATED, model_outputs.SCORES)
 TENSOR_CODE = {os.path.join(PROXY, "inference.py"): (), os.path.join(PROJECT, "bulk_embed", "doors.py"): ("HttpDoor",)}
+MODEL_CODE = [os.path.join(PROJECT, "model_repository", path) for path in (
+    "tokenizer/1/model.py", "tokenizer/1/grouping.py", "tokenizer/image_preprocess.py", "ensemble_bls/1/model.py",
+    "rerank/1/model.py", "rerank/cross_encoder.py", "late_chunking/1/model.py", "supervisor/1/model.py")]
 
 
 def output_names():
@@ -174,22 +177,24 @@ def output_names():
 
 
 def test_output_names_are_written_only_in_model_outputs():
-    """The proxy and bulk_embed name the models' outputs through model_outputs, never as string literals: a renamed
-    output is renamed once."""
+    """The proxy, bulk_embed and the Python models name the models' outputs through model_outputs, never as string
+    literals: a renamed output is renamed once."""
     names = output_names()
     assert {"embedding", "sparse_count", "colbert_vectors_int8", "num_tokens", "mode_scores", "chunk_spans",
             "decoded"} <= names and not names & {"dense", "sparse", "colbert"}
     files = [os.path.join(PROXY, n) for n in sorted(os.listdir(PROXY)) if n.endswith(".py")]
     files += [os.path.join(PROJECT, "bulk_embed", n) for n in sorted(os.listdir(os.path.join(PROJECT, "bulk_embed")))
               if n.endswith(".py")]
+    files += MODEL_CODE  # the models' own code handles tensors only: every output name there is model_outputs'
+    tensor_code = {**TENSOR_CODE, **dict.fromkeys(MODEL_CODE, ())}
     found = []
     for path in files:
         tree = ast.parse(open(path, encoding="utf-8").read())
         json_readers = {id(node) for part in ast.walk(tree) if isinstance(part, (ast.ClassDef, ast.FunctionDef))
-                        and part.name in TENSOR_CODE.get(path, ()) for node in ast.walk(part)}
+                        and part.name in tensor_code.get(path, ()) for node in ast.walk(part)}
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and node.value in names and (
-                    node.value not in OTHER_WORDS or (path in TENSOR_CODE and id(node) not in json_readers)):
+                    node.value not in OTHER_WORDS or (path in tensor_code and id(node) not in json_readers)):
                 found.append(f"{os.path.relpath(path, PROJECT)}:{node.lineno}: {node.value!r}")
     assert not found, found
 

@@ -41,13 +41,14 @@ COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8
 # {kind: [(source under the project, destination in the model's folder)]}
 # the models' library (model_library/): the error contract (model_errors.py: plain Python, the proxy reads it
 # too), the output vocabulary (model_outputs.py: the proxy's too), the request rules that need no tokens
-# (request_rules.py: the proxy's prechecks too) and what every inference model shares (model_common.py), installed
-# beside each one's model.py
+# (request_rules.py: the proxy's prechecks too), the traces (tracing.py: the proxy's too) and what every inference
+# model shares (model_common.py), installed beside each one's model.py
 ERROR_CONTRACT = (os.path.join("model_library", "model_errors.py"), "1/")
 OUTPUT_VOCABULARY = (os.path.join("model_library", "model_outputs.py"), "1/")
 REQUEST_RULES = (os.path.join("model_library", "request_rules.py"), "1/")  # the models' and the proxy's prechecks
+TRACING = (os.path.join("model_library", "tracing.py"), "1/")  # OpenTelemetry traces (off unless the OTEL_* say)
 LIBRARY = [(os.path.join("model_library", "model_common.py"), "1/"), ERROR_CONTRACT, OUTPUT_VOCABULARY,
-           REQUEST_RULES]
+           REQUEST_RULES, TRACING]
 TRITON_SERVER = (os.path.join("model_library", "triton_server.py"), "1/")  # Triton's HTTP API, flags, processes
 MODEL_CODE = {
     "tokenizer": [("model_repository/tokenizer/config.pbtxt", "config.pbtxt"),
@@ -59,7 +60,7 @@ MODEL_CODE = {
     "late_chunking": [("model_repository/late_chunking/1/model.py", "1/"), *LIBRARY],
     "image_preprocess": [("model_repository/tokenizer/image_preprocess.py", "1/model.py"), *LIBRARY],
     "proxy": [("model_repository/proxy/config.pbtxt", "config.pbtxt"), ("model_repository/proxy/1/*.py", "1/"),
-              ERROR_CONTRACT, OUTPUT_VOCABULARY, REQUEST_RULES, TRITON_SERVER],
+              ERROR_CONTRACT, OUTPUT_VOCABULARY, REQUEST_RULES, TRACING, TRITON_SERVER],
     "supervisor": [("model_repository/supervisor/config.pbtxt", "config.pbtxt"),
                    ("model_repository/supervisor/1/model.py", "1/"), TRITON_SERVER],
 }

@@ -103,7 +103,8 @@ def _order(spans):
 
 def waterfall(spans, path, title="one request"):
     """One trace's spans (dicts: name, span_id, parent_span_id, start_ns, end_ns, service) as a waterfall, one bar
-    per span from its start to its end, indented by depth, coloured by the service that sent it."""
+    per span from its start to its end, indented by depth, coloured by `service` (the caller's grouping: the
+    service that sent it, or the span's kind)."""
     ordered, depths = _order(spans), _depths(spans)
     origin = min(span["start_ns"] for span in spans)
     services = sorted({span["service"] for span in spans})
@@ -114,12 +115,15 @@ def waterfall(spans, path, title="one request"):
         axis.barh(row, max(width, 0.02), left=start, color=colours[span["service"]], height=0.6)
         axis.text(start + max(width, 0.02), row, f"  {width:.2f} ms", va="center", fontsize=7)
     axis.set_yticks(range(len(ordered)),
-                    ["    " * depths[span["span_id"]] + span["name"] for span in ordered], fontsize=8)
+                    ["  " * depths[span["span_id"]] + span["name"] for span in ordered], fontsize=8, family="monospace")
+    for label in axis.get_yticklabels():  # left-aligned, so that the indent shows each span under its parent
+        label.set_horizontalalignment("left")
+    axis.tick_params(axis="y", pad=7 * max(len(label.get_text()) for label in axis.get_yticklabels()))
     axis.invert_yaxis()
     axis.set_xlabel("ms since the trace's first span")
     axis.set_title(title, fontsize=10)
     axis.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colours[s]) for s in services], labels=services,
-                fontsize=7, loc="lower right")
+                fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     figure.tight_layout()
     figure.savefig(path, dpi=80)
     plt.close(figure)

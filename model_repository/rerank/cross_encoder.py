@@ -8,6 +8,7 @@ parameter `query`: the tokenizer pairs it with every document). Its errors name 
 `documents[i]` (the error contract's field: model_errors.py); the query's name `query`. Settings: config.pbtxt,
 read once here.
 """
+import json
 import os
 import sys
 
@@ -18,8 +19,10 @@ sys.dont_write_bytecode = True  # the repository may be read-only storage: no __
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_common  # noqa: E402  (installed beside this file by build/export.py)
 import model_errors  # noqa: E402  (the same)
+import request_rules  # noqa: E402  (the same)
+from model_outputs import LOGITS, NUM_TOKENS, QUERY_TRUNCATED, SCORES, TRUNCATED  # noqa: E402  (the same)
 
-OUTPUTS = ["logits", "scores", "num_tokens", "truncated", "query_truncated"]
+OUTPUTS = [LOGITS, SCORES, NUM_TOKENS, TRUNCATED, QUERY_TRUNCATED]
 
 
 InvalidInput = model_common.InvalidInput  # a request's error about one field (model_errors.py's contract)
@@ -41,25 +44,31 @@ class TritonPythonModel(model_common.RerankModel):
             text = raw.decode("utf-8")
         except UnicodeDecodeError as error:
             raise InvalidInput("query", f"is not valid UTF-8 (byte {error.start})") from None
+        # the query goes to the tokenizer once for every pair, and truncate (false: a pair over the max length is
+        # refused there, before the encoder runs)
+        passed = {"query": text}
+        parameters = json.loads(request.parameters() or "{}")
+        if "truncate" in parameters:
+            passed["truncate"] = request_rules.truncate(parameters, InvalidInput)
         step = self.texts_per_call
-        parts = self.pieces(lambda i: self.score(documents[i * step:(i + 1) * step], i * step, text, deadline),
+        parts = self.pieces(lambda i: self.score(documents[i * step:(i + 1) * step], i * step, passed, deadline),
                             -(-len(documents) // step), deadline)
         deadline.check_answer()
         out = {name: np.concatenate([part[name] for part in parts]) for name in OUTPUTS}
-        return [pb_utils.Tensor("scores", out["scores"][:, self.label].astype(np.float32)),
-                pb_utils.Tensor("logits", out["logits"][:, self.label].astype(np.float32)),
-                pb_utils.Tensor("num_tokens", np.array([out["num_tokens"].sum()], dtype=np.int32)),
-                pb_utils.Tensor("query_truncated", np.array([bool(out["query_truncated"].any())])),
-                pb_utils.Tensor("truncated", out["truncated"].reshape(-1).copy())]
+        return [pb_utils.Tensor(SCORES, out[SCORES][:, self.label].astype(np.float32)),
+                pb_utils.Tensor(LOGITS, out[LOGITS][:, self.label].astype(np.float32)),
+                pb_utils.Tensor(NUM_TOKENS, np.array([out[NUM_TOKENS].sum()], dtype=np.int32)),
+                pb_utils.Tensor(QUERY_TRUNCATED, np.array([bool(out[QUERY_TRUNCATED].any())])),
+                pb_utils.Tensor(TRUNCATED, out[TRUNCATED].reshape(-1).copy())]
 
-    def score(self, documents, first, query, deadline):
-        """documents[first:...] paired with the query -> {output: rows}, with what is left of the request's timeout;
-        errors name the query or documents[i]."""
+    def score(self, documents, first, passed, deadline):
+        """documents[first:...] paired with the query (passed: the BLS model's parameters, the query's among them)
+        -> {output: rows}, with what is left of the request's timeout; errors name the query or documents[i]."""
         def rename(field):  # the BLS model's text[i] is documents[first + i]
             name, i = model_errors.split_field(field)
             if name != "text":
                 return field
             return "documents" if i is None else f"documents[{first + i}]"
         texts = pb_utils.Tensor("text", documents.astype(np.object_).reshape(-1, 1))
-        return model_common.call(self.pairs_model, [texts], OUTPUTS, deadline, parameters={"query": query},
+        return model_common.call(self.pairs_model, [texts], OUTPUTS, deadline, parameters=passed,
                                  rename=rename)

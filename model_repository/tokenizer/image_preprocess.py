@@ -37,6 +37,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_common  # noqa: E402  (installed beside this file by build/export.py)
+from model_outputs import PIXEL_VALUES  # noqa: E402  (the same)
 
 RESAMPLING = {mode.name.lower(): mode for mode in Image.Resampling}
 BOMB = (Image.DecompressionBombError, Image.DecompressionBombWarning)
@@ -124,6 +125,7 @@ def _parameter(config, key):
 class TritonPythonModel:
     def initialize(self, args):
         model_common.install_decoder()  # before the first request is loaded
+        model_common.tracing.name_model(args.get("model_name"))  # the name of its spans (traced: tracing.py)
         config = json.loads(args["model_config"])
         here = os.path.join(args["model_repository"], args["model_version"])
         with open(os.path.join(here, "preprocess.json"), encoding="utf-8") as handle:
@@ -132,7 +134,7 @@ class TritonPythonModel:
             self.transform = Transform(preprocess)
         except (KeyError, ValueError, TypeError) as error:
             raise pb_utils.TritonModelException(f"preprocess.json: {error!r}") from None
-        dims = [int(d) for d in next(o for o in config["output"] if o["name"] == "pixel_values")["dims"]]
+        dims = [int(d) for d in next(o for o in config["output"] if o["name"] == PIXEL_VALUES)["dims"]]
         if dims != [3, self.transform.height, self.transform.width]:
             raise pb_utils.TritonModelException(f"pixel_values dims {dims} in config.pbtxt, preprocess.json says "
                                                 f"[3, {self.transform.height}, {self.transform.width}]")
@@ -187,7 +189,16 @@ class TritonPythonModel:
         return self.transform(image)
 
     def row(self, item, label):
-        """pixels(), or the row's InvalidInput (not raised): a hostile image fails its row, never the stub."""
+        """pixels(), or the row's InvalidInput (not raised, its frames dropped): a hostile image fails its row, never
+        the stub. Why the frames go (model_common.forget_frames): the error's traceback reaches execute()'s frame,
+        which holds the error in its results, a cycle that kept the requests, and so the model, alive: the model
+        stayed UNLOADING after one bad image (issue 58: the CLIP unload that waited 60 s, then a second stub)."""
+        result = self._row(item, label)
+        if isinstance(result, InvalidInput):
+            model_common.forget_frames(result)
+        return result
+
+    def _row(self, item, label):
         try:
             return self.pixels(item, label)
         except InvalidInput as error:
@@ -201,6 +212,7 @@ class TritonPythonModel:
         except Exception as error:
             return InvalidInput(label, f"could not be decoded ({type(error).__name__}: {error})")
 
+    @model_common.tracing.per_request  # a request traced by parameter: its own span (off: execute itself)
     def execute(self, requests):
         rows, per_request = [], [[] for _ in requests]  # rows: (request index, row, item)
         for i, request in enumerate(requests):
@@ -209,6 +221,7 @@ class TritonPythonModel:
                 # its batch dimension, and is refused here instead of served as one image (read_bytes)
                 items = model_common.read_bytes(request, "image", rank=2)
             except InvalidInput as error:
+                model_common.forget_frames(error)  # (see row())
                 per_request[i].append(error)
                 continue
             rows.extend((i, r, item) for r, item in enumerate(items))
@@ -227,7 +240,7 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(error=error.triton_error))
             else:
                 responses.append(pb_utils.InferenceResponse(
-                    output_tensors=[pb_utils.Tensor("pixel_values", np.stack(results))]))
+                    output_tensors=[pb_utils.Tensor(PIXEL_VALUES, np.stack(results))]))
         return responses
 
     def finalize(self):

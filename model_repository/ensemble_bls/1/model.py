@@ -14,7 +14,8 @@ vector before the encoder's L2 step, TEI's `normalize: false`; asked of the enco
 it, by name or by naming no outputs, which Triton turns into all) without normalizing it, as TEI does;
 `embedding_int8`, `embedding_uint8`, `embedding_binary`, `embedding_ubinary` are that vector quantized exactly as
 sentence_transformers' quantize_embeddings does, int8 / uint8 with the width's ranges calibrated at export.
-`prompt_name` and `input_type` go to the tokenizer, which prepends the prompt.
+`prompt_name` and `input_type` go to the tokenizer, which prepends the prompt; so does `truncate` (false: a text
+over the max length is refused, before any encoder run).
 
 Compact ColBERT (bge-m3 exports): `colbert_pool_factor` pools each text's token vectors into n // factor clusters
 (Clavie et al. 2024, as colbert-ai and PyLate do it: Ward clustering, here in numpy: pool_tokens), and
@@ -37,22 +38,34 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_common  # noqa: E402  (installed beside this file by build/export.py)
 import model_outputs  # noqa: E402  (the same)
 import request_rules  # noqa: E402  (the same)
+from model_outputs import (  # noqa: E402  (the same)
+    ATTENTION_MASK,
+    COLBERT_LENGTH,
+    COLBERT_VECTORS,
+    DENSE,
+    INPUT_IDS,
+    LENGTH_GROUP,
+    NUM_TOKENS,
+    QUERY_TRUNCATED,
+    TOKEN_EMBEDDINGS,
+    TRUNCATED,
+)
 
-TOKENIZER_OUTPUTS = ["input_ids", "attention_mask", "num_tokens", "truncated", "length_group"]
-FROM_TOKENIZER = {"num_tokens", "truncated", "query_truncated"}
+TOKENIZER_OUTPUTS = [INPUT_IDS, ATTENTION_MASK, NUM_TOKENS, TRUNCATED, LENGTH_GROUP]
+FROM_TOKENIZER = {NUM_TOKENS, TRUNCATED, QUERY_TRUNCATED}
 PAD_VALUES = {model_outputs.SPARSE[0]: -1}  # the encoder pads sparse ids with -1; every other output with 0
 # Per token of a row, the encoder's outputs that follow its width have one entry, ColBERT's one fewer (no vector for
 # CLS). A ragged encoder (export --ragged-batch) pads them to the widest row of its run: what is past the row's own
 # width is padding, cut here.
 PAST_WIDTH = {model_outputs.COLBERT[0]: -1}
 QUANTIZED = {name: precision for precision, name in model_outputs.QUANTIZED.items()}  # output -> its precision
-VECTORS = {"embedding", *QUANTIZED}  # their -1 dimension is the request's width, not a per-token one
+VECTORS = {DENSE, *QUANTIZED}  # their -1 dimension is the request's width, not a per-token one
 UNNORMALIZED = model_outputs.UNNORMALIZED  # the encoder's own output, its -1 dimension the request's width too
 PROMPT_PARAMETERS = ("prompt_name", "input_type")
 COLBERT_TYPES = {name: kind.removeprefix("colbert_") for kind, name in model_outputs.COLBERT_COMPACT.items()}
 COLBERT_SOURCES = list(model_outputs.COLBERT)  # what the compact forms are computed from
 # sent only when asked for by name (a request naming none gets the rest)
-ON_REQUEST = {model_outputs.TOKEN_EMBEDDINGS, UNNORMALIZED}
+ON_REQUEST = {TOKEN_EMBEDDINGS, UNNORMALIZED}
 
 
 def quantize(vectors, precision, ranges):
@@ -80,7 +93,7 @@ class TritonPythonModel(model_common.RequestModel):
         # SPLADE's sparse outputs hold weights over the vocabulary: their width follows no text's (config.pbtxt)
         self.vocabulary_outputs = set(model_outputs.SPARSE[:2]) if parameters.get("sparse_width") == "vocabulary" \
             else set()
-        self.tokenizer_outputs = TOKENIZER_OUTPUTS + [n for n in self.outputs if n == "query_truncated"]
+        self.tokenizer_outputs = TOKENIZER_OUTPUTS + [n for n in self.outputs if n == QUERY_TRUNCATED]
         path = os.path.join(args["model_repository"], args["model_version"], "vectors.json")
         vectors = {}
         if os.path.exists(path):
@@ -100,7 +113,7 @@ class TritonPythonModel(model_common.RequestModel):
         return self.embed(request, Deadline(request))
 
     def options(self, request):
-        """(dimensions or None, the tokenizer's parameters: prompt, pairs' shared query) from the request's
+        """(dimensions or None, the tokenizer's parameters: prompt, pairs' shared query, truncate) from the request's
         parameters; InvalidInput names a bad one."""
         parameters = json.loads(request.parameters() or "{}")
         prompt = {key: parameters[key] for key in PROMPT_PARAMETERS if key in parameters}
@@ -109,6 +122,8 @@ class TritonPythonModel(model_common.RequestModel):
                 raise InvalidInput(key, f"must be a string, not {json.dumps(value)}", "invalid_value")
         if "query" in parameters:
             prompt["query"] = parameters["query"]
+        if "truncate" in parameters:  # the tokenizer's to apply: false refuses a text over the max length
+            prompt["truncate"] = request_rules.truncate(parameters, InvalidInput)
         width = parameters.get("dimensions")
         if width is None:
             return None, prompt
@@ -120,13 +135,13 @@ class TritonPythonModel(model_common.RequestModel):
         `embedding_unnormalized` truncated to the width, not normalized (TEI: truncate, then normalize if asked)."""
         if width is not None and UNNORMALIZED in results:
             results[UNNORMALIZED] = np.ascontiguousarray(results[UNNORMALIZED][:, :width])
-        dense = results.get("embedding")
+        dense = results.get(DENSE)
         if dense is None:
             return
         if width is not None:
             dense = dense[:, :width]
             dense = (dense / np.maximum(np.linalg.norm(dense, axis=1, keepdims=True), 1e-12)).astype(np.float32)
-            results["embedding"] = dense
+            results[DENSE] = dense
         for name in wanted:
             if name in QUANTIZED:
                 ranges = self.ranges.get(dense.shape[1])
@@ -149,20 +164,20 @@ class TritonPythonModel(model_common.RequestModel):
         encoder_outputs = [name for name in wanted if name not in FROM_TOKENIZER and name not in VECTORS
                            and name not in COLBERT_TYPES]
         if VECTORS & set(wanted):
-            encoder_outputs.append("embedding")  # the quantized forms are computed here from it
+            encoder_outputs.append(DENSE)  # the quantized forms are computed here from it
         if COLBERT_TYPES.keys() & set(wanted):
             encoder_outputs += [name for name in COLBERT_SOURCES if name not in encoder_outputs]
         results = {name: tokens[name] for name in wanted if name in FROM_TOKENIZER}
         if not encoder_outputs:
             return [pb_utils.Tensor(name, array) for name, array in results.items()]
-        ids, mask, groups = tokens["input_ids"], tokens["attention_mask"], tokens["length_group"]
+        ids, mask, groups = tokens[INPUT_IDS], tokens[ATTENTION_MASK], tokens[LENGTH_GROUP]
         width = ids.shape[1]
         runs = []
         for group in np.unique(groups[:, 0]):
             rows = np.flatnonzero(groups[:, 0] == group)
             cut = int(groups[rows[0], 1])
-            inputs = [pb_utils.Tensor("input_ids", np.ascontiguousarray(ids[rows, :cut])),
-                      pb_utils.Tensor("attention_mask", np.ascontiguousarray(mask[rows, :cut]))]
+            inputs = [pb_utils.Tensor(INPUT_IDS, np.ascontiguousarray(ids[rows, :cut])),
+                      pb_utils.Tensor(ATTENTION_MASK, np.ascontiguousarray(mask[rows, :cut]))]
             runs.append((rows, cut, self.runs_pool.submit(call, self.encoder_model, inputs, encoder_outputs, deadline)))
         finished = [(rows, cut, run.result()) for rows, cut, run in runs]
         for rows, cut, parts in finished:
@@ -192,7 +207,7 @@ class TritonPythonModel(model_common.RequestModel):
         parameters = json.loads(request.parameters() or "{}")
         if parameters.get("colbert_pool_factor") is None:
             return 1
-        if "colbert_vectors" not in self.outputs:
+        if COLBERT_VECTORS not in self.outputs:
             raise InvalidInput("colbert_pool_factor", f"is not served: this model has no ColBERT output (it serves "
                                                       f"{', '.join(self.outputs)})", "not_served")
         return model_common.whole_number(parameters, "colbert_pool_factor", meaning=" (1: no pooling)")
@@ -201,16 +216,16 @@ class TritonPythonModel(model_common.RequestModel):
         """Pools `colbert_vectors` (pool_factor > 1; `colbert_length` follows) and adds the compact types asked for,
         computed from the vectors served with them, so a client can check them against `colbert_vectors`."""
         names = [name for name in wanted if name in COLBERT_TYPES]
-        if "colbert_vectors" not in results or (pool_factor == 1 and not names):
+        if COLBERT_VECTORS not in results or (pool_factor == 1 and not names):
             return
-        vectors, lengths = results["colbert_vectors"], results["colbert_length"]
+        vectors, lengths = results[COLBERT_VECTORS], results[COLBERT_LENGTH]
         if pool_factor > 1:
             rows = [pool_tokens(vectors[i, :int(n)], pool_factor) for i, n in enumerate(lengths.reshape(-1))]
             pooled = np.zeros((len(rows), max(len(r) for r in rows), vectors.shape[2]), dtype=np.float32)
             for i, row in enumerate(rows):
                 pooled[i, :len(row)] = row
-            vectors = results["colbert_vectors"] = pooled
-            results["colbert_length"] = np.array([len(r) for r in rows], dtype=lengths.dtype).reshape(lengths.shape)
+            vectors = results[COLBERT_VECTORS] = pooled
+            results[COLBERT_LENGTH] = np.array([len(r) for r in rows], dtype=lengths.dtype).reshape(lengths.shape)
         for name in names:
             results[name] = compact(vectors, COLBERT_TYPES[name])
 

@@ -13,9 +13,9 @@ of the tokens that overlap its span (a token cut by a span's edge counts for bot
 prompt's tokens never count), L2-normalized: the model's normalization. The mean whatever the model's own pooling:
 a CLS model's CLS token holds the whole text, not a chunk.
 
-A text longer than the max length is refused (INVALID_ARG naming the limit), not windowed: windows would give the
-tokens of each a different context than one forward pass. Bad spans are refused naming the span. Settings:
-config.pbtxt, read once here.
+A text longer than the max length is refused (the tokenizer's too_long, asked with `truncate` false: INVALID_ARG
+naming the limit), not windowed: windows would give the tokens of each a different context than one forward pass.
+Bad spans are refused naming the span. Settings: config.pbtxt, read once here.
 """
 import json
 import os
@@ -29,6 +29,17 @@ sys.dont_write_bytecode = True  # the repository may be read-only storage: no __
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_common  # noqa: E402  (installed beside this file by build/export.py)
 import model_errors  # noqa: E402  (the same)
+from model_outputs import (  # noqa: E402  (the same)
+    ATTENTION_MASK,
+    CHUNK_SPANS,
+    DENSE,
+    INPUT_IDS,
+    LENGTH_GROUP,
+    NUM_TOKENS,
+    OFFSETS,
+    TEXT_TOKENS,
+    TOKEN_EMBEDDINGS,
+)
 
 SENTENCE_END = re.compile(r"(?<=[.!?。！？])[\"'”’)\]]*\s+|\n\s*|(?<=[。！？])")
 PROMPT_PARAMETERS = ("prompt_name", "input_type")
@@ -116,16 +127,13 @@ class TritonPythonModel(model_common.RequestModel):
         if len(raw) != 1:
             raise InvalidInput("text", f"must hold one text, not {len(raw)}")
         text_in = pb_utils.Tensor("text", raw.reshape(1, 1))
-        tokens = call(self.tokenizer_model, [text_in], ["input_ids", "attention_mask", "num_tokens",
-                                                         "truncated", "offsets", "length_group"], deadline, prompt,
+        # truncate false: the tokenizer refuses a text over the max length (too_long naming `text`), never cut
+        tokens = call(self.tokenizer_model, [text_in], [INPUT_IDS, ATTENTION_MASK, NUM_TOKENS, OFFSETS,
+                                                         LENGTH_GROUP], deadline, {**prompt, "truncate": False},
                       rename=one_text)
-        count = int(tokens["num_tokens"][0, 0])
-        if tokens["truncated"][0, 0]:
-            raise InvalidInput("text", f"is longer than the model's max length of {count} tokens: late chunking "
-                                       f"embeds the whole text in one forward pass, so it takes at most {count} tokens "
-                                       f"(split the text, or chunk it before embedding)", "too_long")
+        count = int(tokens[NUM_TOKENS][0, 0])
         text = raw[0].decode("utf-8")  # the tokenizer has checked it
-        offsets = tokens["offsets"][0, :count]
+        offsets = tokens[OFFSETS][0, :count]
         if spans is None:
             chunks = sentence_chunks(text, offsets, budget)  # not empty: the tokenizer refuses a text without tokens
         else:
@@ -136,15 +144,15 @@ class TritonPythonModel(model_common.RequestModel):
             if not mask.any():  # only whitespace (or characters no token comes from)
                 raise InvalidInput(f"spans[{i}]", f"{chunks[i].tolist()} covers no token of the text")
         inputs = [pb_utils.Tensor(name, np.ascontiguousarray(tokens[name][:, :count]))
-                  for name in ("input_ids", "attention_mask")]
-        hidden = call(self.encoder_model, inputs, ["token_embeddings"], deadline)["token_embeddings"][0]
+                  for name in (INPUT_IDS, ATTENTION_MASK)]
+        hidden = call(self.encoder_model, inputs, [TOKEN_EMBEDDINGS], deadline)[TOKEN_EMBEDDINGS][0]
         deadline.check_answer()
         vectors = np.stack([hidden[:count][mask].astype(np.float64).mean(0) for mask in selected])
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        return [pb_utils.Tensor("embedding", vectors.astype(np.float32)),
-                pb_utils.Tensor("chunk_spans", chunks),
-                pb_utils.Tensor("num_tokens", np.array([m.sum() for m in selected], dtype=np.int32)),
-                pb_utils.Tensor("text_tokens", np.array([count], dtype=np.int32))]
+        return [pb_utils.Tensor(DENSE, vectors.astype(np.float32)),
+                pb_utils.Tensor(CHUNK_SPANS, chunks),
+                pb_utils.Tensor(NUM_TOKENS, np.array([m.sum() for m in selected], dtype=np.int32)),
+                pb_utils.Tensor(TEXT_TOKENS, np.array([count], dtype=np.int32))]
 
 
 call = model_common.call  # the library's BLS call: the request's deadline, a step's error in the contract

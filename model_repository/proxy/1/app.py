@@ -15,6 +15,7 @@ import routes_openai
 import routes_seed
 import routes_server
 import routes_tei
+import tracing
 from direct import DirectRoutes
 from fastapi import APIRouter, FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -103,7 +104,9 @@ def create_app(settings, service: Service, metrics):
 
 
 def create_server_app(settings, service: Service, metrics):
-    """The ASGI app the server runs: the metrics outermost, the gate (guard.py), then the routes: the plain ones
-    directly (direct.py), the others through FastAPI."""
+    """The ASGI app the server runs: the metrics outermost (inside the request's span when traced:
+    model_library/tracing.py), the gate (guard.py), then the routes: the plain ones directly (direct.py), the others
+    through FastAPI."""
     app = create_app(settings, service, metrics)
-    return MetricsMiddleware(HttpGuard(DirectRoutes(app, router), settings, service), metrics, app)
+    return tracing.asgi(MetricsMiddleware(HttpGuard(DirectRoutes(app, router), settings, service), metrics, app),
+                        untraced={route.path for route in routes_server.router.routes})  # probes, /metrics

@@ -9,6 +9,7 @@ message is composed then (it leads with the field), and every dialect's body car
 from typing import NamedTuple
 
 import orjson
+import tracing
 from starlette.responses import Response
 
 MAX_MESSAGE_CHARS = 1000  # an error that quotes a client's value (a 1 MB model id) is cut: no 1 MB error back
@@ -139,6 +140,8 @@ def response(error, shape):
     """The HTTP answer to `error` in a dialect's shape: "openai" {"error": {message, type, param, code, field}};
     "cohere" that with Cohere's own {"message"} beside it; "tei" TEI's {error, error_type} and ours (code, param,
     field), with TEI's status."""
+    if tracing.ENABLED:  # the kind on the request's span (model_library/tracing.py)
+        tracing.error_kind(error.kind)
     kind = KINDS[error.kind]
     message = error.message if len(error.message) <= MAX_MESSAGE_CHARS else \
         f"{error.message[:MAX_MESSAGE_CHARS]}... ({len(error.message)} characters, cut)"

@@ -14,6 +14,7 @@ import model_errors
 import model_outputs
 import numpy as np
 import prechecks
+import tracing
 from errors import FROM_MODEL, ApiError, InvalidInput, NotAdmitted, Timeout, Unavailable, rename_field
 from model_outputs import (
     CHUNK_SPANS,
@@ -38,7 +39,8 @@ SPARSE_INDICES, SPARSE_VALUES, SPARSE_COUNT = model_outputs.SPARSE
 COLBERT_LENGTH = model_outputs.COLBERT[1]  # beside the ColBERT vectors of every form
 TOKENIZE = list(model_outputs.TOKENIZE)  # the tokenizer's tokenize task's outputs
 COUNTS = list(model_outputs.COUNTS)
-PROMPT_PARAMETERS = ("prompt_name", "input_type")  # what the BLS and rerank models pass on to the tokenizer
+# what the BLS and rerank models pass on to the tokenizer (truncate false: it refuses a text over the max length)
+TOKENIZER_PARAMETERS = ("prompt_name", "input_type", "truncate")
 
 
 @dataclass
@@ -279,16 +281,17 @@ class Inference:
         """What the export's tokenizer makes of `texts` (each alone with the request's prompt; or paired with
         `queries`: one text for all, as a cross-encoder's rerank model sends its query, or one per text), as the
         embedding step would: asked of the tokenizer alone, outside admission, for a request the gate refused whose
-        answer depends on its tokens (truncate false: route_helpers.cut_while_busy). -> Measured, or None when the
-        tokenizer cannot say in time: a full queue, the request's deadline, or more than a quarter of the BLS
-        threads (bls_concurrency) already waiting on such questions (under the rate limiter the tokenizer runs only
-        when the encoder has nothing queued: these wait for the busy encoder)."""
+        answer depends on its tokens (truncate false, passed on: the tokenizer's too_long names a text over the max
+        length; route_helpers.cut_while_busy). -> Measured, or None when the tokenizer cannot say in time: a full
+        queue, the request's deadline, or more than a quarter of the BLS threads (bls_concurrency) already waiting on
+        such questions (under the rate limiter the tokenizer runs only when the encoder has nothing queued: these
+        wait for the busy encoder)."""
         size = self.bls_rows.get(card.bls, 1)
         starts = range(0, len(texts), size)
         if self.measuring + len(starts) > max(1, self.settings.bls_concurrency // 4):
             return None
         prompt = {key: value for key, value in (parameters or {}).items()
-                  if key in PROMPT_PARAMETERS and value is not None}
+                  if key in TOKENIZER_PARAMETERS and value is not None}
         if isinstance(queries, str):
             prompt["query"] = queries
         names = [*COUNTS, LENGTH_GROUP] + ([QUERY_TRUNCATED] if queries is not None else [])
@@ -391,6 +394,10 @@ def admit_request():
     if admitted is not None and (refused := admitted.enter()) is not None:
         raise NotAdmitted(f"the server is busy: {refused}; retry", "overloaded")
     return admitted
+
+
+# Traced (model_library/tracing.py): a span per call, its context passed on, the admission's span. Off: as it is.
+Inference.infer = tracing.bls_call(Inference.infer, admit_request)
 
 
 def step_error(message, card, model, rows):

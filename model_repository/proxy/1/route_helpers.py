@@ -7,7 +7,6 @@ import base64
 import hmac
 import uuid
 from contextlib import contextmanager
-from types import SimpleNamespace
 
 import errors
 import model_errors
@@ -127,14 +126,10 @@ def check_texts(request, texts, param, count=True):
     return texts
 
 
-def refuse_cut(card, cut, param, single=False):
-    """truncate false: an input the model cut to its max length is a 422 naming it (param[i], or param itself for
-    a single one)."""
-    cut = np.asarray(cut, dtype=bool).reshape(-1)
-    if cut.any():
-        field = param if single else f"{param}[{int(np.argmax(cut))}]"
-        raise ApiError(f"is longer than the model's maximum of {card.max_length} tokens (truncate is false)",
-                       "too_long", param, field)
+def refusing_cut(parameters, truncate):
+    """The request parameters a model call carries: with `truncate` false the tokenizer refuses an input over the
+    max length (too_long naming it: request_rules.truncate), before the encoder runs."""
+    return parameters if truncate else {**(parameters or {}), "truncate": False}
 
 
 # What an ASCII text may count beyond one token per character: the special tokens a tokenizer adds to one text (2 for
@@ -155,12 +150,21 @@ def surely_within(card, texts):
 
 async def cut_while_busy(request, card, texts, param, parameters=None, queries=None):
     """truncate false, and the gate refused the request (NotAdmitted): a text over the max length can never be
-    served, but only its tokens tell, so the tokenizer alone is asked (Service.measure: outside admission, it waits
-    for the busy encoder), unless every text is surely within the max length (then none is cut). -> the Measured
-    texts (their `truncated` for refuse_cut), or None: no answer in time (the 429 stands)."""
+    served, but only its tokens tell, so the tokenizer alone is asked, with truncate false (Service.measure: outside
+    admission, it waits for the busy encoder); its too_long names the text. Not asked when every text is surely
+    within the max length. Returns when none is cut, or the tokenizer could not say in time (the 429 stands)."""
     if queries is None and surely_within(card, texts):
-        return SimpleNamespace(truncated=np.zeros(len(texts), dtype=bool), query_truncated=None)
-    return await request.app.state.service.measure(card, texts, param, parameters, queries)
+        return
+    await request.app.state.service.measure(card, texts, param, refusing_cut(parameters, False), queries)
+
+
+async def in_order(*calls):
+    """The calls side by side; the first one's error in the order given, else their results."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
 
 
 def need(card, output, route, param="model"):
@@ -184,14 +188,14 @@ def select(request, model):
 
 
 async def embed(request, card, texts, outputs, param, truncate, parameters=None):
+    """The export's embedding models over `texts`; truncate false: the tokenizer refuses a text over the max length
+    (too_long, 422, naming param[i]) before the encoder runs."""
     try:
-        result = await request.app.state.service.embed(card, texts, outputs, param, parameters)
+        result = await request.app.state.service.embed(card, texts, outputs, param, refusing_cut(parameters, truncate))
     except NotAdmitted:  # busy: a text over the max length still gets its 422, never a 429 to retry
-        if not truncate and (measured := await cut_while_busy(request, card, texts, param, parameters)) is not None:
-            refuse_cut(card, measured.truncated, param)
+        if not truncate:
+            await cut_while_busy(request, card, texts, param, parameters)
         raise
-    if not truncate:
-        refuse_cut(card, result.truncated, param)
     request.app.state.metrics.observe_embedding(card.id, len(texts), int(result.tokens.sum()),
                                                 int(result.truncated.sum()))
     return result
@@ -252,16 +256,13 @@ async def score_documents(request, model, query, documents, weights=None, trunca
                            "invalid_value", "weights")
     elif not served:
         raise ApiError(f"model '{card.id}' serves none of dense, sparse, colbert", "not_served")
-    try:
+    try:  # truncate false: the tokenizer refuses the query or a document over the max length (too_long, 422)
         result = await request.app.state.service.rerank(card, query, documents, weights or (1.0, 1.0, 1.0),
-                                                        parameters)
+                                                        refusing_cut(parameters, truncate))
     except NotAdmitted:  # busy: a text over the max length still gets its 422, never a 429 to retry
         if not truncate:
             await rerank_cut_while_busy(request, card, query, documents, parameters)
         raise
-    if not truncate:
-        refuse_cut(card, [result.query_truncated], "query", single=True)
-        refuse_cut(card, result.truncated, "documents")
     truncated = int(result.query_truncated) + int(result.truncated.sum())
     request.app.state.metrics.observe_embedding(card.id, 1 + len(documents), result.tokens, truncated)
     return card, result, served, truncated
@@ -270,22 +271,16 @@ async def score_documents(request, model, query, documents, weights=None, trunca
 async def rerank_cut_while_busy(request, card, query, documents, parameters):
     """score_documents' truncate false for a request the gate refused: the query and the documents as the rerank
     model has them tokenized (a cross-encoder's: each document paired with the query; else each text alone)."""
-    if card.kind == "cross-encoder":
-        measured = await cut_while_busy(request, card, documents, "documents", queries=query)
-        if measured is not None:
-            refuse_cut(card, [measured.query_truncated.any()], "query", single=True)
-            refuse_cut(card, measured.truncated, "documents")
+    if card.kind == "cross-encoder":  # the tokenizer names the pairs' one query `query`
+        await cut_while_busy(request, card, documents, "documents", queries=query)
         return
     try:
-        asked, measured = await asyncio.gather(cut_while_busy(request, card, [query], "query", parameters),
-                                               cut_while_busy(request, card, documents, "documents", parameters))
+        await in_order(cut_while_busy(request, card, [query], "query", parameters),
+                       cut_while_busy(request, card, documents, "documents", parameters))
     except ApiError as error:
         if error.field == "query[0]":  # the query is one text, named alone (as the rerank model names it)
             rename_field(error, "query")
         raise
-    if asked is not None and measured is not None:
-        refuse_cut(card, asked.truncated, "query", single=True)
-        refuse_cut(card, measured.truncated, "documents")
 
 
 # ---------------------------------------------------------------- the answers' pieces

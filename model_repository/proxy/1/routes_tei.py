@@ -9,7 +9,6 @@ table's TEI column, errors.KINDS): 422 for a validation error, 413 for too many 
 fields (`texts`, `inputs.sentences`). `truncate` is false unless asked on every route (TEI started with
 --auto-truncate false, as /info says). TEI serves one model; here a body's `model` picks an export, else the default
 one."""
-import asyncio
 
 import dialects
 import model_errors
@@ -172,8 +171,8 @@ async def bound_token_vectors(request, card, texts, parameters, truncate):
         measured = await service.measure(card, texts, "inputs", parameters)
         if measured is not None:
             answer_size(request, int(measured.tokens.sum()), hidden)
-            if not truncate:
-                shared.refuse_cut(card, measured.truncated, "inputs")
+            if not truncate and measured.truncated.any():  # the tokenizer's too_long, naming the input
+                await shared.cut_while_busy(request, card, texts, "inputs", parameters)
         raise
     answer_size(request, sum(min(len(row), card.max_length) for row in tokens), hidden)
 
@@ -222,15 +221,13 @@ async def predict_answer(request, body):
     if card.kind != "cross-encoder":
         raise ApiError(f"model '{card.id}' is not a classifier: /predict serves cross-encoder exports", "not_served",
                        "model")
-    try:
-        logits, scores, tokens, truncated, inference_ms = await request.app.state.service.predict(card, items,
-                                                                                                 "inputs")
+    try:  # truncate false: the tokenizer refuses an input over the max length (too_long, 422, naming it)
+        logits, scores, tokens, truncated, inference_ms = await request.app.state.service.predict(
+            card, items, "inputs", shared.refusing_cut(None, bool(body.truncate)))
     except NotAdmitted:  # busy: an input over the max length still gets its 422, never a 429 to retry
-        if not body.truncate and (cut := await predict_cut_while_busy(request, card, items)) is not None:
-            shared.refuse_cut(card, cut, "inputs")
+        if not body.truncate:
+            await predict_cut_while_busy(request, card, items)
         raise
-    if not body.truncate:
-        shared.refuse_cut(card, truncated, "inputs")
     request.app.state.metrics.observe_embedding(card.id, sum(len(item) for item in items), tokens,
                                                 int(truncated.sum()))
     labels, values = label_names(card), logits if body.raw_scores else scores
@@ -241,32 +238,25 @@ async def predict_answer(request, body):
 
 
 async def predict_cut_while_busy(request, card, items):
-    """/predict's truncate false for a request the gate refused: per input, whether the tokenizer cuts it (a text
-    alone, a pair as the classifier reads it), asked of the tokenizer alone; None: no answer in time."""
+    """/predict's truncate false for a request the gate refused: the tokenizer alone, with truncate false, refuses
+    an input it would cut (a text alone, a pair as the classifier reads it), naming it."""
     singles = [i for i, item in enumerate(items) if len(item) == 1]
     pairs = [i for i, item in enumerate(items) if len(item) == 2]
 
     async def measure(indices, paired):
         if not indices:
-            return np.zeros(0, dtype=bool)
+            return
         with shared.client_indices("inputs", indices):
             try:
-                measured = await shared.cut_while_busy(request, card, [items[i][-1] for i in indices], "inputs",
-                                                       queries=[items[i][0] for i in indices] if paired else None)
+                await shared.cut_while_busy(request, card, [items[i][-1] for i in indices], "inputs",
+                                            queries=[items[i][0] for i in indices] if paired else None)
             except ApiError as error:  # a pair's query[i]: its input, as predict names it
                 name, i = model_errors.split_field(error.field or "")
                 if name == "query" and i is not None:
                     rename_field(error, f"inputs[{i}]")
                     error.param = "inputs"
                 raise
-        return None if measured is None else measured.truncated
-    found = await asyncio.gather(measure(singles, False), measure(pairs, True))
-    if any(cut is None for cut in found):
-        return None
-    cut = np.zeros(len(items), dtype=bool)
-    for indices, flags in zip((singles, pairs), found):
-        cut[indices] = flags
-    return cut
+    await shared.in_order(measure(singles, False), measure(pairs, True))
 
 
 @router.post("/similarity", dependencies=shared.USER, response_model=list[float], responses=ERRORS)

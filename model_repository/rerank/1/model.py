@@ -26,10 +26,23 @@ import model_common  # noqa: E402  (installed beside this file by build/export.p
 import model_errors  # noqa: E402  (the same)
 import model_outputs  # noqa: E402  (the same)
 import request_rules  # noqa: E402  (the same)
+from model_outputs import (  # noqa: E402  (the same)
+    COLBERT_LENGTH,
+    COLBERT_VECTORS,
+    DENSE,
+    MODE_SCORES,
+    NUM_TOKENS,
+    QUERY_TRUNCATED,
+    SCORES,
+    SPARSE_COUNT,
+    SPARSE_INDICES,
+    SPARSE_VALUES,
+    TRUNCATED,
+)
 
 MODES = model_outputs.MODES
 TENSORS = {mode: model_outputs.TENSORS[mode] for mode in MODES}
-PROMPT_PARAMETERS = ("prompt_name", "input_type")  # request parameters passed on to the BLS model
+PROMPT_PARAMETERS = ("prompt_name", "input_type", "truncate")  # request parameters passed on to the BLS model
 FLAG_EMBEDDING_BATCH = 256  # compute_score's default batch_size: the padding above is per batch of this many
 
 
@@ -92,32 +105,34 @@ class TritonPythonModel(model_common.RerankModel):
         # a prompt for every text, query and documents alike (TEI's /similarity); the BLS model checks it
         parameters = json.loads(request.parameters() or "{}")
         prompt = {key: parameters[key] for key in PROMPT_PARAMETERS if key in parameters}
+        if "truncate" in prompt:  # false: a text over the max length is refused (by the tokenizer, before the encoder)
+            prompt["truncate"] = request_rules.truncate(parameters, InvalidInput)
         texts = np.concatenate([query, documents]).astype(np.object_)
-        names = [name for mode in weights for name in TENSORS[mode]] + ["num_tokens", "truncated"]
+        names = [name for mode in weights for name in TENSORS[mode]] + [NUM_TOKENS, TRUNCATED]
         step = self.texts_per_call
         parts = self.pieces(lambda i: self.embed(texts[i * step:(i + 1) * step], i * step, names, deadline, prompt),
                             -(-len(texts) // step), deadline)
         deadline.check_answer()
-        outputs = {name: np.concatenate([part[name] for part in parts]) if name not in ("sparse_indices",
-                   "sparse_values", "colbert_vectors") else [row for part in parts for row in part[name]]
+        outputs = {name: np.concatenate([part[name] for part in parts]) if name not in (SPARSE_INDICES,
+                   SPARSE_VALUES, COLBERT_VECTORS) else [row for part in parts for row in part[name]]
                    for name in names}
         vectors = []
         for i in range(len(texts)):
             row = {}
             if "dense" in weights:
-                row["dense"] = outputs["embedding"][i]
+                row["dense"] = outputs[DENSE][i]
             if "sparse" in weights:
-                count = int(outputs["sparse_count"][i, 0])
-                row["sparse"] = (outputs["sparse_indices"][i][:count], outputs["sparse_values"][i][:count])
+                count = int(outputs[SPARSE_COUNT][i, 0])
+                row["sparse"] = (outputs[SPARSE_INDICES][i][:count], outputs[SPARSE_VALUES][i][:count])
             if "colbert" in weights:
-                row["colbert"] = outputs["colbert_vectors"][i][:int(outputs["colbert_length"][i, 0])]
+                row["colbert"] = outputs[COLBERT_VECTORS][i][:int(outputs[COLBERT_LENGTH][i, 0])]
             vectors.append(row)
         combined, per_mode = scores(vectors[0], vectors[1:], weights)
-        truncated = outputs["truncated"].reshape(-1)
-        return [pb_utils.Tensor("scores", combined), pb_utils.Tensor("mode_scores", per_mode),
-                pb_utils.Tensor("num_tokens", np.array([outputs["num_tokens"].sum()], dtype=np.int32)),
-                pb_utils.Tensor("query_truncated", truncated[:1].copy()),
-                pb_utils.Tensor("truncated", truncated[1:].copy())]
+        truncated = outputs[TRUNCATED].reshape(-1)
+        return [pb_utils.Tensor(SCORES, combined), pb_utils.Tensor(MODE_SCORES, per_mode),
+                pb_utils.Tensor(NUM_TOKENS, np.array([outputs[NUM_TOKENS].sum()], dtype=np.int32)),
+                pb_utils.Tensor(QUERY_TRUNCATED, truncated[:1].copy()),
+                pb_utils.Tensor(TRUNCATED, truncated[1:].copy())]
 
     def embed(self, texts, first, names, deadline, prompt):
         """texts[first:...] of [query, *documents] -> {output: rows}, with what is left of the request's timeout;

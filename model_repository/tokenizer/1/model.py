@@ -1,6 +1,11 @@
 """Tokenizer step of the ensemble: `text` (one string per row) -> input_ids, attention_mask, num_tokens,
 truncated.
 
+Truncation: a text over max_length is cut to it and `truncated` says so; with the request parameter `truncate`
+false (request_rules.truncate) the request is refused instead, `too_long` naming its first such row (`text[i]`, or
+a pair's `query`), before any encoder run. The BLS and rerank models pass the parameter on; late chunking
+always sends it false.
+
 Pairs (cross-encoders): with a `query` per row (input `query`), or one query for every row (request parameter
 `query`, so a caller with one query and many documents sends it once), each row is the pair (query, text), cut with
 FlagReranker's rule: the query alone to query_max_length, then the text so the pair fits max_length. `truncated`
@@ -45,6 +50,19 @@ sys.dont_write_bytecode = True  # the repository may be read-only storage: no __
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_common  # noqa: E402  (installed beside this file by build/export.py)
 import request_rules  # noqa: E402  (the same)
+from model_outputs import (  # noqa: E402  (the same)
+    ATTENTION_MASK,
+    BYTE_OFFSETS,
+    DECODED,
+    INPUT_IDS,
+    LENGTH_GROUP,
+    NUM_TOKENS,
+    OFFSETS,
+    QUERY_TRUNCATED,
+    TOKEN_SPECIAL,
+    TOKEN_TEXT,
+    TRUNCATED,
+)
 
 from grouping import pad_width, plan_groups, round_up  # noqa: E402
 
@@ -67,6 +85,7 @@ def _parameter(config, key):
 class TritonPythonModel:
     def initialize(self, args):
         model_common.install_decoder()  # before the first request is loaded
+        model_common.tracing.name_model(args.get("model_name"))  # the name of its spans (traced: tracing.py)
         config = json.loads(args["model_config"])
         here = os.path.join(args["model_repository"], args["model_version"])
         self.tokenizer = Tokenizer.from_file(os.path.join(here, "tokenizer.json"))
@@ -226,6 +245,19 @@ class TritonPythonModel:
             return texts, queries, shared
         return [self.prompts[name] + text for text in texts], None, False
 
+    def refuse_cut(self, encodings, flags, shared):
+        """truncate false (request_rules.truncate): the request's first row the max length cut is its error, before
+        any encoder run; a pair's query cut names the query (`query`: the one for every row)."""
+        if flags:
+            row = next((row for row, (query_cut, _) in enumerate(flags) if query_cut), None)
+            if row is not None:
+                raise request_rules.cut_refused("query" if shared else f"query[{row}]", self.max_length, InvalidInput)
+            cut = [pair_cut for _, pair_cut in flags]
+        else:
+            cut = [bool(e.overflowing) for e in encodings]
+        if any(cut):
+            raise request_rules.cut_refused(f"text[{cut.index(True)}]", self.max_length, InvalidInput)
+
     def check(self, encodings, split):
         """The per-request check that needs the tokens: the padded size against the token budget (unless the caller
         splits the request into runs itself)."""
@@ -244,6 +276,7 @@ class TritonPythonModel:
             error = InvalidInput("text", f"could not be read: {error}")
         request.get_response_sender().send(pb_utils.InferenceResponse(error=error.triton_error), flags=FINAL)
 
+    @model_common.tracing.per_request  # a request traced by parameter: its own span (off: execute itself)
     def execute(self, requests):
         # single texts of all requests; per good request (index, first text, count, pairs, its requested outputs:
         # read once, each call crosses into the stub's C++)
@@ -255,24 +288,27 @@ class TritonPythonModel:
                     continue
                 wanted = request.requested_output_names()
                 # (a request naming no outputs is given all of them: it is an embedding step's, as before)
-                if "token_text" in wanted and "attention_mask" not in wanted:
+                if TOKEN_TEXT in wanted and ATTENTION_MASK not in wanted:
                     self.tokenize(request)
                     continue
-                decoded, queries, _ = self.decode_with_prompt(request)
+                keep = request_rules.truncate(json.loads(request.parameters() or "{}"), InvalidInput)
+                decoded, queries, shared = self.decode_with_prompt(request)
                 pairs = None if queries is None else self.pairs(queries, decoded)
             except ValueError as error:
                 self.reject(request, error)
                 continue
-            spans.append((i, len(texts), len(decoded), pairs, wanted))
+            spans.append((i, len(texts), len(decoded), pairs, wanted, keep, shared))
             if pairs is None:
                 texts.extend(decoded)
         # encode() avoids encode_batch's thread-pool hand-off for the common single-text execute.
         encodings = self.tokenizer.encode_batch(texts) if len(texts) > 1 else [self.tokenizer.encode(t) for t in texts]
         accepted = []
-        for i, start, count, pairs, wanted in spans:
-            split = "length_group" in wanted
+        for i, start, count, pairs, wanted, keep, shared in spans:
+            split = LENGTH_GROUP in wanted
             mine, flags = pairs if pairs else (encodings[start:start + count], None)
             try:
+                if not keep:
+                    self.refuse_cut(mine, flags, shared)
                 self.check(mine, split)
             except ValueError as error:
                 self.reject(requests[i], error)
@@ -297,7 +333,7 @@ class TritonPythonModel:
         for index, (rows, width) in enumerate(plan):
             groups[rows] = (index, width)
         self.send(request, wanted, encodings, flags, lengths, self.width(max(lengths)),
-                  [pb_utils.Tensor("length_group", groups)])
+                  [pb_utils.Tensor(LENGTH_GROUP, groups)])
 
     def send(self, request, wanted, encodings, flags, lengths, width, extra=()):
         """wanted: the request's requested outputs; flags: per pair row (query cut, pair cut); None for single
@@ -310,17 +346,17 @@ class TritonPythonModel:
             attention_mask[row, :lengths[row]] = 1
         truncated = [f[1] for f in flags] if flags else [bool(e.overflowing) for e in encodings]
         outputs = [
-            pb_utils.Tensor("input_ids", input_ids),
-            pb_utils.Tensor("attention_mask", attention_mask),
-            pb_utils.Tensor("num_tokens", np.array(lengths, dtype=np.int32).reshape(rows, 1)),
-            pb_utils.Tensor("truncated", np.array(truncated, dtype=bool).reshape(rows, 1)),
+            pb_utils.Tensor(INPUT_IDS, input_ids),
+            pb_utils.Tensor(ATTENTION_MASK, attention_mask),
+            pb_utils.Tensor(NUM_TOKENS, np.array(lengths, dtype=np.int32).reshape(rows, 1)),
+            pb_utils.Tensor(TRUNCATED, np.array(truncated, dtype=bool).reshape(rows, 1)),
             *extra,
         ]
-        if "offsets" in wanted:
-            outputs.append(pb_utils.Tensor("offsets", self.offsets(request, encodings, width)))
-        if "query_truncated" in wanted:
+        if OFFSETS in wanted:
+            outputs.append(pb_utils.Tensor(OFFSETS, self.offsets(request, encodings, width)))
+        if QUERY_TRUNCATED in wanted:
             query_cut = [f[0] for f in flags] if flags else [False] * rows
-            outputs.append(pb_utils.Tensor("query_truncated", np.array(query_cut, dtype=bool).reshape(rows, 1)))
+            outputs.append(pb_utils.Tensor(QUERY_TRUNCATED, np.array(query_cut, dtype=bool).reshape(rows, 1)))
         request.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=outputs), flags=FINAL)
 
     def offsets(self, request, encodings, width):
@@ -374,10 +410,10 @@ class TritonPythonModel:
                 else:
                     first, last = int(starts[start]), int(starts[stop])
                     words[row, k], spans[row, k] = data[first:last], (first, last)
-        outputs = [pb_utils.Tensor("input_ids", ids), pb_utils.Tensor("token_text", words),
-                   pb_utils.Tensor("token_special", specials), pb_utils.Tensor("byte_offsets", spans),
-                   pb_utils.Tensor("num_tokens", np.array([len(e.ids) for e in encodings], np.int32).reshape(rows, 1)),
-                   pb_utils.Tensor("truncated", np.zeros((rows, 1), dtype=bool))]
+        outputs = [pb_utils.Tensor(INPUT_IDS, ids), pb_utils.Tensor(TOKEN_TEXT, words),
+                   pb_utils.Tensor(TOKEN_SPECIAL, specials), pb_utils.Tensor(BYTE_OFFSETS, spans),
+                   pb_utils.Tensor(NUM_TOKENS, np.array([len(e.ids) for e in encodings], np.int32).reshape(rows, 1)),
+                   pb_utils.Tensor(TRUNCATED, np.zeros((rows, 1), dtype=bool))]
         request.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=outputs), flags=FINAL)
 
     def detokenize(self, request):
@@ -400,4 +436,4 @@ class TritonPythonModel:
             decoded.append(self.tokenizer.decode(ids.tolist(), skip_special_tokens=skip).encode("utf-8"))
         out = np.array(decoded + [b""], dtype=np.object_)[:-1].reshape(-1, 1)  # (+ b"": keep an object array)
         request.get_response_sender().send(
-            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("decoded", out)]), flags=FINAL)
+            pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(DECODED, out)]), flags=FINAL)
