@@ -259,10 +259,6 @@ def span(name, **attributes):
         child.end()
 
 
-def refused(span, kind):
-    _failed(span, kind)
-
-
 def bls_call(infer, admit_request):
     """The proxy's Inference.infer(self, card, model, inputs, names, rows, parameters=None, admit=True), with a
     CLIENT span named after `model` around it, its context sent as the call's parameter `traceparent`; the texts
