@@ -13,7 +13,9 @@ NAME ?=
 # CLIP from open_clip: OPEN_CLIP=ViT-B-32 PRETRAINED=laion2b_s34b_b79k (or a checkpoint file) NAME=clip
 OPEN_CLIP ?=
 PRETRAINED ?=
-REPOSITORY ?= model_repository
+# The serving repository export writes and Triton serves (unset: model_repository/, local_triton/settings.py's
+# SERVING_REPOSITORY, git-ignored; the models' source is model_source/).
+REPOSITORY ?=
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
@@ -25,12 +27,12 @@ export HTTP_PORT GRPC_PORT METRICS_PORT PROXY_PORT ONNXRUNTIME_BACKEND
 # What `make test` runs (a subset: TESTS="tests/test_ensemble.py tests/test_launch.py")
 TESTS ?= tests
 # Debian packages: libb64 for perf_analyzer; wrk, the HTTP load generator of `make bench`; a C compiler for the
-# encoder's batching strategy (build/export.py compiles model_repository/embedding/token_budget.c); jemalloc, which
+# encoder's batching strategy (build/export.py compiles model_source/embedding/token_budget.c); jemalloc, which
 # the launcher preloads where the C++ onnxruntime backend runs the encoders in tritonserver's process; prometheus
 # and promtool, which tests/test_monitoring.py runs against deploy/monitoring/ (its own instance on a free port).
 DEB_PACKAGES := libb64-0d wrk gcc libc6-dev libjemalloc2 prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-EXPORT_ARGS = --repository $(REPOSITORY) $(if $(MODEL),--model "$(MODEL)") $(if $(NAME),--name "$(NAME)") \
+EXPORT_ARGS = $(if $(REPOSITORY),--repository $(REPOSITORY)) $(if $(MODEL),--model "$(MODEL)") $(if $(NAME),--name "$(NAME)") \
 	$(if $(OPEN_CLIP),--open-clip "$(OPEN_CLIP)") $(if $(PRETRAINED),--pretrained "$(PRETRAINED)")
 
 .PHONY: setup tools py310 export serve embed test test-unit lint bench onnxruntime-backend clean
@@ -79,14 +81,14 @@ export: setup
 # Export only if needed (no export yet, or MODEL differs from the exported one), then serve.
 serve: setup
 	$(PY) build/export.py $(EXPORT_ARGS) --skip-if-exported
-	$(PY) -m local_triton.launch --model-repository $(REPOSITORY)
+	$(PY) -m local_triton.launch $(if $(REPOSITORY),--model-repository $(REPOSITORY))
 
 # Embed a corpus through the running server (`make serve`, the same GRPC_PORT): INPUT=corpus.jsonl (.parquet, .csv,
 # .txt) OUTPUT=vectors.parquet (or .npy), MODEL= another export (its name, id or served name), EMBED_ARGS= the rest
 # (python -m bulk_embed --help). Killed, the same command goes on where it stopped.
 embed: setup
 	@[ -n "$(INPUT)" ] && [ -n "$(OUTPUT)" ] || { echo "make embed: give INPUT=corpus.jsonl OUTPUT=vectors.parquet"; exit 2; }
-	$(PY) -m bulk_embed "$(INPUT)" "$(OUTPUT)" --repository $(REPOSITORY) $(if $(MODEL),--model "$(MODEL)") $(EMBED_ARGS)
+	$(PY) -m bulk_embed "$(INPUT)" "$(OUTPUT)" $(if $(REPOSITORY),--repository $(REPOSITORY)) $(if $(MODEL),--model "$(MODEL)") $(EMBED_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

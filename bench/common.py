@@ -12,19 +12,17 @@ import time
 import urllib.request
 
 from exporting import pbtxt
-from exporting.repository import copy_model_code, templates_digest
+from exporting.repository import refresh_code, templates_digest
 from local_triton import launch
+from local_triton.settings import SERVING_REPOSITORY
 from model_library.in_process import import_python_model  # noqa: F401 (bench's scripts call common.import_python_model)
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 RESULTS = os.path.join(PROJECT, "bench", "results")
-TRACKED = os.path.join(PROJECT, "model_repository")
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 EXPORTED_MODELS = ("tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "late_chunking", "proxy",
                    "supervisor")
-# The default export's Python models, whose tracked code and configs (export's MODEL_CODE) a scratch copy refreshes.
-TRACKED_CODE = ("tokenizer", "ensemble_bls", "rerank", "late_chunking", "proxy", "supervisor")
 
 
 # ---------------------------------------------------------------- ports
@@ -50,14 +48,14 @@ def run_export(model, repository, *options, who="bench"):
 
 
 def find_export(repository=None, progress=print):
-    """The repository to benchmark, and whether it is the bench-owned one: `repository`, else model_repository/ if
-    it holds an export, else all-MiniLM-L6-v2 exported into bench/results/repository."""
+    """The repository to benchmark, and whether it is the bench-owned one: `repository`, else the serving repository
+    (model_repository/) if it holds an export, else all-MiniLM-L6-v2 exported into bench/results/repository."""
     if repository:
         if not glob.glob(os.path.join(repository, "*", "1", "export.json")):
             raise SystemExit(f"bench: {repository} holds no export (*/1/export.json)")
         return check_current(os.path.abspath(repository)), False
-    if os.path.exists(os.path.join(TRACKED, "ensemble", "1", "export.json")):
-        return check_current(TRACKED), False
+    if os.path.exists(os.path.join(SERVING_REPOSITORY, "ensemble", "1", "export.json")):
+        return check_current(SERVING_REPOSITORY), False
     owned = os.path.join(RESULTS, "repository")
     progress(f"no export in model_repository/: exporting {DEFAULT_MODEL} into {os.path.relpath(owned, PROJECT)}")
     run_export(DEFAULT_MODEL, owned, "--skip-if-exported")
@@ -91,11 +89,9 @@ def copy_models(source, target, models=EXPORTED_MODELS):
 
 
 def refresh_tracked(repository):
-    """The project's current tracked configs and model code (and the models' library) replace the copy's, as export
-    installs them (MODEL_CODE), so code changes are measured."""
-    for model in TRACKED_CODE:
-        if os.path.exists(os.path.join(repository, model)):
-            copy_model_code(model, os.path.join(repository, model))
+    """The project's current model code and configs (model_source/, and the models' library) replace the copy's, as
+    export installs them (refresh_code), so code changes are measured."""
+    refresh_code(repository)
 
 
 def scratch_repository(source, target, models=EXPORTED_MODELS):

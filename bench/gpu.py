@@ -119,7 +119,7 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
     os.makedirs(os.path.join(ensemble_dir, "1"))
     with open(os.path.join(ensemble_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(export_repository.render(
-            os.path.join(PROJECT, "model_repository", "ensemble", "config.pbtxt.template"), tokenizer="tokenizer",
+            os.path.join(PROJECT, "model_source", "ensemble", "config.pbtxt.template"), tokenizer="tokenizer",
             encoder="embedding",
             outputs=",\n".join([f'  {{ name: "embedding", data_type: TYPE_FP32, dims: [ {shape["hidden"]} ] }}']
                                + per_text),
@@ -128,7 +128,7 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
     export_repository.copy_model_code("ensemble_bls", bls_dir)
     with open(os.path.join(bls_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(export_repository.render(
-            os.path.join(PROJECT, "model_repository", "ensemble_bls", "config.pbtxt.template"), tokenizer="tokenizer",
+            os.path.join(PROJECT, "model_source", "ensemble_bls", "config.pbtxt.template"), tokenizer="tokenizer",
             encoder="embedding", inputs=export_repository.TEXT_INPUT, sparse_width="tokens",
             outputs=",\n".join(['  { name: "embedding", data_type: TYPE_FP32, dims: [ -1 ] }'] + per_text)))
     return repository, common.pbtxt.parameters(config)

@@ -11,7 +11,7 @@ and consistency with open_clip, not retrieval quality.
     (also a step of python -m bench.run: --no-images leaves it out)
 
 Workload: seeded photo-like JPEGs (quality 90): smooth colour gradients, a few filled shapes, light noise.
-Preprocessing is timed in-process with the served code (model_repository/tokenizer/image_preprocess.py, its
+Preprocessing is timed in-process with the served code (model_source/tokenizer/image_preprocess.py, its
 TritonPythonModel under a fake triton_python_backend_utils, one row at a time: decode, EXIF, resize, crop,
 normalize); the image tower's time per image is 1 / the ceiling's images/s.
 """
@@ -34,7 +34,7 @@ ARCHITECTURE = "ViT-B-32"
 NAME = "clip"
 SEED = 19
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
-PREPROCESS_CODE = os.path.join(PROJECT, "model_repository", "tokenizer", "image_preprocess.py")
+PREPROCESS_CODE = os.path.join(PROJECT, "model_source", "tokenizer", "image_preprocess.py")
 WORKLOAD = "256×256 JPEG (quality 90) photo-like images: seeded colour gradients, filled shapes, light noise"
 FULL = {"images": 64, "concurrency": (1, 4, 16), "per_request": (1, 8), "seconds": 8.0, "ceiling_seconds": 3.0,
         "sizes": (256, 1024, 4000), "size_images": {256: 32, 1024: 8, 4000: 3}, "served_1024": True}
@@ -435,7 +435,7 @@ def section(results):
         out += [f"1024×1024 JPEGs served ({large['per_request']} per request, {large['concurrency']} in flight): "
                 f"**{large['images_per_s']:.1f} images/s** (p50 {large['p50_ms']:.0f} ms), {large['ratio']:.2f} × the "
                 "ceiling (which takes 224² tensors whatever the file's size).", ""]
-    out += ["Preprocessing: the served code (model_repository/tokenizer/image_preprocess.py) in-process, one row at "
+    out += ["Preprocessing: the served code (model_source/tokenizer/image_preprocess.py) in-process, one row at "
             "a time (decode, EXIF orientation, resize, center crop, normalize), median over distinct seeded JPEGs "
             "of quality 90, against the image tower's time per image at the ceiling's best batch; share = "
             "preprocessing / (preprocessing + image tower). The preprocessing figure is one thread's time (the "

@@ -24,11 +24,11 @@ import uvloop
 from model_library.in_process import model_module
 
 # the proxy's modules, imported as its model.py imports them inside Triton (model_library/in_process.py)
-NotFound = model_module("proxy", "errors").NotFound
-HttpGuard = model_module("proxy", "guard").HttpGuard
-proxy_app = model_module("proxy", "app")
-Metrics = model_module("proxy", "metrics").Metrics
-MetricsMiddleware = model_module("proxy", "metrics").MetricsMiddleware
+NotFound = model_module("proxy", "http_front.errors").NotFound
+HttpGuard = model_module("proxy", "http_front.guard").HttpGuard
+proxy_app = model_module("proxy", "http_front.app")
+Metrics = model_module("proxy", "http_front.metrics").Metrics
+MetricsMiddleware = model_module("proxy", "http_front.metrics").MetricsMiddleware
 
 WORKLOADS = {  # name -> (path, body, expected status)
     "one query": ("/v1/embeddings", {"input": "what is the capital of france?"}, 200),

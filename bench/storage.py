@@ -304,7 +304,7 @@ def postprocess_cost(repository, widths, rows=32, repeats=200):
     import numpy as np
 
     module = common.import_python_model(
-        os.path.join(PROJECT, "model_repository", "ensemble_bls", "1", "model.py"), "storage_bls_model")
+        os.path.join(PROJECT, "model_source", "ensemble_bls", "1", "model.py"), "storage_bls_model")
     model = module.TritonPythonModel.__new__(module.TritonPythonModel)
     model.ranges = {w: ranges_of(repository, w) for w in widths}
     full = max(widths)

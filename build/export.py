@@ -16,19 +16,19 @@ ignored by git:
   <encoder>/1/model.onnx          input_ids + attention_mask in; `embedding` (pooled, L2-normalized) out, plus
                                   bge-m3's sparse and ColBERT outputs when the folder has its heads, and
                                   `embedding_unnormalized` (the pooled vector before its L2 step)
-  <encoder>/config.pbtxt          rendered from model_repository/embedding/config.pbtxt.template
+  <encoder>/config.pbtxt          rendered from model_source/embedding/config.pbtxt.template
   <encoder>/warmup/*              model_warmup samples (a short and a long text)
   <encoder>/batchstrategy.so      token_budget.c compiled: encoder batches bounded by max_batch_tokens
   <encoder>/configs/gpu.pbtxt     the encoder on a GPU with the CUDA execution provider; configs/gpu-trt.pbtxt with
                                   TensorRT (Triton --model-config-name, launcher MODEL_CONFIG_NAME; docs/deploying.md),
-                                  rendered from model_repository/embedding/{gpu,gpu-trt}.pbtxt.template
+                                  rendered from model_source/embedding/{gpu,gpu-trt}.pbtxt.template
   <tokenizer>/1/tokenizer.json    with the model's max length as its truncation
   <tokenizer>/1/prompts.json      the model's prompts (config_sentence_transformers.json), prepended on request
   <bls>/1/vectors.json            the widths served (Matryoshka) and the int8/uint8 ranges calibrated per width
                                   on build/calibration/corpus.txt (its README.md: provenance)
-  <ensemble>/config.pbtxt         rendered from model_repository/ensemble/config.pbtxt.template
+  <ensemble>/config.pbtxt         rendered from model_source/ensemble/config.pbtxt.template
   <ensemble>/1/export.json        what was exported (the proxy discovers models by this file)
-  <bls>/config.pbtxt, <rerank>/config.pbtxt   rendered from model_repository/{ensemble_bls,rerank}/config.pbtxt.template
+  <bls>/config.pbtxt, <rerank>/config.pbtxt   rendered from model_source/{ensemble_bls,rerank}/config.pbtxt.template
 A named export also copies the tokenizer's config and code, and the BLS and rerank models' code. Everything is
 built in a temporary folder and checked against PyTorch (every output) before it replaces anything in the
 repository.
@@ -68,6 +68,7 @@ from exporting.parity import parity_check
 from exporting.pipeline import POOLING_MODES, module_list, read_pipeline
 from exporting.reference import check_dense, check_sparse, load_reference
 from exporting.repository import (
+    SERVING_REPOSITORY,
     SOURCE_REPOSITORY,
     build_batch_strategy,
     check_name,
@@ -76,6 +77,7 @@ from exporting.repository import (
     ensure_proxy,
     install,
     model_names,
+    refresh_code,
     remove_chunks,
     templates_digest,
     token_guard,
@@ -122,7 +124,8 @@ def parse_args(argv):
     parser.add_argument("--served-name", action="append", default=[], dest="served_names", metavar="NAME",
                         help="another name clients may call this export by (repeatable; e.g. text-embedding-3-small "
                              "for OpenAI tools with a fixed model name); another export's id always wins")
-    parser.add_argument("--repository", default=SOURCE_REPOSITORY, help="model repository (default %(default)s)")
+    parser.add_argument("--repository", default=SERVING_REPOSITORY,
+                        help="the serving repository to write (default %(default)s)")
     parser.add_argument("--fp16", action="store_true", help="store weights in fp16 (GPU serving)")
     parser.add_argument("--external-data", action="store_true",
                         help="weights in one external data file (automatic above 2 GB)")
@@ -155,9 +158,12 @@ def already_exported(repository, name, model):
 def main(argv=None):
     args = parse_args(argv)
     repository = os.path.abspath(args.repository)
+    if repository == SOURCE_REPOSITORY:
+        fail(f"--repository {args.repository}: that is the models' source (tracked); export writes a serving "
+             f"repository (default {os.path.relpath(SERVING_REPOSITORY)})")
     if args.skip_if_exported and already_exported(repository, args.name, args.model):
         print(f"export: {repository} already holds an export{f' of {args.model}' if args.model else ''}; skipped")
-        ensure_proxy(repository)  # the proxy's and supervisor's library copies follow the checkout (file copies)
+        refresh_code(repository)  # the served code follows model_source/ and model_library/ (file copies)
         return 0
     check_name(repository, args.name)
     started = time.monotonic()

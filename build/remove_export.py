@@ -17,6 +17,7 @@ import sys
 import urllib.error
 import urllib.request
 
+from local_triton.settings import SERVING_REPOSITORY
 from model_library.triton_server import secret  # ADMIN_API_KEY or ADMIN_API_KEY_FILE, as the launcher reads it
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,7 +58,7 @@ def held_by_triton(url, models):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name")
-    parser.add_argument("--repository", default=os.path.join(PROJECT, "model_repository"))
+    parser.add_argument("--repository", default=SERVING_REPOSITORY)
     parser.add_argument("--triton", default=f"http://127.0.0.1:{os.environ.get('HTTP_PORT') or 8000}",
                         help="Triton's HTTP address, asked whether the models are loaded")
     args = parser.parse_args(argv)

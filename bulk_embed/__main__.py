@@ -18,6 +18,7 @@ import sys
 
 from bulk_embed import corpus, ids, job, lock, store
 from bulk_embed.doors import KINDS, QUANTIZED, HttpDoor, JobError, KServeDoor
+from local_triton.settings import SERVING_REPOSITORY
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,7 +47,7 @@ def parse_args(argv):
     parser.add_argument("--grpc-url", default=f"127.0.0.1:{os.environ.get('GRPC_PORT', '8001')}",
                         help="KServe gRPC of `make serve` (default 127.0.0.1:$GRPC_PORT, 8001)")
     parser.add_argument("--http", metavar="URL", help="go through the HTTP front instead (key: API_KEY)")
-    parser.add_argument("--repository", default=os.path.join(PROJECT, "model_repository"),
+    parser.add_argument("--repository", default=SERVING_REPOSITORY,
                         help="the model repository, to find an export by model id or served name (gRPC)")
     parser.add_argument("--in-flight", type=int, help="requests in flight (default: from the server's instances)")
     parser.add_argument("--window", type=int, default=4096,

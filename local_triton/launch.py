@@ -20,7 +20,7 @@ Settings (environment variables; docs/reference.md's "Security" and "Deploying" 
   LOAD_MODELS             models to load at start in explicit mode, comma-separated (default *: all, but the
                           default export's folders while they hold no export: every_model); an export's
                           ensemble brings its BLS and rerank models
-  RATE_LIMIT              on (default; see model_repository/tokenizer/config.pbtxt) or off
+  RATE_LIMIT              on (default; see model_source/tokenizer/config.pbtxt) or off
   MODEL_CONFIG_NAME       Triton's --model-config-name: models with configs/<name>.pbtxt load it (e.g. gpu)
   EXIT_TIMEOUT_S          the bound of the drain at SIGTERM (see drain()), and of Triton's own wait for
                           in-flight requests after it (default 30)
@@ -29,7 +29,7 @@ Settings (environment variables; docs/reference.md's "Security" and "Deploying" 
   MALLOC                  jemalloc (default: preloaded where the encoders run in tritonserver's process and it is
                           installed; preload_allocator) or system
 
-Dead Python stubs are the supervisor model's (model_repository/supervisor, which works the same without the
+Dead Python stubs are the supervisor model's (model_source/supervisor, which works the same without the
 launcher). The launcher restarts tritonserver when the supervisor asks (SIGUSR1, to the pid in the server's
 TRITON_LAUNCHER_PID: it kills the server at once, where a SIGTERM would wait the exit timeout for calls a dead stub
 never answers) and when tritonserver exits on its own (--no-restart: exit instead); a restart that fails is tried
@@ -61,12 +61,12 @@ import sys
 import time
 
 from . import ports
-from .backends import PROJECT, describe_onnxruntime_backend, onnxruntime_backend, python_version
+from .backends import describe_onnxruntime_backend, onnxruntime_backend, python_version
 from .ports import server_ports
 from .process_group import DEAD_STUB_GRACE_S, Server, Watchdog, children, stop
 from .readiness import drain, wait_ready
 from .server import server_command, start
-from .settings import setting
+from .settings import SERVING_REPOSITORY, setting
 
 # What callers outside the launcher use (tests, bench), each defined in its concern's module.
 __all__ = ["DEAD_STUB_GRACE_S", "Server", "children", "describe_onnxruntime_backend", "main", "onnxruntime_backend",
@@ -78,7 +78,7 @@ RETRY_MAX_S = 30.0  # a failed restart is tried again after 2, 4, 8... s, at mos
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model-repository", default=os.path.join(PROJECT, "model_repository"))
+    parser.add_argument("--model-repository", default=SERVING_REPOSITORY)
     parser.add_argument("--http-port", type=int, default=int(os.environ.get("HTTP_PORT", 8000)))
     parser.add_argument("--grpc-port", type=int, default=int(os.environ.get("GRPC_PORT", 8001)))
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("METRICS_PORT", 8002)))
@@ -121,7 +121,7 @@ def serve(args, listed, watchdog):
     restart = []
 
     def on_restart(_signum, _frame):
-        # The supervisor model found a dead stub it cannot recover from in place (model_repository/supervisor); a
+        # The supervisor model found a dead stub it cannot recover from in place (model_source/supervisor); a
         # SIGTERM would make Triton wait its whole exit timeout for the calls the dead stub never answers.
         restart.append((time.monotonic(), "the supervisor asked (a dead stub)"))
 

@@ -132,7 +132,7 @@ def _proxy_parameter(path, key):
     """A `parameters { key: "<key>" value: { string_value: "..." } }` line of the proxy's config.pbtxt, or None.
     Read here, not through Triton's ModelConfig (build/exporting/pbtxt.py): the launcher runs in the tritonserver
     image, which has neither protobuf nor tritonclient's model_config_pb2. It only reads (never edits), a file the
-    project writes one parameter a line (model_repository/proxy/config.pbtxt); comment lines are skipped."""
+    project writes one parameter a line (model_source/proxy/config.pbtxt); comment lines are skipped."""
     try:
         with open(path, encoding="utf-8") as handle:
             lines = [line for line in handle if not line.lstrip().startswith("#")]

@@ -1,15 +1,15 @@
 """Running the Python models' own code outside Triton (unit tests and benchmarks): import_python_model (a model's
 model.py with a stand-in triton_python_backend_utils) and model_module (a module of a model's folder, e.g. the
-proxy's app.py).
+proxy's http_front.app).
 
-The one place outside the model folders that edits sys.path (beside_a_model). Inside Triton, a model's folder holds
-its code and export's copies of this library, and its model.py puts that folder on sys.path: its modules import
-each other and the library top-level (`import errors`, `import model_errors`). Outside Triton the same code needs
-the same names: the model's folder of the checkout, and this library's folder (model_errors, model_common,
-model_outputs, request_rules, tracing, triton_server, as they are beside a model). Everything else imports the
-project's packages (`from model_library import model_errors`: the editable install, pyproject.toml).
+The one place outside the model folders that edits sys.path (beside_a_model). Inside Triton, a model's folder of the
+serving repository holds its code and export's copies of this library, and its model.py puts that folder on sys.path:
+its modules import the library top-level (`import model_errors`), the proxy its package (`from http_front import
+app`). Outside Triton the same code needs the same names: the model's folder in model_source/ (which holds no copies
+of the library) and this library's folder. Everything else imports the project's packages (`from model_library
+import model_errors`: the editable install, pyproject.toml).
 
-Not installed into the model repository (export installs model_common.py, model_errors.py, model_outputs.py,
+Not installed into the serving repository (export installs model_common.py, model_errors.py, model_outputs.py,
 request_rules.py, tracing.py and triton_server.py beside the models)."""
 import importlib
 import importlib.util
@@ -18,24 +18,21 @@ import sys
 import types
 
 MODEL_LIBRARY = os.path.dirname(os.path.abspath(__file__))
-MODEL_REPOSITORY = os.path.join(os.path.dirname(MODEL_LIBRARY), "model_repository")
+MODEL_SOURCE = os.path.join(os.path.dirname(MODEL_LIBRARY), "model_source")
 
 
 def beside_a_model(folder=None):
-    """sys.path as a model's code sees it inside Triton: `folder` (a model's code folder, e.g.
-    model_repository/proxy/1), then this library, ahead of everything else, so that a model's top-level names
-    (errors, app, images...) win any clash with installed packages, as its model.py's own insert makes them win in
-    Triton. The library comes first: an export into the checkout leaves copies of it in the model folders, and the
-    checkout's library is the one under test. Both stay: the modules import each other when they run."""
-    for path in (folder, MODEL_LIBRARY):
+    """sys.path as a model's code sees it inside Triton: `folder` (a model's code folder, e.g. model_source/proxy/1)
+    and this library ahead of everything else, as the model's own insert puts its folder first in Triton."""
+    for path in (MODEL_LIBRARY, folder):
         if path and path not in sys.path:
             sys.path.insert(0, path)
 
 
 def model_module(model, name):
-    """Module `name` of model_repository/<model>/1 (`model_module("proxy", "app")`), imported top-level as the model
+    """Module `name` of model_source/<model>/1 (`model_module("proxy", "http_front.app")`), imported as the model
     imports it inside Triton, with its folder's modules and the library importable beside it (beside_a_model)."""
-    beside_a_model(os.path.join(MODEL_REPOSITORY, model, "1"))
+    beside_a_model(os.path.join(MODEL_SOURCE, model, "1"))
     return importlib.import_module(name)
 
 

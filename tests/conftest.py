@@ -108,9 +108,9 @@ def pytest_report_header():
 
 
 def import_python_model(model, path=None, **fake_attributes):
-    """model_repository/<model>/1/model.py (or the file at `path`, relative to the project) imported with a fake
+    """model_source/<model>/1/model.py (or the file at `path`, relative to the project) imported with a fake
     triton_python_backend_utils (unit tests), which is taken out of sys.modules again afterwards."""
-    path = os.path.join(PROJECT, *(path.split("/") if path else ("model_repository", model, "1", "model.py")))
+    path = os.path.join(PROJECT, *(path.split("/") if path else ("model_source", model, "1", "model.py")))
     return import_model_code(path, f"{model}_model_under_test", **fake_attributes)
 
 

@@ -13,11 +13,11 @@ from fastapi.testclient import TestClient
 from model_library import model_errors, request_rules
 from model_library.in_process import model_module
 
-errors = model_module("proxy", "errors")
-prechecks = model_module("proxy", "prechecks")
-proxy_app = model_module("proxy", "app")
-proxy_service = model_module("proxy", "service")
-Metrics = model_module("proxy", "metrics").Metrics
+errors = model_module("proxy", "http_front.errors")
+prechecks = model_module("proxy", "http_front.prechecks")
+proxy_app = model_module("proxy", "http_front.app")
+proxy_service = model_module("proxy", "http_front.service")
+Metrics = model_module("proxy", "http_front.metrics").Metrics
 
 DIM = 8
 

@@ -24,7 +24,7 @@ from conftest import import_python_model, start_server, stop_server, wait_for_pr
 from model_library.in_process import model_module
 from proxy_fakes import DIM, Card, error_of, make_client, prechecks, proxy_service
 
-route_helpers = model_module("proxy", "route_helpers")
+route_helpers = model_module("proxy", "http_front.route_helpers")
 
 
 # ---------------------------------------------------------------- the prechecks against the models' own code

@@ -1,4 +1,4 @@
-"""Dockerfile.triton installs (pinned) every third-party package the Python models under model_repository/ import:
+"""Dockerfile.triton installs (pinned) every third-party package the Python models under model_source/ import:
 in the tritonserver container nothing else puts them there."""
 import ast
 import glob
@@ -25,9 +25,10 @@ def third_party_imports():
     """{import name: [files]} for absolute imports, anywhere in the file (also inside functions)."""
     found = {}
     library = glob.glob(os.path.join(PROJECT, "model_library", "*.py"))  # export installs it beside each model.py
-    for path in glob.glob(os.path.join(PROJECT, "model_repository", "**", "*.py"), recursive=True) + library:
-        local = {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(os.path.dirname(path),
-                                                                                          "*.py")) + library}
+    for path in glob.glob(os.path.join(PROJECT, "model_source", "**", "*.py"), recursive=True) + library:
+        beside = glob.glob(os.path.join(os.path.dirname(path), "*"))  # modules and packages (the proxy's http_front)
+        local = {os.path.splitext(os.path.basename(p))[0] for p in beside + library
+                 if p.endswith(".py") or os.path.isfile(os.path.join(p, "__init__.py"))}
         with open(path, encoding="utf-8") as handle:
             tree = ast.parse(handle.read(), path)
         for node in ast.walk(tree):

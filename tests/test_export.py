@@ -44,27 +44,46 @@ def test_offline_unknown_hub_id_is_one_line_error_and_does_not_skip(tmp_path):
     assert _snapshot(tmp_path) == before, "a failed export must not touch the repository"
 
 
-def test_export_writes_only_ignored_files(minilm_repository):
-    """Exporting into a copy of the project's model_repository changes no file git tracks, and every file it adds
-    is one the project's .gitignore ignores: `make serve` leaves `git status` clean."""
-    tracked = subprocess.run(["git", "-C", PROJECT, "ls-files", "model_repository"], capture_output=True,
-                             text=True, check=True).stdout.split()
-    assert "model_repository/tokenizer/config.pbtxt" in tracked
-    contents = {path: open(os.path.join(PROJECT, path), "rb").read() for path in tracked}
-    repository = minilm_repository  # an export of MiniLM into a copy of the project's model folders
-    for path, content in contents.items():
-        relative = os.path.relpath(path, "model_repository")
-        copy = os.path.join(repository, relative)
-        if os.path.exists(copy):
-            assert open(copy, "rb").read() == content, f"export changed a tracked file: {path}"
-    added = [os.path.relpath(p, repository) for p in glob.glob(os.path.join(repository, "**"), recursive=True)
-             if os.path.isfile(p) and "__pycache__" not in p]
-    new = [os.path.join("model_repository", p) for p in added if os.path.join("model_repository", p) not in contents]
-    assert new, "the export wrote its artifacts"
-    check = subprocess.run(["git", "-C", PROJECT, "check-ignore", "--no-index", "--verbose", "--non-matching",
-                            *new], capture_output=True, text=True)
-    not_ignored = [line.split("\t")[-1] for line in check.stdout.splitlines() if line.startswith("::")]
-    assert not not_ignored, f"export wrote files git would track: {not_ignored}"
+def _source_files():
+    """Every file under model_source/, tracked or not (bytecode aside), with its bytes."""
+    root = os.path.join(PROJECT, "model_source")
+    return {os.path.relpath(os.path.join(folder, name), root): open(os.path.join(folder, name), "rb").read()
+            for folder, _, names in os.walk(root) if "__pycache__" not in folder for name in names}
+
+
+def test_source_folders_hold_nothing_generated(minilm_repository, tmp_path):
+    """Issue 58: the models' source (model_source/) is apart from the serving repository export fills. An export
+    leaves every file of the source as it was and adds none; .gitignore ignores the serving repository (the launcher's
+    default, SERVING_REPOSITORY) as one folder and has no rule reaching inside model_source/; what the export wrote
+    would be ignored there as a whole."""
+    from local_triton.settings import MODEL_SOURCE, SERVING_REPOSITORY
+
+    before = _source_files()
+    repository = tmp_path / "repository"
+    shutil.copytree(minilm_repository, repository)
+    os.remove(repository / "proxy" / "1" / "http_front" / "app.py")
+    shutil.copyfile(repository / "proxy" / "1" / "model.py", repository / "proxy" / "1" / "moved_since.py")
+    export(repository, "--model", MINILM, "--skip-if-exported")  # refreshes the served code, as `make serve` does
+    assert os.path.exists(repository / "proxy" / "1" / "http_front" / "app.py")
+    assert not os.path.exists(repository / "proxy" / "1" / "moved_since.py"), "a module no longer in the source"
+    assert _source_files() == before, "export touched model_source/"
+    git = ["git", "-C", PROJECT]
+    tracked = set(subprocess.run([*git, "ls-files", "model_source"], capture_output=True, text=True,
+                                 check=True).stdout.split())
+    assert {os.path.join("model_source", p) for p in before} == tracked, "model_source/ holds files git does not track"
+    rules = [line for line in open(os.path.join(PROJECT, ".gitignore")).read().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert not [rule for rule in rules if "model_source" in rule or "/1/" in rule or rule.startswith("!")], rules
+    # the files an export writes, were they written into the source, would not be ignored there
+    written = [os.path.relpath(p, repository) for p in glob.glob(os.path.join(repository, "**"), recursive=True)
+               if os.path.isfile(p) and "__pycache__" not in p]
+    assert "tokenizer/1/tokenizer.json" in written and "proxy/1/http_front/app.py" in written
+    serving = os.path.relpath(SERVING_REPOSITORY, PROJECT)
+    for folder, expect_ignored in ((os.path.relpath(MODEL_SOURCE, PROJECT), False), (serving, True)):
+        check = subprocess.run([*git, "check-ignore", "--no-index", "--verbose", "--non-matching",
+                                *(os.path.join(folder, p) for p in written)], capture_output=True, text=True)
+        ignored = [line for line in check.stdout.splitlines() if not line.startswith("::")]
+        assert len(ignored) == (len(written) if expect_ignored else 0), (folder, ignored[:5])
 
 
 def test_reexport_over_another_model_is_consistent(xlmr_repository, minilm_repository):
@@ -101,7 +120,7 @@ def test_token_budget_strategy_is_built_and_configured(minilm_repository):
     encoder = os.path.join(minilm_repository, "embedding")
     with open(os.path.join(encoder, "batchstrategy.so"), "rb") as handle:
         assert handle.read(4) == b"\x7fELF"
-    budget = pbtxt.parameter(os.path.join(PROJECT, "model_repository", "tokenizer", "config.pbtxt"), "max_batch_tokens")
+    budget = pbtxt.parameter(os.path.join(PROJECT, "model_source", "tokenizer", "config.pbtxt"), "max_batch_tokens")
     assert pbtxt.parameter(os.path.join(encoder, "config.pbtxt"), "max_batch_tokens") == budget
     manifest = json.load(open(os.path.join(minilm_repository, "ensemble", "1", "export.json")))
     assert manifest["token_budget_batching"] is True
@@ -171,7 +190,7 @@ def test_named_export_sits_beside_the_default_one(named_repository, minilm_repos
     assert (chunks["tokenizer_model"], chunks["encoder_model"]) == ("tiny-xlmr_tokenizer", "tiny-xlmr_embedding")
     # the named tokenizer is the project's tokenizer model, with this export's tokenizer.json
     assert open(named_repository / "tiny-xlmr_tokenizer" / "1" / "model.py").read() == \
-        open(os.path.join(PROJECT, "model_repository", "tokenizer", "1", "model.py")).read()
+        open(os.path.join(PROJECT, "model_source", "tokenizer", "1", "model.py")).read()
     assert not pbtxt.read(named_repository / "tiny-xlmr_tokenizer" / "config.pbtxt").name
 
 
@@ -237,7 +256,7 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
     none of them (issue 40: a named export got the default export's prompts.json)."""
     from exporting.repository import MODEL_CODE, copy_model_code
 
-    tracked = subprocess.run(["git", "-C", PROJECT, "ls-files", "model_repository", "model_library"],
+    tracked = subprocess.run(["git", "-C", PROJECT, "ls-files", "model_source", "model_library"],
                              capture_output=True, text=True, check=True).stdout.split()
     listed = {os.path.relpath(path, PROJECT) for kind in MODEL_CODE for pattern, _ in MODEL_CODE[kind]
               for path in glob.glob(os.path.join(PROJECT, pattern))}
@@ -257,8 +276,8 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
                  "rerank/config.pbtxt", "late_chunking/config.pbtxt", "proxy/1/extra.json",
                  "tokenizer/1/__pycache__/model.cpython-311.pyc"]
     for path in generated:
-        os.makedirs(checkout / "model_repository" / os.path.dirname(path), exist_ok=True)
-        (checkout / "model_repository" / path).write_text("{}")
+        os.makedirs(checkout / "model_source" / os.path.dirname(path), exist_ok=True)
+        (checkout / "model_source" / path).write_text("{}")
     for kind in MODEL_CODE:
         copied = copy_model_code(kind, str(tmp_path / kind), str(checkout))
         names = {os.path.relpath(os.path.join(root, f), tmp_path / kind) for root, _, files in os.walk(tmp_path / kind)

@@ -15,7 +15,7 @@ from conftest import serve_until_done
 from model_library.in_process import model_module
 from triton_clients import VARIED_TEXTS
 
-admission = model_module("proxy", "admission")
+admission = model_module("proxy", "http_front.admission")
 
 HEAVY_CLIENTS = 3
 HEAVY_SENTENCES = 600  # several pieces of the rerank model's 256

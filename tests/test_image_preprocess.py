@@ -1,4 +1,4 @@
-"""The image preprocessing model (model_repository/tokenizer/image_preprocess.py) through its real initialize and
+"""The image preprocessing model (model_source/tokenizer/image_preprocess.py) through its real initialize and
 execute with a fake triton_python_backend_utils: pixels equal (1e-5) to open_clip's preprocess and transformers'
 CLIPImageProcessor (PIL backend) on images of every kind, its preprocess.json written by
 build/exporting/image_config.py; hostile rows refused with their cause while the other requests get their pixels."""
@@ -58,7 +58,7 @@ def get_input_tensor_by_name(request, name):
 
 @pytest.fixture(scope="module")
 def module():
-    return import_python_model("image_preprocess", path="model_repository/tokenizer/image_preprocess.py",
+    return import_python_model("image_preprocess", path="model_source/tokenizer/image_preprocess.py",
                                TritonError=TritonError, TritonModelException=TritonModelException, Tensor=Tensor,
                                InferenceResponse=InferenceResponse, get_input_tensor_by_name=get_input_tensor_by_name)
 
@@ -307,7 +307,7 @@ def test_hostile_rows_fail_their_request_only(module, images, threads, tmp_path)
 
 
 def test_config_template_declares_what_the_model_reads():
-    with open(os.path.join(PROJECT, "model_repository", "tokenizer", "image.pbtxt.template"), encoding="utf-8") as f:
+    with open(os.path.join(PROJECT, "model_source", "tokenizer", "image.pbtxt.template"), encoding="utf-8") as f:
         template = f.read()
     for key in ("max_image_bytes", "max_image_pixels", "decode_threads"):
         assert f'key: "{key}"' in template

@@ -251,7 +251,7 @@ def test_the_proxy_reads_readiness_only_from_its_own_servers_port():
     tritonserver) the port is trusted. Every served test's /health 200 proves it against the real server."""
     from types import SimpleNamespace
 
-    path = os.path.join(PROJECT, "model_repository", "proxy", "1", "readiness.py")
+    path = os.path.join(PROJECT, "model_source", "proxy", "1", "http_front", "readiness.py")
     spec = importlib.util.spec_from_file_location("proxy_readiness_under_test", path)
     readiness = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(readiness)

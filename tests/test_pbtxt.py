@@ -9,7 +9,7 @@ import pytest
 
 from conftest import PROJECT, pbtxt
 
-TOKENIZER = os.path.join(PROJECT, "model_repository", "tokenizer", "config.pbtxt")
+TOKENIZER = os.path.join(PROJECT, "model_source", "tokenizer", "config.pbtxt")
 
 
 def test_a_config_that_does_not_parse_names_its_file(tmp_path):
@@ -58,7 +58,7 @@ def test_it_loads_without_grpc():
     `import tritonclient.grpc` still gets the same module."""
     code = ("import sys; sys.modules['grpc'] = None\n"
             "from exporting import pbtxt\n"
-            "assert pbtxt.read('model_repository/tokenizer/config.pbtxt').max_batch_size == 256\n"
+            "assert pbtxt.read('model_source/tokenizer/config.pbtxt').max_batch_size == 256\n"
             "assert 'tritonclient.grpc' not in sys.modules, sorted(sys.modules)\n")
     subprocess.run([sys.executable, "-c", code], cwd=PROJECT, check=True)
     code = ("from exporting import pbtxt\n"

@@ -1,4 +1,4 @@
-"""The HTTP proxy (model_repository/proxy), through the real tritonserver: both APIs against direct gRPC calls to
+"""The HTTP proxy (model_source/proxy), through the real tritonserver: both APIs against direct gRPC calls to
 `ensemble`, the official OpenAI SDK, limits, errors, auth, the readiness gate, metrics, concurrency, shutdown."""
 import asyncio
 import base64

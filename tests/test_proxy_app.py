@@ -1,4 +1,4 @@
-"""The proxy's HTTP app (model_repository/proxy/1/app.py) with FastAPI's TestClient and an injected fake service
+"""The proxy's HTTP app (model_source/proxy/1/app.py) with FastAPI's TestClient and an injected fake service
 (tests/proxy_fakes.py): routes, validation and error codes, auth, limits, routing by model, admin gating, metrics.
 No Triton here; tests/test_proxy.py covers the same app through the real server."""
 import asyncio
@@ -15,11 +15,11 @@ from conftest import PROJECT
 from model_library.in_process import model_module
 from proxy_fakes import DIM, FakeService, error_of, fake_vectors, make_client, proxy_app, proxy_service, settings
 
-admission = model_module("proxy", "admission")
-guard = model_module("proxy", "guard")
-route_helpers = model_module("proxy", "route_helpers")
-Metrics = model_module("proxy", "metrics").Metrics
-MetricsMiddleware = model_module("proxy", "metrics").MetricsMiddleware
+admission = model_module("proxy", "http_front.admission")
+guard = model_module("proxy", "http_front.guard")
+route_helpers = model_module("proxy", "http_front.route_helpers")
+Metrics = model_module("proxy", "http_front.metrics").Metrics
+MetricsMiddleware = model_module("proxy", "http_front.metrics").MetricsMiddleware
 
 
 @pytest.fixture
@@ -222,7 +222,7 @@ def test_direct_routes_never_skip_a_routers_own_gates():
     refuses such a router rather than answer its routes without them."""
     from fastapi import APIRouter, Depends
 
-    direct = model_module("proxy", "direct")
+    direct = model_module("proxy", "http_front.direct")
 
     app = proxy_app.create_app(settings(), FakeService(), Metrics())
     for router in (APIRouter(dependencies=[Depends(route_helpers.user_key)]), APIRouter(prefix="/v2")):
@@ -360,7 +360,7 @@ def test_openapi_document_comes_from_the_models(client):
 
 def test_no_hand_written_schema_or_metrics_remain():
     """Issue 7: prometheus_client and pydantic do these jobs; no dict schemas or exposition code by hand."""
-    folder = os.path.join(PROJECT, "model_repository", "proxy", "1")
+    folder = os.path.join(PROJECT, "model_source", "proxy", "1", "http_front")
     code = "".join(open(os.path.join(folder, f)).read() for f in os.listdir(folder) if f.endswith(".py"))
     assert '"type": "object"' not in code and "openapi_extra" not in code
     assert "# TYPE" not in code and "_bucket{" not in code

@@ -177,7 +177,7 @@ def test_registry_served_names_never_shadow_an_export(tmp_path):
     import json
     from types import SimpleNamespace
 
-    registry = model_module("proxy", "registry")
+    registry = model_module("proxy", "http_front.registry")
 
     def manifest(name, model_id, served):
         folder = tmp_path / name / "1"

@@ -16,7 +16,7 @@ from model_library import model_errors, model_outputs
 from model_library.in_process import model_module
 from proxy_fakes import error_of, errors, make_client
 
-PROXY = os.path.join(PROJECT, "model_repository", "proxy", "1")
+PROXY = os.path.join(PROJECT, "model_source", "proxy", "1", "http_front")
 LONG = " ".join(["w"] * 20)  # over the fake models' 16 tokens
 
 
@@ -125,9 +125,9 @@ def test_each_dialect_documents_its_own_error_shape():
 
 
 def test_route_lists_are_read_from_the_routers():
-    dialects = model_module("proxy", "dialects")
-    routes_admin = model_module("proxy", "routes_admin")
-    routes_tei = model_module("proxy", "routes_tei")
+    dialects = model_module("proxy", "http_front.dialects")
+    routes_admin = model_module("proxy", "http_front.routes_admin")
+    routes_tei = model_module("proxy", "http_front.routes_tei")
 
     tei = {route.path for route in routes_tei.router.routes}
     assert tei == {"/", "/embed", "/embed_all", "/embed_sparse", "/rerank", "/predict", "/similarity", "/tokenize",
@@ -161,7 +161,7 @@ def test_no_router_imports_another_dialects_router():
 # client's doors, but for the named parts there that read the HTTP front's JSON.
 OTHER_WORDS = (model_outputs.DENSE, model_outputs.NUM_TOKENS, model_outputs.TRUNCATED, model_outputs.SCORES)
 TENSOR_CODE = {os.path.join(PROXY, "inference.py"): (), os.path.join(PROJECT, "bulk_embed", "doors.py"): ("HttpDoor",)}
-MODEL_CODE = [os.path.join(PROJECT, "model_repository", path) for path in (
+MODEL_CODE = [os.path.join(PROJECT, "model_source", path) for path in (
     "tokenizer/1/model.py", "tokenizer/1/grouping.py", "tokenizer/image_preprocess.py", "ensemble_bls/1/model.py",
     "rerank/1/model.py", "rerank/cross_encoder.py", "late_chunking/1/model.py", "supervisor/1/model.py")]
 

@@ -1,4 +1,4 @@
-"""Images over HTTP for CLIP exports (model_repository/proxy/1/images.py and the routes using it), with the fake
+"""Images over HTTP for CLIP exports (model_source/proxy/1/images.py and the routes using it), with the fake
 service of tests/proxy_fakes.py: /infer, the CLIP admin seed routes, images in /v1/embeddings, base64 and data URI
 decoding, limits, errors naming the item; URL fetching against a local http.server; and the real Service's image
 path (pieces, error mapping, load/unload of the image models) with fakes of pb_utils and Triton's HTTP API."""
@@ -20,9 +20,9 @@ from model_library import model_errors
 from model_library.in_process import model_module
 from proxy_fakes import CLIP, DIM, JPEG, PNG, b64, error_of, fake_vectors, make_client, proxy_service, settings
 
-admission = model_module("proxy", "admission")
-images = model_module("proxy", "images")
-registry = model_module("proxy", "registry")
+admission = model_module("proxy", "http_front.admission")
+images = model_module("proxy", "http_front.images")
+registry = model_module("proxy", "http_front.registry")
 ADMIN = {"Authorization": "Bearer admin"}
 
 

@@ -144,7 +144,7 @@ def test_the_gpu_configs_hold_the_gpu_tables_values_whatever_the_cpu_config_says
     other values changes none of them."""
     from exporting import pbtxt, repository
 
-    cpu = pbtxt.read(os.path.join(PROJECT, "model_repository", "tokenizer", "config.pbtxt"))
+    cpu = pbtxt.read(os.path.join(PROJECT, "model_source", "tokenizer", "config.pbtxt"))
     other = pbtxt.with_max_queue_size(pbtxt.with_instance_count(cpu, 3), 7)
     other = pbtxt.with_parameters(other, dict.fromkeys(repository.GPU_TOKENIZER, "3"))
     assert pbtxt.instance_count(other) == 3 and pbtxt.max_queue_size(other) == 7

@@ -1,4 +1,4 @@
-"""The rerank model's scoring (model_repository/rerank/1/model.py) against the formulas written out. Parity with
+"""The rerank model's scoring (model_source/rerank/1/model.py) against the formulas written out. Parity with
 FlagEmbedding's compute_score through the real server: tests/test_m3.py."""
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""The supervisor's hang rules as units (model_repository/supervisor/1/model.py, with a fake pb_utils); the whole
+"""The supervisor's hang rules as units (model_source/supervisor/1/model.py, with a fake pb_utils); the whole
 path, a stopped stub killed and reloaded under load, is in tests/test_faults.py."""
 from conftest import import_python_model
 

@@ -1,4 +1,4 @@
-"""The encoder's batching strategy (model_repository/embedding/token_budget.c) called as Triton core r24.07 calls it
+"""The encoder's batching strategy (model_source/embedding/token_budget.c) called as Triton core r24.07 calls it
 (dynamic_batch_scheduler.cc), compiled here with a stand-in for the few Triton functions it uses. The server-side
 proof that Triton loads it and that batches hold the budget is tests/test_ensemble.py; here, the call patterns
 themselves: a pass continuing a queued batch, a new batch, and the batcher's busy-wait over a batch that cannot grow.
@@ -13,7 +13,7 @@ import time
 import pytest
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCE = os.path.join(PROJECT, "model_repository", "embedding", "token_budget.c")
+SOURCE = os.path.join(PROJECT, "model_source", "embedding", "token_budget.c")
 # Triton's functions as the library calls them: no model config (the default budget, 16384), and a request whose
 # input_ids shape is the FakeRequest it points to.
 TRITON_STAND_IN = r"""

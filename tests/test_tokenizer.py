@@ -365,7 +365,7 @@ def test_gpu_grouping_keeps_a_requests_mixed_texts_in_one_run():
                                float(parameters["split_overhead_tokens"]),
                                float(parameters["min_padding_efficiency"]), 16384))
 
-    with open(os.path.join(PROJECT, "model_repository", "tokenizer", "config.pbtxt"), encoding="utf-8") as handle:
+    with open(os.path.join(PROJECT, "model_source", "tokenizer", "config.pbtxt"), encoding="utf-8") as handle:
         cpu = pbtxt.parameters(handle.read())
     assert runs(cpu) > 2
     assert runs(GPU_TOKENIZER) == 1

@@ -7,7 +7,7 @@ finds it beside itself), never `import build.exporting`: `build` itself is pypa'
     repository.py  the Triton side: names, rendered configs, warm-up and tokenizer files, batchstrategy.so, install
     pbtxt.py       config.pbtxt through Triton's ModelConfig: parse, read and edit fields, write
 
-Nothing under model_repository/ imports these: export code is never serving code.
+Nothing under model_source/ (nor the serving repository export fills) imports these: export code is never serving code.
 """
 import json
 import os

@@ -1,4 +1,4 @@
-"""preprocess.json: the image preprocessing model's transform (model_repository/tokenizer/image_preprocess.py), from
+"""preprocess.json: the image preprocessing model's transform (model_source/tokenizer/image_preprocess.py), from
 open_clip's preprocess (torchvision transforms on a PIL image) or transformers' CLIPImageProcessor. Anything the
 model cannot reproduce exactly is refused.
 

@@ -1,5 +1,5 @@
 """The Triton side of an export: the five models' names, their configs rendered from the templates in
-model_repository/ (the encoder's GPU variants included), the encoder's warm-up samples and batchstrategy.so
+model_source/ (the encoder's GPU variants included), the encoder's warm-up samples and batchstrategy.so
 (token_budget.c compiled), the tokenizer's tokenizer.json, and the staged models installed into the repository."""
 import glob
 import hashlib
@@ -11,11 +11,13 @@ import string
 import subprocess
 import tempfile
 
+from local_triton.settings import MODEL_SOURCE, SERVING_REPOSITORY
+
 from . import fail, pbtxt, read_json
 from .graph import ENCODER_ONLY, OUTPUT_TENSORS, RAGGED_LENGTHS, WITH_DENSE, public_families, token_guard_message
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SOURCE_REPOSITORY = os.path.join(PROJECT, "model_repository")
+SOURCE_REPOSITORY = MODEL_SOURCE  # the templates, the models' code
 RESERVED_NAMES = {"tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "late_chunking", "proxy",
                   "supervisor"}
 STEP_SUFFIXES = ("_tokenizer", "_embedding", "_bls", "_rerank", "_chunks", "_image", "_image_preprocess")
@@ -51,23 +53,24 @@ LIBRARY = [(os.path.join("model_library", "model_common.py"), "1/"), ERROR_CONTR
            REQUEST_RULES, TRACING]
 TRITON_SERVER = (os.path.join("model_library", "triton_server.py"), "1/")  # Triton's HTTP API, flags, processes
 MODEL_CODE = {
-    "tokenizer": [("model_repository/tokenizer/config.pbtxt", "config.pbtxt"),
-                  ("model_repository/tokenizer/1/model.py", "1/"), ("model_repository/tokenizer/1/grouping.py", "1/"),
-                  ("model_repository/tokenizer/warmup/text", "warmup/text"), *LIBRARY],
-    "ensemble_bls": [("model_repository/ensemble_bls/1/model.py", "1/"), *LIBRARY],
-    "rerank": [("model_repository/rerank/1/model.py", "1/"), *LIBRARY],
-    "cross_encoder_rerank": [("model_repository/rerank/cross_encoder.py", "1/model.py"), *LIBRARY],
-    "late_chunking": [("model_repository/late_chunking/1/model.py", "1/"), *LIBRARY],
-    "image_preprocess": [("model_repository/tokenizer/image_preprocess.py", "1/model.py"), *LIBRARY],
-    "proxy": [("model_repository/proxy/config.pbtxt", "config.pbtxt"), ("model_repository/proxy/1/*.py", "1/"),
+    "tokenizer": [("model_source/tokenizer/config.pbtxt", "config.pbtxt"),
+                  ("model_source/tokenizer/1/model.py", "1/"), ("model_source/tokenizer/1/grouping.py", "1/"),
+                  ("model_source/tokenizer/warmup/text", "warmup/text"), *LIBRARY],
+    "ensemble_bls": [("model_source/ensemble_bls/1/model.py", "1/"), *LIBRARY],
+    "rerank": [("model_source/rerank/1/model.py", "1/"), *LIBRARY],
+    "cross_encoder_rerank": [("model_source/rerank/cross_encoder.py", "1/model.py"), *LIBRARY],
+    "late_chunking": [("model_source/late_chunking/1/model.py", "1/"), *LIBRARY],
+    "image_preprocess": [("model_source/tokenizer/image_preprocess.py", "1/model.py"), *LIBRARY],
+    "proxy": [("model_source/proxy/config.pbtxt", "config.pbtxt"), ("model_source/proxy/1/model.py", "1/"),
+              ("model_source/proxy/1/http_front/*.py", "1/http_front/"),
               ERROR_CONTRACT, OUTPUT_VOCABULARY, REQUEST_RULES, TRACING, TRITON_SERVER],
-    "supervisor": [("model_repository/supervisor/config.pbtxt", "config.pbtxt"),
-                   ("model_repository/supervisor/1/model.py", "1/"), TRITON_SERVER],
+    "supervisor": [("model_source/supervisor/config.pbtxt", "config.pbtxt"),
+                   ("model_source/supervisor/1/model.py", "1/"), TRITON_SERVER],
 }
 
 
 def templates_digest():
-    """sha256 of every config template export renders (model_repository/*/*.template), of the encoder's batching
+    """sha256 of every config template export renders (model_source/*/*.template), of the encoder's batching
     strategy it compiles (token_budget.c), of the models' library it installs (model_library/), of the GPU table
     (GPU, the tokenizer's grouping GPU_TOKENIZER in it) and of the graph it exports (build/exporting/graph.py: the
     encoder's outputs, e.g. `embedding_unnormalized`, which an older export lacks; pipeline.py: which of a folder's
@@ -100,14 +103,15 @@ def chunks_name(name):
 
 def remove_chunks(repository, name):
     """An export without a late chunking model (its pipeline projects the pooled vector) leaves no earlier one
-    behind: Triton would load it against the new encoder. The default's folder is a source folder: its rendered
-    config only."""
-    chunks = chunks_name(name)
-    remove(os.path.join(repository, chunks, "config.pbtxt") if name is None else os.path.join(repository, chunks))
+    behind: Triton would load it against the new encoder."""
+    remove(os.path.join(repository, chunks_name(name)))
 
 
-def copy_model_code(kind, model_dir, project=PROJECT):
-    """The files MODEL_CODE lists for `kind`, copied from the checkout into `model_dir`; returns their paths there."""
+def copy_model_code(kind, model_dir, project=PROJECT, keep_config=False):
+    """The files MODEL_CODE lists for `kind`, copied from model_source/ and model_library/ into `model_dir` (a
+    folder of the serving repository, or of an export's staging); returns their paths there. Python files there
+    that the list no longer names (a module since moved or removed) go. keep_config: an existing config.pbtxt
+    stays (the proxy's and supervisor's of a repository outside the project: their settings are the user's)."""
     copied = []
     for pattern, destination in MODEL_CODE[kind]:
         sources = sorted(glob.glob(os.path.join(project, pattern)))
@@ -117,16 +121,44 @@ def copy_model_code(kind, model_dir, project=PROJECT):
             target = os.path.join(model_dir, destination)
             if destination.endswith("/"):
                 target = os.path.join(target, os.path.basename(source))
-            if os.path.abspath(source) == os.path.abspath(target):  # the checkout's own model: only the library
+            if keep_config and destination == "config.pbtxt" and os.path.exists(target):
                 continue
             os.makedirs(os.path.dirname(target), exist_ok=True)
             shutil.copyfile(source, target)
             copied.append(target)
+    for folder in {os.path.dirname(path) for path in copied}:
+        for stale in set(glob.glob(os.path.join(folder, "*.py"))) - set(copied):
+            os.remove(stale)
     return copied
 
 
+def export_code(repository, manifest):
+    """{model folder: MODEL_CODE kind} of the Python models of the export `manifest` describes (its export.json)."""
+    name = None if manifest["name"] == "ensemble" else manifest["name"]
+    _, tokenizer, _, bls, rerank = model_names(name)
+    kinds = {tokenizer: "tokenizer", bls: "ensemble_bls",
+             rerank: "cross_encoder_rerank" if manifest.get("kind") == "cross-encoder" else "rerank",
+             chunks_name(name): "late_chunking"}
+    if manifest.get("kind") == "clip":
+        kinds[clip_image_names(name)[1]] = "image_preprocess"
+    return {model: kind for model, kind in kinds.items() if os.path.isdir(os.path.join(repository, model, "1"))}
+
+
+def refresh_code(repository):
+    """Every export's Python models, the proxy and the supervisor get model_source/'s code and the library as they
+    are now (--skip-if-exported: an edit of a model's code reaches the served repository without a new export)."""
+    for path in sorted(glob.glob(os.path.join(repository, "*", "1", "export.json"))):
+        manifest = read_json(os.path.dirname(path), "export.json")
+        for model, kind in export_code(repository, manifest or {"name": ""}).items():
+            if kind == "tokenizer":
+                copy_tokenizer(repository, model)
+            else:
+                copy_model_code(kind, os.path.join(repository, model))
+    ensure_proxy(repository)
+
+
 def write_chunks_config(staging, names, chunks, hidden_size):
-    """The late chunking model: its config rendered from model_repository/late_chunking/config.pbtxt.template, its
+    """The late chunking model: its config rendered from model_source/late_chunking/config.pbtxt.template, its
     code copied (for the default export too: the folder holds the template and the code, like the others)."""
     _, tokenizer, encoder, _, _ = names
     os.makedirs(os.path.join(staging, chunks, "1"), exist_ok=True)
@@ -317,7 +349,7 @@ def clip_image_names(name):
 
 
 def write_clip_image_configs(staging, name, height, width, dim):
-    """A CLIP export's image side: the preprocessing model (code and config: model_repository/tokenizer/
+    """A CLIP export's image side: the preprocessing model (code and config: model_source/tokenizer/
     image_preprocess.py and image.pbtxt.template), the image encoder's config and the image ensemble's."""
     ensemble, preprocess, encoder = clip_image_names(name)
     renders = [(preprocess, "tokenizer/image.pbtxt.template", {"height": height, "width": width}),
@@ -362,7 +394,7 @@ def write_cross_encoder_configs(staging, names, labels, warmup, max_length):
 
 def write_gpu_configs(encoder_dir, values, max_length, max_batch_tokens, ragged=False):
     """The encoder's configs for GPUs, <encoder>/configs/{gpu,gpu-trt}.pbtxt (Triton --model-config-name, launcher
-    MODEL_CONFIG_NAME), rendered from model_repository/embedding/{gpu,gpu-trt}.pbtxt.template with the CPU config's
+    MODEL_CONFIG_NAME), rendered from model_source/embedding/{gpu,gpu-trt}.pbtxt.template with the CPU config's
     values. TensorRT gets one optimization profile covering every batch the token budget allows (onnxruntime 1.18.1
     uses the first profile only), so rows x length = max_batch_tokens. Options: docs/deploying.md. Unmeasured.
     A ragged encoder gets no gpu-trt.pbtxt: its profiles would be over flat token counts, untried."""
@@ -450,12 +482,11 @@ def write_tokenizer(hf_tokenizer, max_length, tokenizer_dir):
 
 
 def ensure_proxy(repository):
-    """A repository outside the project gets the project's proxy and supervisor models (config + code) if it has
-    none; the project's own proxy gets the library installed beside it (MODEL_CODE)."""
+    """The proxy and supervisor models (config + code) in the repository, their code as model_source/'s now; a
+    repository outside the project keeps a config.pbtxt it has (its settings are the user's)."""
+    ours = os.path.abspath(repository) == SERVING_REPOSITORY
     for model in ("proxy", "supervisor"):
-        target = os.path.join(repository, model)
-        if os.path.abspath(repository) == SOURCE_REPOSITORY or not os.path.exists(os.path.join(target, "config.pbtxt")):
-            copy_model_code(model, target)
+        copy_model_code(model, os.path.join(repository, model), keep_config=not ours)
 
 
 def remove(path):

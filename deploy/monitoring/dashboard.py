@@ -8,7 +8,7 @@ and legend settings are written once. Why not grafanalib: one more dependency fo
 tests/test_monitoring.py checks the JSON is current and that every panel's query returns series from a real
 Prometheus scraping a real server. Only metrics that exist: Triton 24.07's `nv_*` on its metrics port (no latency
 summaries or histograms: the launcher does not turn them on, so per-model latency is a mean), and the proxy's
-`proxy_*` on its `/metrics` (model_repository/proxy/1/metrics.py).
+`proxy_*` on its `/metrics` (model_source/proxy/1/metrics.py).
 """
 import json
 import os

@@ -2,10 +2,11 @@
 every error answered in the shape of the dialect its path speaks (dialects.shape)."""
 import re
 
-import dialects
-from errors import ApiError, response, status
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
+
+from . import dialects
+from .errors import ApiError, response, status
 
 # The parts of a pydantic error location that are its validators, not the client's fields: a union member's tag
 # (`list[constrained-int]`, `function-after[...]`, `str`), a model's class name in a union (`TextItem`).

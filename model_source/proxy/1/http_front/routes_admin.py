@@ -1,12 +1,11 @@
 """The admin routes, behind ADMIN_API_KEY (off without it: 403), never admitted as inference work (guard.py reads
 this router's paths): POST /v1/models/{id}/load, /unload, and the seed API's CLIP admin routes POST
 /load_clip_model, /unload_clip_model, /delete_clip_model. Errors in OpenAI's shape."""
-import dialects
-import route_helpers as shared
-from errors import ApiError
 from fastapi import Depends, Request
 
-import schemas
+from . import dialects, schemas
+from . import route_helpers as shared
+from .errors import ApiError
 
 router = dialects.router("admin")
 UNKNOWN_MODEL_LABEL = "(unknown)"  # the metrics' model label of an admin request for an id no export has

@@ -4,13 +4,11 @@ POST /v1/encode, and late chunking's POST /v1/chunk_embeddings. Errors in OpenAI
 import os
 from types import SimpleNamespace
 
-import dialects
-import images
-import route_helpers as shared
-from errors import ApiError
 from fastapi import Request
 
-import schemas
+from . import dialects, images, schemas
+from . import route_helpers as shared
+from .errors import ApiError
 
 router = dialects.router("openai")
 ERRORS = shared.error_responses("openai")

@@ -5,12 +5,11 @@ Errors in Cohere's shape (its `message`, OpenAI's error object beside it); its f
 (`output_dimension`, `texts`)."""
 import uuid
 
-import dialects
-import route_helpers as shared
-from errors import ApiError
 from fastapi import Request
 
-import schemas
+from . import dialects, schemas
+from . import route_helpers as shared
+from .errors import ApiError
 
 router = dialects.router("cohere")
 ERRORS = shared.error_responses("cohere")

@@ -1,9 +1,10 @@
 """The server's own routes, in no API's dialect and behind no key: GET /health (ready), /health/live (the probes)
 and GET /metrics (Prometheus)."""
-import dialects
-from errors import status
 from fastapi import Request
 from starlette.responses import PlainTextResponse, Response
+
+from . import dialects
+from .errors import status
 
 router = dialects.router("server")
 NOT_READY, NOT_LIVE = status("model_not_ready"), status("restarting")

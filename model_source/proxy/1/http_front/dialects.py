@@ -3,7 +3,8 @@ rest of the proxy needs to know of them is read from those routers, never listed
 answers in (shape: TEI's on TEI's paths whatever the body, Cohere's on Cohere's, else OpenAI's; also for the
 gate's refusals before any routing) and which paths are the admin's (admin: the gate admits no work for them)."""
 from fastapi import APIRouter
-from route_helpers import OrjsonRoute
+
+from .route_helpers import OrjsonRoute
 
 ROUTERS = {}  # dialect -> its router, in the order the routes_*.py modules were imported
 SHAPES = {"tei": "tei", "cohere": "cohere"}  # the error shape of each dialect that has its own; else OpenAI's

@@ -9,13 +9,10 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 
-import admission
 import model_errors
 import model_outputs
 import numpy as np
-import prechecks
 import tracing
-from errors import FROM_MODEL, ApiError, InvalidInput, NotAdmitted, Timeout, Unavailable, rename_field
 from model_outputs import (
     CHUNK_SPANS,
     DECODED,
@@ -29,6 +26,9 @@ from model_outputs import (
     TEXT_TOKENS,
     TRUNCATED,
 )
+
+from . import admission, prechecks
+from .errors import FROM_MODEL, ApiError, InvalidInput, NotAdmitted, Timeout, Unavailable, rename_field
 
 TENSORS = model_outputs.TENSORS
 QUANTIZED = tuple(model_outputs.QUANTIZED)  # the BLS model's outputs (not the ensemble's)

@@ -1,5 +1,6 @@
 """The proxy model: an HTTP server inside Triton (one container ships) that translates HTTP to Triton calls on the
-exports' models, in-process through BLS. This file is the Triton glue: settings, and the parts beside it wired up:
+exports' models, in-process through BLS. This file is the Triton glue: settings, and the package http_front/ beside it
+wired up:
   app.py        the app, assembled from one router per dialect over the Service protocol: routes_openai.py
                 (OpenAI's embeddings and models, bge-m3's /v1/encode, late chunking), routes_seed.py (the seed API),
                 routes_cohere.py (Cohere's embed and rerank), routes_tei.py (TEI's API), routes_admin.py (load,
@@ -16,7 +17,7 @@ exports' models, in-process through BLS. This file is the Triton glue: settings,
   images.py     images over HTTP (CLIP exports): base64, data URIs, URL fetching and their limits
   errors.py     the error table: every error's kind, its status and each dialect's body (OpenAI's, Cohere's,
                 TEI's); http_errors.py FastAPI's and pydantic's errors as kinds;  metrics.py, schemas.py
-Dead stubs are the supervisor model's job (model_repository/supervisor), not this one's.
+Dead stubs are the supervisor model's job (../supervisor), not this one's.
 """
 import json
 import os
@@ -28,14 +29,13 @@ import triton_python_backend_utils as pb_utils
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the modules beside this file win any name clash
-from registry import Registry  # noqa: E402
-from service import Service  # noqa: E402
+from http_front.app import create_server_app  # noqa: E402
+from http_front.metrics import Metrics  # noqa: E402
+from http_front.readiness import Readiness  # noqa: E402
+from http_front.registry import Registry  # noqa: E402
+from http_front.server import Server  # noqa: E402
+from http_front.service import Service  # noqa: E402
 from triton_server import TritonHttp, secret  # noqa: E402
-
-from app import create_server_app  # noqa: E402
-from metrics import Metrics  # noqa: E402
-from readiness import Readiness  # noqa: E402
-from server import Server  # noqa: E402
 
 
 def boolean(value):

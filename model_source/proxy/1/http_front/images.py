@@ -22,7 +22,7 @@ import threading
 import time
 from urllib.parse import unquote_to_bytes, urljoin, urlsplit
 
-from errors import ApiError
+from .errors import ApiError
 
 MAX_REDIRECTS = 3
 REDIRECTS = (301, 302, 303, 307, 308)

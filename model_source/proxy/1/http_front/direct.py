@@ -14,12 +14,13 @@ import sys
 import traceback
 
 import orjson
-from errors import status
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.responses import PlainTextResponse, Response
+
+from .errors import status
 
 NO_BODY = object()  # an empty body (a JSON null is None)
 

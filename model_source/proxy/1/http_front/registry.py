@@ -7,7 +7,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 
-from errors import NotFound, Unavailable
+from .errors import NotFound, Unavailable
 
 RESCAN_S = 2.0
 

@@ -2,9 +2,8 @@
 import asyncio
 import time
 
-import admission
-import dialects
-from errors import ApiError, response
+from . import admission, dialects
+from .errors import ApiError, response
 
 
 def released_when_answered(send, request):

@@ -8,17 +8,16 @@ import hmac
 import uuid
 from contextlib import contextmanager
 
-import errors
 import model_errors
 import model_outputs
 import numpy as np
 import orjson
-from errors import ApiError, NotAdmitted, rename_field
 from fastapi import Depends, Request
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 
-import schemas
+from . import errors, schemas
+from .errors import ApiError, NotAdmitted, rename_field
 
 
 class OrjsonRequest(Request):

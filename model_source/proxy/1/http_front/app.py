@@ -8,21 +8,15 @@ settings, service, metrics (create_app).
 """
 from typing import Protocol
 
-import http_errors
-import routes_admin
-import routes_cohere
-import routes_openai
-import routes_seed
-import routes_server
-import routes_tei
 import tracing
-from direct import DirectRoutes
 from fastapi import APIRouter, FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.staticfiles import StaticFiles
-from guard import HttpGuard
 
-from metrics import MetricsMiddleware
+from . import http_errors, routes_admin, routes_cohere, routes_openai, routes_seed, routes_server, routes_tei
+from .direct import DirectRoutes
+from .guard import HttpGuard
+from .metrics import MetricsMiddleware
 
 
 class Service(Protocol):

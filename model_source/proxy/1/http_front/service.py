@@ -4,11 +4,10 @@ Triton's repository API), readiness.py's ModelReadiness (which models are ready,
 are errors.py's kinds; pb_utils is handed in (tests import this file)."""
 import threading
 
-from admin import Admin
-from errors import InvalidInput, Timeout, Unavailable
-from inference import Embeddings, Inference, Measured, RerankResult, Token, admit_request, step_error
-
-from readiness import ModelReadiness
+from .admin import Admin
+from .errors import InvalidInput, Timeout, Unavailable
+from .inference import Embeddings, Inference, Measured, RerankResult, Token, admit_request, step_error
+from .readiness import ModelReadiness
 
 __all__ = ["Service", "Embeddings", "Measured", "RerankResult", "Token", "admit_request", "step_error",
            "InvalidInput", "Timeout", "Unavailable"]

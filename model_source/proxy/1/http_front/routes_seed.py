@@ -3,14 +3,12 @@ query parameters) and, for CLIP exports, POST /infer (texts and images of one CL
 (/load_clip_model...) are the admin router's (routes_admin.py). Errors in OpenAI's shape."""
 import time
 
-import dialects
-import images
 import numpy as np
-import route_helpers as shared
-from errors import ApiError
 from fastapi import Query, Request
 
-import schemas
+from . import dialects, images, schemas
+from . import route_helpers as shared
+from .errors import ApiError
 
 router = dialects.router("seed")
 ERRORS = shared.error_responses("openai")

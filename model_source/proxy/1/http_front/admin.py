@@ -4,7 +4,7 @@ import asyncio
 import os
 import time
 
-from errors import ApiError, NotFound, Unavailable
+from .errors import ApiError, NotFound, Unavailable
 
 
 class Admin:

@@ -10,16 +10,15 @@ fields (`texts`, `inputs.sentences`). `truncate` is false unless asked on every 
 --auto-truncate false, as /info says). TEI serves one model; here a body's `model` picks an export, else the default
 one."""
 
-import dialects
 import model_errors
 import numpy as np
-import route_helpers as shared
-from direct import DirectRoutes
-from errors import ApiError, NotAdmitted, rename_field
 from fastapi import Request
 from pydantic import TypeAdapter
 
-import schemas
+from . import dialects, schemas
+from . import route_helpers as shared
+from .direct import DirectRoutes
+from .errors import ApiError, NotAdmitted, rename_field
 
 router = dialects.router("tei")
 ERRORS = shared.error_responses("tei")

@@ -2,7 +2,7 @@
 
 Every `readiness_interval_s` it asks Triton which models are ready (Service.refresh_readiness, Triton's HTTP API).
 A model that stops being ready while no admin action of the proxy's is changing it is being recovered by the
-supervisor model (model_repository/supervisor: its stub died): the calls waiting on it fail at once (503 with
+supervisor model (the supervisor model: its stub died): the calls waiting on it fail at once (503 with
 Retry-After). Triton neither answers nor cancels such a call, so each keeps one of the proxy's BLS threads for good;
 once half of them are stranded the proxy says it is not live (/health/live 503), and the supervisor has the server
 restarted. It also restarts the HTTP server's thread should it stop, and fails everything once tritonserver is gone.
