@@ -165,7 +165,7 @@ def tokenizer_micro(scratch, texts):
     for text in texts:
         request = Request(text.encode())
         t0 = time.perf_counter()
-        decoded, _, _ = model.decode_with_prompt(request)
+        decoded, _, _, _ = model.decode_with_prompt(request, {})
         t1 = time.perf_counter()
         encodings = [model.tokenizer.encode(decoded[0])]
         model.check(encodings, split=False)

@@ -1,5 +1,6 @@
 """CPU per request of the proxy's ASGI app (metrics, gate, routes) with its plain routes answered directly
-(proxy/1/direct.py, what the proxy runs) against the same app with every request through FastAPI's pipeline.
+(proxy/1/http_front/direct.py, what the proxy runs) against the same app with every request through FastAPI's
+pipeline (which parses and validates the bodies of routes with a body parameter itself).
 
 No server and no Triton: requests are handed to the ASGI callables in one process, over a service that answers at
 once (vectors of the model's width), so what is measured is the app's own Python work per request. Rounds alternate
@@ -25,6 +26,8 @@ from model_library.in_process import model_module
 
 # the proxy's modules, imported as its model.py imports them inside Triton (model_library/in_process.py)
 NotFound = model_module("proxy", "http_front.errors").NotFound
+ErrorKind = model_module("proxy", "model_errors").ErrorKind
+proxy_service = model_module("proxy", "http_front.service")  # its answers' dataclasses
 HttpGuard = model_module("proxy", "http_front.guard").HttpGuard
 proxy_app = model_module("proxy", "http_front.app")
 Metrics = model_module("proxy", "http_front.metrics").Metrics
@@ -37,6 +40,10 @@ WORKLOADS = {  # name -> (path, body, expected status)
     "rerank, 8 documents": ("/v1/rerank", {"query": "capital of france",
                                            "documents": [f"document {i}" for i in range(8)]}, 200),
     "refused (unknown model)": ("/v1/embeddings", {"input": "x", "model": "nope"}, 404),
+    # the routes that read their body another way before bodies.py: the seed API's (query parameters: FastAPI's
+    # pipeline then) and TEI's / (its schema picked from the body)
+    "seed API, one query": ("/v1/embedding", [{"query": "what is the capital of france?"}], 200),
+    "TEI /, one query": ("/", {"inputs": "what is the capital of france?"}, 200),
 }
 
 
@@ -57,24 +64,24 @@ class InstantService:
 
     def resolve(self, model):
         if model not in (None, "bench"):
-            raise NotFound(f"model '{model}' is not served here", "model_not_found", "model")
+            raise NotFound(f"model '{model}' is not served here", ErrorKind.MODEL_NOT_FOUND, "model")
         return self.card
 
     def health(self):
-        return True, "ok"
+        return proxy_service.Health(True, "ok")
 
     live = health
 
     async def embed(self, card, texts, outputs, param, parameters=None):
         n = len(texts)
-        return SimpleNamespace(dense=np.tile(self.vector, (n, 1)), sparse=None, colbert=None,
-                               tokens=np.full(n, 9), truncated=np.zeros(n, bool), inference_ms=1.0, quantized={})
+        return proxy_service.Embeddings(dense=np.tile(self.vector, (n, 1)), sparse=None, colbert=None,
+                                        tokens=np.full(n, 9), truncated=np.zeros(n, bool), inference_ms=1.0)
 
     async def rerank(self, card, query, documents, weights, parameters=None):
         n = len(documents)
-        return SimpleNamespace(scores=np.linspace(1, 0, n, dtype=np.float32),
-                               mode_scores=np.full((n, 3), np.nan, np.float32), tokens=9 * (n + 1),
-                               query_truncated=False, truncated=np.zeros(n, bool), inference_ms=1.0)
+        return proxy_service.RerankResult(scores=np.linspace(1, 0, n, dtype=np.float32),
+                                          mode_scores=np.full((n, 3), np.nan, np.float32), tokens=9 * (n + 1),
+                                          query_truncated=False, truncated=np.zeros(n, bool), inference_ms=1.0)
 
 
 def settings():

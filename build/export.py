@@ -11,8 +11,9 @@ twin for many-text requests (length groups as concurrent encoder runs) and the r
 also has a late chunking model (`late_chunking`, or NAME_chunks: one vector per chunk of a text, pooled from the
 encoder's `token_embeddings`). Without --name they are
 the design card's `tokenizer`, `embedding`, `ensemble`, plus `ensemble_bls` and `rerank`; with --name NAME they are
-`NAME_tokenizer`, `NAME_embedding`, `NAME`, `NAME_bls` and `NAME_rerank`. Export writes only generated files, all
-ignored by git:
+`NAME_tokenizer`, `NAME_embedding`, `NAME`, `NAME_bls` and `NAME_rerank`. Export writes a serving repository
+(default model_repository/, ignored by git as one folder; model_source/ holds the code and templates and is never
+written):
   <encoder>/1/model.onnx          input_ids + attention_mask in; `embedding` (pooled, L2-normalized) out, plus
                                   bge-m3's sparse and ColBERT outputs when the folder has its heads, and
                                   `embedding_unnormalized` (the pooled vector before its L2 step)
@@ -29,7 +30,8 @@ ignored by git:
   <ensemble>/config.pbtxt         rendered from model_source/ensemble/config.pbtxt.template
   <ensemble>/1/export.json        what was exported (the proxy discovers models by this file)
   <bls>/config.pbtxt, <rerank>/config.pbtxt   rendered from model_source/{ensemble_bls,rerank}/config.pbtxt.template
-A named export also copies the tokenizer's config and code, and the BLS and rerank models' code. Everything is
+Every export also copies its Python models' code from model_source/ (MODEL_CODE), with the library beside it, and
+the proxy's and supervisor's. Everything is
 built in a temporary folder and checked against PyTorch (every output) before it replaces anything in the
 repository.
 

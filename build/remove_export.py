@@ -17,7 +17,7 @@ import sys
 import urllib.error
 import urllib.request
 
-from local_triton.settings import SERVING_REPOSITORY
+from local_triton.settings import SERVING_REPOSITORY_NAME
 from model_library.triton_server import secret  # ADMIN_API_KEY or ADMIN_API_KEY_FILE, as the launcher reads it
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,7 +58,7 @@ def held_by_triton(url, models):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name")
-    parser.add_argument("--repository", default=SERVING_REPOSITORY)
+    parser.add_argument("--repository", default=os.path.join(PROJECT, SERVING_REPOSITORY_NAME))
     parser.add_argument("--triton", default=f"http://127.0.0.1:{os.environ.get('HTTP_PORT') or 8000}",
                         help="Triton's HTTP address, asked whether the models are loaded")
     args = parser.parse_args(argv)
@@ -66,7 +66,8 @@ def main(argv=None):
     if manifest is None:
         fail(f"no export named '{args.name}' in {args.repository}")
     if manifest["name"] == "ensemble":
-        fail("the default export (tokenizer/embedding/ensemble) is part of the project's layout: export over it")
+        fail("the default export (tokenizer/embedding/ensemble) is what the proxy serves when a request names no "
+             "model: export another model over it instead")
     models = [manifest[key] for key in MODEL_KEYS if manifest.get(key)]
     held = held_by_triton(args.triton, models)
     if held:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from model_library import model_errors, model_outputs  # the models' error contract, read by every caller; their outputs
+from model_library.model_errors import ErrorKind
 
 # output kind (--outputs) -> (the BLS model's tensors, the Parquet columns it fills): a column is named as the tensor
 # it comes from (ColBERT's: as its kind), so the output vocabulary names both
@@ -33,7 +34,7 @@ KINDS = {
     "sparse": (model_outputs.TENSORS["sparse"], model_outputs.SPARSE[:2]),  # not sparse_count: the rows' lengths
     **{kind: (model_outputs.TENSORS[kind], (kind,)) for kind in ("colbert", *model_outputs.COLBERT_COMPACT)},
 }
-RETRY_KINDS = ("overloaded", "unavailable", "timeout", "cancelled")
+RETRY_KINDS = (ErrorKind.OVERLOADED, ErrorKind.UNAVAILABLE, ErrorKind.TIMEOUT, ErrorKind.CANCELLED)
 REQUEST_TIMEOUT_S = 600.0  # one request of up to 256 long texts on a CPU: minutes at worst, never hours
 
 
@@ -144,7 +145,7 @@ def failure(message):
         name, index = model_errors.split_field(info.field)
         if name == "text" and index is not None:
             return Refused(index, info.kind, model_errors.problem(info))
-    if info.kind in RETRY_KINDS or info.kind == "internal":  # internal: a stub restarting; retried a few times
+    if info.kind in RETRY_KINDS or info.kind == ErrorKind.INTERNAL:  # internal: a stub restarting; retried a few times
         return Retry(f"{info.kind}: {info.message}", kind=info.kind)
     return JobError(info.message)
 
@@ -189,16 +190,16 @@ class HttpDoor:
             payload = response.read()
         except (OSError, http.client.HTTPException) as error:
             self.local.__dict__.pop("connection", None)
-            raise Retry(f"{self.host}: {error}", kind="unavailable") from None
+            raise Retry(f"{self.host}: {error}", kind=ErrorKind.UNAVAILABLE) from None
         if response.status == 200:
             return json.loads(payload)
         message, kind, field = error_body(payload)
         if response.status in (429, 503, 504):
             after = response.getheader("Retry-After")
             raise Retry(f"HTTP {response.status}: {message}", float(after) if after and after.isdigit() else None,
-                        kind or "unavailable")
+                        kind or ErrorKind.UNAVAILABLE)
         if response.status >= 500:  # a fault: retried a few times, as KServe's internal errors are
-            raise Retry(f"internal: HTTP {response.status}: {message}", kind="internal")
+            raise Retry(f"internal: HTTP {response.status}: {message}", kind=ErrorKind.INTERNAL)
         name, index = model_errors.split_field(field or "")
         if name == "input" and index is not None and kind in model_errors.CLIENT_KINDS:
             problem = message[len(field):].lstrip() if message.startswith(field) else message
@@ -218,8 +219,8 @@ class HttpDoor:
             inputs = [t.decode("utf-8") for t in texts]
         except UnicodeDecodeError:
             index = next(i for i, t in enumerate(texts) if not valid_utf8(t))
-            raise Refused(index, "invalid_input", "is not valid UTF-8 (JSON cannot carry it to the HTTP front)") \
-                from None
+            raise Refused(index, ErrorKind.INVALID_INPUT,
+                          "is not valid UTF-8 (JSON cannot carry it to the HTTP front)") from None
         base = {"input": inputs, **({"model": self.model} if self.model else {}),
                 **{k: v for k, v in self.parameters.items()
                    if k in ("dimensions", "prompt_name", "input_type", "truncate")}}

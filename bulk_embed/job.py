@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from bulk_embed import corpus, ids
 from bulk_embed.doors import JobError, Refused, Retry
+from model_library.model_errors import ErrorKind
 
 INTERNAL_RETRIES = 5  # an internal error again and again is a fault, not a restart: the job stops
 MAX_BACKOFF_S = 30.0
@@ -76,7 +77,7 @@ def send(door, request, max_wait_s):
             rejects.append(reject(row, refused.kind, refused.message))
             continue
         except Retry as retry:
-            internal += retry.kind == "internal"
+            internal += retry.kind == ErrorKind.INTERNAL
             pause = retry.after_s if retry.after_s is not None else min(MAX_BACKOFF_S, 0.5 * 2 ** attempt)
             attempt += 1
             if internal > INTERNAL_RETRIES or waited + pause > max_wait_s:
@@ -183,7 +184,7 @@ class Run:
             raise ids.DuplicateId(ids.refusal(row.id, row.ordinal, first, self.format))
         duplicate = {row.ordinal: first for row, first in repeated}  # a repeated id, whatever the row holds
         unreadable = [reject(row, ids.DUPLICATE, ids.problem(row.id, duplicate[row.ordinal], self.format))
-                      if row.ordinal in duplicate else reject(row, "invalid_input", row.problem)
+                      if row.ordinal in duplicate else reject(row, ErrorKind.INVALID_INPUT, row.problem)
                       for row in rows if row.problem or row.ordinal in duplicate]
         readable = [row for row in rows if not row.problem and row.ordinal not in duplicate]
         self.progress.update(len(unreadable), 0, 0)

@@ -8,10 +8,10 @@ from model_library.triton_server import secret  # the proxy's reading of the key
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The serving repository: what build/export.py writes (the models' code and configs from model_source/, their
-# artifacts) and what Triton serves, git-ignored. The one place its folder is named: every tool's default.
-SERVING_REPOSITORY = os.path.join(PROJECT, "model_repository")
-# The models' source: their code and config templates, tracked; nothing is generated into it.
-MODEL_SOURCE = os.path.join(PROJECT, "model_source")
+# artifacts) and what Triton serves, git-ignored. The one place its folder is named: every tool's default (export
+# joins the name to its own checkout's folder, as it may run from a copy).
+SERVING_REPOSITORY_NAME = "model_repository"
+SERVING_REPOSITORY = os.path.join(PROJECT, SERVING_REPOSITORY_NAME)
 
 
 def setting(name, default, env=None):

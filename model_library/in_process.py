@@ -11,6 +11,7 @@ import model_errors`: the editable install, pyproject.toml).
 
 Not installed into the serving repository (export installs model_common.py, model_errors.py, model_outputs.py,
 request_rules.py, tracing.py and triton_server.py beside the models)."""
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -29,11 +30,22 @@ def beside_a_model(folder=None):
             sys.path.insert(0, path)
 
 
+@contextlib.contextmanager
+def no_bytecode():
+    """Imports that write no __pycache__ beside the source: model_source/ holds only tracked files."""
+    before, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = before
+
+
 def model_module(model, name):
     """Module `name` of model_source/<model>/1 (`model_module("proxy", "http_front.app")`), imported as the model
     imports it inside Triton, with its folder's modules and the library importable beside it (beside_a_model)."""
     beside_a_model(os.path.join(MODEL_SOURCE, model, "1"))
-    return importlib.import_module(name)
+    with no_bytecode():
+        return importlib.import_module(name)
 
 
 def import_python_model(path, module_name, **fake_attributes):
@@ -51,7 +63,8 @@ def import_python_model(path, module_name, **fake_attributes):
     try:
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        with no_bytecode():
+            spec.loader.exec_module(module)
     finally:
         sys.modules.pop("model_common", None)
         if saved is None:

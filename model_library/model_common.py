@@ -28,6 +28,7 @@ import numpy as np
 import request_rules
 import tracing
 import triton_python_backend_utils as pb_utils
+from model_errors import ErrorKind
 
 
 class MalformedBytes(bytes):
@@ -104,7 +105,7 @@ class InvalidInput(ModelError, ValueError):
     """A client's error about `field` (invalid_input unless `kind` says which). A ValueError too, so the tokenizer's
     per-request handlers take it as they are."""
 
-    def __init__(self, field, problem, kind="invalid_input"):
+    def __init__(self, field, problem, kind=ErrorKind.INVALID_INPUT):
         super().__init__(kind, field, problem)
 
 
@@ -152,7 +153,7 @@ def whole_number(parameters, name, low=1, high=INT32_MAX, meaning=""):
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise InvalidInput(name, f"must be a whole number from {low} to {high}{meaning}, not "
                                  f"{json.dumps(value) if not isinstance(value, str) else json.dumps(value[:40])}",
-                           "invalid_value")
+                           ErrorKind.INVALID_VALUE)
     return value
 
 
@@ -189,7 +190,7 @@ def _answer(request, work):
         return pb_utils.InferenceResponse(error=error.triton_error)
     except Exception as error:  # noqa: BLE001 - see the docstring
         forget_frames(error)
-        return pb_utils.InferenceResponse(error=ModelError("internal", None, f"{type(error).__name__}: {error}")
+        return pb_utils.InferenceResponse(error=ModelError(ErrorKind.INTERNAL, None, f"{type(error).__name__}: {error}")
                                           .triton_error)
 
 
@@ -260,7 +261,7 @@ class RerankModel(RequestModel):
                 try:  # answered at the deadline, not when a call that ignores it returns
                     results[i] = call.result(timeout=deadline.left_s())
                 except FutureTimeout:
-                    raise ModelError("timeout", None, "the request's timeout expired while it ran") from None
+                    raise ModelError(ErrorKind.TIMEOUT, None, "the request's timeout expired while it ran") from None
         finally:
             for _, call in running:
                 call.cancel()
@@ -291,7 +292,7 @@ def _call(model, inputs, outputs, deadline, parameters, rename, traced):
     try:
         response = request.exec()
     except pb_utils.TritonModelException as error:  # Triton refused the call itself: stopping, or not loaded
-        raise ModelError("unavailable", None, f"model '{model}' did not take the request: {error}") from None
+        raise ModelError(ErrorKind.UNAVAILABLE, None, f"model '{model}' did not take the request: {error}") from None
     if response.has_error():
         info = model_errors.parse(response.error().message())
         field = rename(info.field) if rename is not None and info.field else info.field
@@ -316,15 +317,15 @@ class Deadline:
 
     def left_us(self):
         if self.request.is_cancelled():
-            raise ModelError("cancelled", None, "the request was cancelled")
+            raise ModelError(ErrorKind.CANCELLED, None, "the request was cancelled")
         if STOP_FILE and os.path.exists(STOP_FILE):  # one stat per step
-            raise ModelError("unavailable", None, "the server is stopping: work that would outlast its drain is "
-                                                  "not started")
+            raise ModelError(ErrorKind.UNAVAILABLE, None,
+                             "the server is stopping: work that would outlast its drain is not started")
         if self.end is None:
             return 0
         left = int(self.left_s() * 1e6)
         if left <= 0:
-            raise ModelError("timeout", None, "the request's timeout expired before its next step")
+            raise ModelError(ErrorKind.TIMEOUT, None, "the request's timeout expired before its next step")
         return left
 
     def left_s(self):
@@ -336,6 +337,6 @@ class Deadline:
         Why: an encoder run, once queued, ignores timeouts (the encoder has no queue policy: bench/TUNING.md), so
         a late answer would otherwise arrive as if on time."""
         if self.request.is_cancelled():
-            raise ModelError("cancelled", None, "the request was cancelled")
+            raise ModelError(ErrorKind.CANCELLED, None, "the request was cancelled")
         if self.end is not None and time.monotonic() > self.end:
-            raise ModelError("timeout", None, "the request's timeout expired while it ran")
+            raise ModelError(ErrorKind.TIMEOUT, None, "the request's timeout expired while it ran")

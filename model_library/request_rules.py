@@ -11,6 +11,8 @@ import json
 import math
 import unicodedata
 
+from model_errors import ErrorKind
+
 NO_CONTENT = "has no content (only whitespace, control or zero-width characters)"
 # A text with a visible character is embedded even when every token it gives is special (a lone combining mark:
 # BERT's normalizer strips it, and sentence-transformers and TEI embed [CLS][SEP]); only an invisible text is refused.
@@ -35,8 +37,8 @@ def text(value, field, refuse):
         if not char.isspace() and unicodedata.category(char) not in INVISIBLE:
             return
     if not value.strip():
-        raise refuse(field, "is empty" + (" (whitespace only)" if value else ""), "invalid_input")
-    raise refuse(field, NO_CONTENT, "invalid_input")
+        raise refuse(field, "is empty" + (" (whitespace only)" if value else ""), ErrorKind.INVALID_INPUT)
+    raise refuse(field, NO_CONTENT, ErrorKind.INVALID_INPUT)
 
 
 def prompt(prompts, default, name, kind, refuse):
@@ -44,18 +46,18 @@ def prompt(prompts, default, name, kind, refuse):
     a prompt name the export has, or an input type (INPUT_TYPES) or prompt name for input_type."""
     names = ", ".join(prompts) or "none"
     if name is not None and kind is not None:
-        raise refuse("prompt_name", "and input_type: give one of them, not both", "invalid_value")
+        raise refuse("prompt_name", "and input_type: give one of them, not both", ErrorKind.INVALID_VALUE)
     if name is not None:
         if name not in prompts:
             raise refuse("prompt_name", f"{json.dumps(name)} is not one of this model's prompts ({names})",
-                         "not_served")
+                         ErrorKind.NOT_SERVED)
         return name
     if kind is not None:
         if kind in prompts:
             return kind
         if kind not in INPUT_TYPES:
             raise refuse("input_type", f"{json.dumps(kind)} is not one of {', '.join(INPUT_TYPES)} or this model's "
-                                       f"prompts ({names})", "not_served")
+                                       f"prompts ({names})", ErrorKind.NOT_SERVED)
         return next((p for p in INPUT_TYPES[kind] if p in prompts), default)
     return default
 
@@ -70,22 +72,22 @@ def width(dimensions, value, refuse):
     allowed = ", ".join(map(str, dimensions))
     detail = f"one of this model's Matryoshka widths: {allowed}" if len(dimensions) > 1 else \
         f"{allowed}: this model is not Matryoshka and gives only its full size"
-    raise refuse("dimensions", f"{json.dumps(value)} is not served; dimensions must be {detail}", "not_served")
+    raise refuse("dimensions", f"{json.dumps(value)} is not served; dimensions must be {detail}", ErrorKind.NOT_SERVED)
 
 
 def documents(count, max_documents, refuse):
     """A rerank request's documents: 1 to max_documents (the rerank model's parameter)."""
     if count == 0:
-        raise refuse("documents", "is empty: send at least one document", "invalid_input")
+        raise refuse("documents", "is empty: send at least one document", ErrorKind.INVALID_INPUT)
     if count > max_documents:
         raise refuse("documents", f"holds {count} documents, over the limit of {max_documents} (rerank parameter "
-                                  f"max_documents)", "too_many")
+                                  f"max_documents)", ErrorKind.TOO_MANY)
 
 
 def weights(values, refuse):
     """bge-m3's rerank weights: 3 finite numbers >= 0 (dense, sparse, colbert)."""
     if len(values) != 3 or any(not math.isfinite(w) or w < 0 for w in values):
-        raise refuse("weights", WEIGHTS, "invalid_value")
+        raise refuse("weights", WEIGHTS, ErrorKind.INVALID_VALUE)
 
 
 def truncate(parameters, refuse):
@@ -94,11 +96,12 @@ def truncate(parameters, refuse):
     rerank and late chunking models pass it on) and by the proxy's routes that take truncate false."""
     value = parameters.get("truncate", True)
     if not isinstance(value, bool):
-        raise refuse("truncate", f"must be true or false, not {json.dumps(value)[:40]}", "invalid_value")
+        raise refuse("truncate", f"must be true or false, not {json.dumps(value)[:40]}", ErrorKind.INVALID_VALUE)
     return value
 
 
 def cut_refused(field, max_length, refuse):
     """truncate false: the text (or pair) at `field` has more tokens than `max_length`: too_long, before the encoder
     runs. Returns the error for the caller to raise."""
-    return refuse(field, f"is longer than the model's maximum of {max_length} tokens (truncate is false)", "too_long")
+    return refuse(field, f"is longer than the model's maximum of {max_length} tokens (truncate is false)",
+                  ErrorKind.TOO_LONG)

@@ -165,7 +165,7 @@ def _failed(span, kind):
     if span is not None and kind and span.is_recording():
         from opentelemetry.trace import Status, StatusCode
 
-        span.set_attribute("error.type", kind)
+        span.set_attribute("error.type", str(kind))  # an ErrorKind as its value: exporters take plain strings
         span.set_status(Status(StatusCode.ERROR))
 
 

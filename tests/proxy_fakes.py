@@ -10,9 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 from fastapi.testclient import TestClient
 
-from model_library import model_errors, request_rules
+from model_library import model_errors
 from model_library.in_process import model_module
 
+request_rules = model_module("proxy", "request_rules")  # imported as the proxy imports it (it imports model_errors)
 errors = model_module("proxy", "http_front.errors")
 prechecks = model_module("proxy", "http_front.prechecks")
 proxy_app = model_module("proxy", "http_front.app")
@@ -107,10 +108,10 @@ class FakeService:
         return card
 
     def health(self):
-        return (False, "shutting down") if self.draining else (True, "ok")
+        return proxy_service.Health(False, "shutting down") if self.draining else proxy_service.Health(True, "ok")
 
     def live(self):
-        return (False, self.failed) if self.failed else (True, "ok")
+        return proxy_service.Health(False, self.failed) if self.failed else proxy_service.Health(True, "ok")
 
     async def embed(self, card, texts, outputs, param, parameters=None):
         prechecks.embed(card, texts, param, parameters)
@@ -131,11 +132,12 @@ class FakeService:
         tokens = np.minimum(words, card.max_length)
         # a token id per distinct word: hash() of a str differs per process, and "a" and "b" once met mod 1000
         ids = [np.array(sorted({stable_hash(w) % 1000 for w in t.split()}), dtype=np.int64) for t in texts]
-        sparse = [(row, np.full(len(row), 0.5, dtype=np.float32)) for row in ids]
+        sparse = [proxy_service.SparseVector(row, np.full(len(row), 0.5, dtype=np.float32)) for row in ids]
         colbert = [np.stack([fake_vectors(w) for w in t.split()] + [fake_vectors("</s>")]) for t in texts]
-        return SimpleNamespace(dense=np.stack([fake_vectors(t) for t in texts]), sparse=sparse, colbert=colbert,
-                               tokens=tokens, truncated=np.array(words) > card.max_length, inference_ms=1.0,
-                               unnormalized=np.stack([fake_vectors(t) * (2.0 + len(t)) for t in texts]))
+        return proxy_service.Embeddings(
+            dense=np.stack([fake_vectors(t) for t in texts]), sparse=sparse, colbert=colbert, tokens=tokens,
+            truncated=np.array(words) > card.max_length, inference_ms=1.0,
+            unnormalized=np.stack([fake_vectors(t) * (2.0 + len(t)) for t in texts]))
 
     async def embed_images(self, card, images, param, indices=None):
         """Vectors per image's bytes; an image starting with b"BAD" is refused as the image model refuses it."""
@@ -146,7 +148,7 @@ class FakeService:
             if image.startswith(b"BAD"):  # the image model's error
                 raise model_error("invalid_input", f"image[{i}]", "is not an image (cannot identify image file)", card,
                                   (param, 0, indices))
-        return np.stack([fake_vectors(image.hex()) for image in images]), 2.0
+        return proxy_service.ImageEmbeddings(np.stack([fake_vectors(image.hex()) for image in images]), 2.0)
 
     async def rerank(self, card, query, documents, weights, parameters=None):
         """Scores: the dense dot product; per mode: dense, and weight-scaled stand-ins for the others the card
@@ -172,10 +174,10 @@ class FakeService:
                 modes[:, column] = dense * (column + 1)
         cross = card.kind == "cross-encoder"  # its classifier's logits, and their sigmoid as the scores
         logits = dense * 4 if cross else None
-        return SimpleNamespace(scores=1 / (1 + np.exp(-logits)) if cross else dense,
-                               mode_scores=None if cross else modes, tokens=sum(words) + len(query.split()) + 2,
-                               query_truncated=len(query.split()) + 2 > card.max_length,
-                               truncated=np.array(words) > card.max_length, inference_ms=1.0, logits=logits)
+        return proxy_service.RerankResult(
+            scores=1 / (1 + np.exp(-logits)) if cross else dense, mode_scores=None if cross else modes,
+            tokens=sum(words) + len(query.split()) + 2, query_truncated=len(query.split()) + 2 > card.max_length,
+            truncated=np.array(words) > card.max_length, inference_ms=1.0, logits=logits)
 
     async def tokenize(self, card, texts, param, parameters):
         """A token per word (bytes counted), between two special tokens; the tokenizer's empty-text error."""
@@ -186,13 +188,13 @@ class FakeService:
         for i, text in enumerate(texts):
             if not text.strip():
                 raise model_error("invalid_input", f"text[{i}]", "is empty", card, (param, 0))
-            tokens, at = [SimpleNamespace(id=0, text="<s>", special=True, start=None, stop=None)], 0
+            tokens, at = [proxy_service.Token(id=0, text="<s>", special=True, start=None, stop=None)], 0
             for word in text.split(" "):
                 start = len(text[:text.index(word, at)].encode()) if word else at
-                tokens.append(SimpleNamespace(id=stable_hash(word) % 1000, text=word, special=False, start=start,
-                                              stop=start + len(word.encode())))
+                tokens.append(proxy_service.Token(id=stable_hash(word) % 1000, text=word, special=False, start=start,
+                                                  stop=start + len(word.encode())))
                 at = text.index(word, at) + len(word) if word else at
-            rows.append(tokens + [SimpleNamespace(id=2, text="</s>", special=True, start=None, stop=None)])
+            rows.append(tokens + [proxy_service.Token(id=2, text="</s>", special=True, start=None, stop=None)])
         return rows
 
     async def decode(self, card, ids, param, parameters):
@@ -216,7 +218,7 @@ class FakeService:
         words = np.array([sum(len(t.split()) for t in item) + 3 for item in inputs])
         if not keeps(parameters):
             refuse_cut(card, words > card.max_length, (param, 0))
-        return logits, scores, int(words.sum()), words > card.max_length, 1.0
+        return proxy_service.Prediction(logits, scores, int(words.sum()), words > card.max_length, 1.0)
 
     async def measure(self, card, texts, param, parameters=None, queries=None):
         """The tokenizer's count without admission (the real one: the tokenizer model alone): words + 2 per text (a
@@ -249,8 +251,9 @@ class FakeService:
                 raise model_error("invalid_input", "text", "is empty", card, None)
             found = np.array(spans[i] if spans is not None else [[0, len(text)]], dtype=np.int64).reshape(-1, 2)
             vectors = np.stack([fake_vectors(text[a:b]) for a, b in found.tolist()])
-            results.append((vectors, found, np.full(len(found), 2, dtype=np.int32), len(text.split()) + 2))
-        return results, 1.0
+            results.append(proxy_service.ChunkedText(vectors, found, np.full(len(found), 2, dtype=np.int32),
+                                                     len(text.split()) + 2))
+        return proxy_service.ChunkEmbeddings(results, 1.0)
 
     async def load(self, model_id):
         self.admin.append(("load", model_id))

@@ -283,7 +283,8 @@ def test_proxy_app_benchmark_measures_both_apps():
                             cwd=PROJECT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     rows = {line[:26].strip(): line[26:].split() for line in result.stdout.splitlines()[1:]}
-    assert set(rows) == {"one query", "8 texts", "rerank, 8 documents", "refused (unknown model)"}
+    assert set(rows) == {"one query", "8 texts", "rerank, 8 documents", "refused (unknown model)",
+                         "seed API, one query", "TEI /, one query"}
     for name, (direct, fastapi, ratio) in rows.items():
         assert float(direct) > 0 and float(fastapi) > 0, name
         assert abs(float(ratio) - float(fastapi) / float(direct)) < 0.05 * float(ratio) + 0.01, name

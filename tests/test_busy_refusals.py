@@ -113,7 +113,7 @@ def test_prompt_name_and_input_type_are_refused_as_the_tokenizer_refuses_them(mo
     tokenizer = object.__new__(models.tokenizer.TritonPythonModel)
     tokenizer.prompts, tokenizer.default_prompt = dict(prompts), None
     card = Card("m", "m", ("dense",), prompts=prompts)
-    expected = model_answer(lambda: tokenizer.prompt(ModelRequest(parameters)), ("input", 0))
+    expected = model_answer(lambda: tokenizer.prompt(parameters), ("input", 0))
     assert precheck_answer(lambda: prechecks.prompt(card, parameters)) == expected
 
 

@@ -56,7 +56,7 @@ def test_source_folders_hold_nothing_generated(minilm_repository, tmp_path):
     leaves every file of the source as it was and adds none; .gitignore ignores the serving repository (the launcher's
     default, SERVING_REPOSITORY) as one folder and has no rule reaching inside model_source/; what the export wrote
     would be ignored there as a whole."""
-    from local_triton.settings import MODEL_SOURCE, SERVING_REPOSITORY
+    from exporting.repository import SERVING_REPOSITORY, SOURCE_REPOSITORY
 
     before = _source_files()
     repository = tmp_path / "repository"
@@ -79,7 +79,7 @@ def test_source_folders_hold_nothing_generated(minilm_repository, tmp_path):
                if os.path.isfile(p) and "__pycache__" not in p]
     assert "tokenizer/1/tokenizer.json" in written and "proxy/1/http_front/app.py" in written
     serving = os.path.relpath(SERVING_REPOSITORY, PROJECT)
-    for folder, expect_ignored in ((os.path.relpath(MODEL_SOURCE, PROJECT), False), (serving, True)):
+    for folder, expect_ignored in ((os.path.relpath(SOURCE_REPOSITORY, PROJECT), False), (serving, True)):
         check = subprocess.run([*git, "check-ignore", "--no-index", "--verbose", "--non-matching",
                                 *(os.path.join(folder, p) for p in written)], capture_output=True, text=True)
         ignored = [line for line in check.stdout.splitlines() if not line.startswith("::")]

@@ -145,7 +145,7 @@ PROXY_CASES = [
         ("text/plain", 415), ("text/plain; charset=utf-8", 415), ("application/x-www-form-urlencoded", 415),
         ("multipart/form-data; boundary=x", 415), ("application/xml", 415), ("application/jsonx", 415),
         ("application/json, text/plain", 415), ("", 415), ("application/json; charset=utf-8", 200),
-        ("APPLICATION/JSON", 200), ("application/vnd.api+json", 200)]],
+        ("APPLICATION/JSON", 200), ("application/vnd.api+json", 200), ("text/x+json", 415)]],
     ("no content-type", "POST", "/v1/embeddings", {"input": "x"}, {"Content-Type": None}, 415),
     # ---- the API key (issue 9: a lowercase scheme was refused)
     *[(f"authorization {name}", "POST", "/v1/embeddings", {"input": "x"}, {"Authorization": value}, status)

@@ -1,7 +1,6 @@
 """Issue 37: tritonserver never outlives the launcher (kill -9 included), and a start that finds its ports taken
 says so in one line, naming the port and who holds it, and stops. The servers here serve a two-model repository
 (the proxy and a trivial Python model) so they start in seconds."""
-import importlib.util
 import json
 import os
 import signal
@@ -251,10 +250,9 @@ def test_the_proxy_reads_readiness_only_from_its_own_servers_port():
     tritonserver) the port is trusted. Every served test's /health 200 proves it against the real server."""
     from types import SimpleNamespace
 
-    path = os.path.join(PROJECT, "model_source", "proxy", "1", "http_front", "readiness.py")
-    spec = importlib.util.spec_from_file_location("proxy_readiness_under_test", path)
-    readiness = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(readiness)
+    from model_library.in_process import model_module
+
+    readiness = model_module("proxy", "http_front.readiness")
 
     def triton(answer):
         return SimpleNamespace(call=lambda method, path: answer if (method, path) == ("GET", "/v2") else None)

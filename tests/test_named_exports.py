@@ -1,10 +1,11 @@
 """Named exports beside a default export in the checkout (issue 40): each export serves its own prompts.
 
-The user's steps, in a copy of the checkout (its tracked build/, model_library/ and model_repository/):
-`build/export.py --model FOLDER` writes the default export into the copy's own model_repository/ (as `make serve`
-does), then `--name NAME` exports beside it. Named exports take their model code from that same folder, where the
-default export's generated files (prompts.json...) now lie: a copy of those made every named export serve the
-default's prompts. Two layouts, each served by the real tritonserver: a prompted default with a named export of
+The user's steps, in a copy of the checkout (its tracked build/, model_library/ and model_source/):
+`build/export.py --model FOLDER` writes the default export into the copy's own serving repository model_repository/
+(as `make serve` does), then `--name NAME` exports beside it. When the source and the served folders were one, named
+exports took their model code from the folder where the default export's generated files (prompts.json...) lay: a
+copy of those made every named export serve the default's prompts.
+Two layouts, each served by the real tritonserver: a prompted default with a named export of
 other prompts and one without prompts; a default without prompts with a prompted named export (the issue's case).
 Vectors against SentenceTransformer.encode(prompt_name=...), through KServe and the HTTP front.
 """
@@ -43,9 +44,9 @@ LAYOUTS = {
 
 
 def tracked_copy(target):
-    """The checkout's tracked build/, model_library/ and model_repository/ files copied to `target` (what a fresh
-    clone holds)."""
-    listed = subprocess.run(["git", "-C", PROJECT, "ls-files", "-z", "build", "model_repository",
+    """The checkout's tracked build/, model_library/ and model_source/ files copied to `target` (what a fresh clone
+    holds)."""
+    listed = subprocess.run(["git", "-C", PROJECT, "ls-files", "-z", "build", "model_source",
                              "model_library"],
                             capture_output=True, check=True).stdout.decode().split("\0")
     for path in filter(None, listed):
@@ -62,7 +63,8 @@ def models(tmp_path_factory, minilm_model_dir):
 
 @pytest.fixture(scope="module", params=list(LAYOUTS))
 def served(request, models, tmp_path_factory):
-    """A checkout copy whose own model_repository/ holds the layout's default export, then its named ones, served."""
+    """A checkout copy whose own serving repository (model_repository/) holds the layout's default export, then its
+    named ones, served."""
     layout = LAYOUTS[request.param]
     root = tracked_copy(tmp_path_factory.mktemp("checkout"))
     for name, key in layout.items():

@@ -16,6 +16,7 @@ from model_library.in_process import model_module
 from proxy_fakes import DIM, FakeService, error_of, fake_vectors, make_client, proxy_app, proxy_service, settings
 
 admission = model_module("proxy", "http_front.admission")
+errors = model_module("proxy", "http_front.errors")
 guard = model_module("proxy", "http_front.guard")
 route_helpers = model_module("proxy", "http_front.route_helpers")
 Metrics = model_module("proxy", "http_front.metrics").Metrics
@@ -160,6 +161,54 @@ def test_only_json_bodies_are_accepted(client, content_type):
     assert error["code"] == "unsupported_media_type"
 
 
+def through_fastapi(**overrides):
+    """The app with every request through FastAPI's pipeline (no direct.py), behind the same gate: the baseline."""
+    service, metrics, config = FakeService(), Metrics(), settings(**overrides)
+    app = proxy_app.create_app(config, service, metrics)
+    return TestClient(MetricsMiddleware(guard.HttpGuard(app, config, service), metrics, app))
+
+
+BAD_BODIES = [  # (content type, body, kind)
+    ("text/plain", b'{"input": "x"}', "unsupported_media_type"),
+    ("text/x+json", b'{"input": "x"}', "unsupported_media_type"),  # was let through, then a 400 invalid_type body
+    (None, b'{"input": "x"}', "unsupported_media_type"),
+    ("application/json", b"{not json", "invalid_json"),
+    ("application/vnd.api+json; charset=utf-8", b"[1, 2", "invalid_json"),
+    ("application/json", b"", "missing"),
+    ("application/json", b'{"input": "' + b"a" * 5000 + b'"}', "body_too_large"),
+]
+BODY_ROUTES = [("/v1/embeddings", "openai"), ("/v1/embedding", "openai"), ("/v2/embed", "cohere"),
+               ("/v1/rerank", "cohere"), ("/embed", "tei"), ("/", "tei"), ("/rerank", "tei")]
+
+
+@pytest.mark.parametrize("content_type, body, kind", BAD_BODIES)
+def test_a_bad_body_gets_one_answer_on_every_route(content_type, body, kind):
+    """One body pipeline (bodies.py), one content type rule: the same bad body gets the same kind, with its
+    dialect's status (errors.KINDS) and shape, on every route that takes a body: direct ones, the seed API's (query
+    parameters too), TEI's / and /rerank (which pick their schema from the body), and each through FastAPI's
+    pipeline."""
+    headers = {"content-type": content_type} if content_type else {}
+    row = errors.KINDS[kind]
+    for client in (make_client(), through_fastapi()):
+        for path, shape in BODY_ROUTES:
+            response = client.post(path, content=body, headers=headers)
+            error = error_of(response, row.tei_status if shape == "tei" else row.status)
+            assert error["code"] == kind and error["type"] == (row.tei_type if shape == "tei" else row.type), path
+            assert ("message" in response.json()) == (shape == "cohere"), path
+
+
+def test_a_lone_surrogate_is_named_on_every_route():
+    """JSON's escaped lone surrogate is parsed one way (bodies.loads) on every route, so the field that holds it is
+    named (the seed API's route, once on FastAPI's pipeline, answered invalid_json)."""
+    for client in (make_client(), through_fastapi()):
+        for path, body, field in (("/v1/embeddings", b'{"input": "\\ud800"}', "input[0]"),
+                                  ("/v1/embedding", b'[{"query": "\\ud800"}]', "query[0]"),
+                                  ("/embed", b'{"inputs": ["a", "\\ud800"]}', "inputs[1]")):
+            error = error_of(client.post(path, content=body, headers={"content-type": "application/json"}),
+                             422 if path == "/embed" else 400, "lone surrogate")
+            assert error["code"] == "invalid_input" and error["field"] == field, path
+
+
 def test_api_key_bearer_scheme_is_case_insensitive():
     client = make_client(api_key="s3cret")
     assert client.post("/v1/embeddings", json={"input": "x"}).status_code == 401
@@ -186,7 +235,9 @@ def test_the_key_is_checked_before_the_body(path, body):
 BODIES = [b"", b"{not json", b"[1, 2", b"[" * 1500 + b"]" * 1500, b"null", b"5", b"[]", b"{}", b'{"input": 5}',
           b'{"input": ["a", 3]}', b'{"input": "x", "model": "nope"}', b'{"input": "x", "encoding_format": "hex"}',
           b'{"query": "q", "documents": ["a", ""]}', b'{"model_name": 7}', b'{"input": "x", "dimensions": -1}',
-          b'{"inputs": "BAD"}', b'{"input": "BAD"}', b'{"input": "ok", "truncate": "maybe"}']
+          b'{"inputs": "BAD"}', b'{"input": "BAD"}', b'{"input": "ok", "truncate": "maybe"}', b'{"input": "\\ud800"}',
+          b'[{"query": "q"}]', b'[{"query": "q"}, {"query": 5}]']
+QUERIES = ["", "?truncate=false", "?truncate=maybe", "?model=nope&truncate=x", "?model=x&model=fake-m3"]
 
 
 @pytest.mark.parametrize("api_key, authorization", [("", None), ("s3cret", None), ("s3cret", "Bearer s3cret")])
@@ -194,18 +245,17 @@ def test_direct_routes_answer_as_fastapi_does(api_key, authorization):
     """direct.py answers the plain routes without FastAPI's pipeline: every route it takes, for valid, malformed,
     mistyped and unauthenticated bodies, gets the status, body and headers FastAPI gives (the app wired without it)."""
     direct = make_client(api_key=api_key, admin_api_key="adm1n")
-    service, metrics, config = FakeService(), Metrics(), settings(api_key=api_key, admin_api_key="adm1n")
-    app = proxy_app.create_app(config, service, metrics)
-    through_fastapi = TestClient(MetricsMiddleware(guard.HttpGuard(app, config, service), metrics, app))
+    baseline = through_fastapi(api_key=api_key, admin_api_key="adm1n")
     routes = direct.app.app.app.routes  # metrics -> gate -> DirectRoutes
     assert {("POST", "/v1/embeddings"), ("POST", "/v1/rerank"), ("GET", "/health")} <= set(routes)
-    assert ("POST", "/v1/embedding") not in routes  # query parameters: FastAPI's
+    assert ("POST", "/v1/embedding") in routes  # query parameters too: every route with a body is direct
     headers = {"content-type": "application/json", **({"authorization": authorization} if authorization else {})}
     statuses = set()
     for method, path in sorted(routes, key=lambda route: (route[1] == "/metrics", route)):  # /metrics: last
-        for body in BODIES if method == "POST" else [None]:
-            got, wanted = (client.request(method, path, content=body, headers=headers)
-                           for client in (direct, through_fastapi))
+        for body, query in [(b, q) for b in BODIES for q in QUERIES[:1 + 4 * (path == "/v1/embedding")]] \
+                if method == "POST" else [(None, "")]:
+            got, wanted = (client.request(method, path + query, content=body, headers=headers)
+                           for client in (direct, baseline))
             if path == "/metrics":  # latencies differ; the counts must not
                 got, wanted = ([line for line in r.text.splitlines() if line.startswith("proxy_requests_total")]
                                for r in (got, wanted))

@@ -1,9 +1,11 @@
 """The proxy's one error table and its dialects as units (issue 52): every error is a kind of errors.KINDS, no HTTP
 status is written outside it, every dialect's body carries the field as data (and bulk_embed's HTTP door reads it
 from there), each dialect's routes document their own error shape, the route lists are read from the routers, no
-router imports another dialect's, an empty list of inputs is one kind everywhere, and the proxy and bulk_embed name
-no output tensor but through model_outputs. Over the fake service of tests/proxy_fakes.py."""
+router imports another dialect's, an empty list of inputs is one kind everywhere, the proxy and bulk_embed name
+no output tensor but through model_outputs, and the serving code no error kind but through model_errors.ErrorKind.
+Over the fake service of tests/proxy_fakes.py."""
 import ast
+import glob
 import io
 import json
 import os
@@ -197,6 +199,63 @@ def test_output_names_are_written_only_in_model_outputs():
                     node.value not in OTHER_WORDS or (path in tensor_code and id(node) not in json_readers)):
                 found.append(f"{os.path.relpath(path, PROJECT)}:{node.lineno}: {node.value!r}")
     assert not found, found
+
+
+# ---------------------------------------------------------------- error kinds: model_errors.ErrorKind's members only
+# The literals equal to a kind's value that are no kind, per file: pydantic's error types that http_errors.py maps to
+# kinds, and Triton's words that give its untagged errors their kind (TRITON_WORDING). (A pydantic error raised as
+# data, {"type": "missing", ...}, is told by its key.)
+NOT_KINDS = {"model_source/proxy/1/http_front/http_errors.py": {"too_long": 1, "missing": 1},
+             "model_library/model_errors.py": {"cancelled": 1, "unavailable": 1}}
+
+
+def serving_code():
+    """Every file of the serving code: the models' source (proxy included), their library, the bulk client."""
+    for folder, pattern in (("model_source", "**/*.py"), ("model_library", "*.py"), ("bulk_embed", "*.py")):
+        yield from sorted(glob.glob(os.path.join(PROJECT, folder, pattern), recursive=True))
+
+
+def test_error_kinds_are_named_only_as_error_kind_members():
+    """No kind is a string literal in the serving code but in ErrorKind's own definition (the wire's words are its
+    values), and every `ErrorKind.NAME` names a member: a kind renamed or misspelt fails here, not at the one
+    request that raises it."""
+    values = {kind.value for kind in model_errors.ErrorKind}
+    literals, unknown = {}, []
+    for path in serving_code():
+        name = os.path.relpath(path, PROJECT)
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        not_kinds = {id(node) for part in ast.walk(tree) if isinstance(part, ast.ClassDef) and
+                     part.name == "ErrorKind" for node in ast.walk(part)}
+        not_kinds |= {id(value) for part in ast.walk(tree) if isinstance(part, ast.Dict)
+                      for key, value in zip(part.keys, part.values) if getattr(key, "value", None) == "type"}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in values and id(node) not in not_kinds:
+                literals.setdefault(name, {}).setdefault(node.value, []).append(node.lineno)
+            elif isinstance(node, ast.Attribute) and (getattr(node.value, "id", None) == "ErrorKind" or getattr(
+                    node.value, "attr", None) == "ErrorKind") and node.attr not in model_errors.ErrorKind.__members__:
+                unknown.append(f"{name}:{node.lineno}: ErrorKind.{node.attr}")
+    assert {name: {value: len(lines) for value, lines in found.items()} for name, found in literals.items()} == \
+        NOT_KINDS, literals
+    assert not unknown, unknown
+
+
+def test_every_error_kind_is_in_a_table_and_every_table_kind_in_the_enum():
+    """The proxy's table and the error contract's are keyed by ErrorKind members (FROM_MODEL maps members to
+    members), and every member is a kind of one of them: none defined that nothing answers."""
+    error_kind = errors.model_errors.ErrorKind  # the proxy's copy of the library, as inside Triton
+    tables = (errors.KINDS, errors.model_errors.KINDS, errors.FROM_MODEL, dict.fromkeys(errors.FROM_MODEL.values()))
+    assert all(isinstance(kind, error_kind) for table in tables for kind in table)
+    assert set(model_errors.ErrorKind) == set(errors.KINDS) | set(model_errors.KINDS)
+    assert set(model_errors.CLIENT_KINDS) <= set(errors.KINDS) & set(model_errors.KINDS)
+
+
+def test_an_error_kind_travels_as_its_value():
+    """A member is its wire word in a tag, a body, a label; a tag's text is read back as the member."""
+    kind = model_errors.ErrorKind.TOO_LONG
+    assert str(kind) == f"{kind}" == kind == "too_long" and json.dumps({"code": kind}) == '{"code": "too_long"}'
+    info = model_errors.parse(model_errors.tagged(kind, "text[2]", "is over the limit"))
+    assert info.kind is kind and info.field == "text[2]"
+    assert model_errors.parse("in ensemble 'x', the request was cancelled").kind is model_errors.ErrorKind.CANCELLED
 
 
 # ---------------------------------------------------------------- bulk_embed's HTTP door reads the body, not the prose

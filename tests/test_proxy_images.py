@@ -444,8 +444,9 @@ def test_embed_images_splits_by_the_image_models_batch_size_and_names_the_client
     card = registry.read_card(clip_service.registry.repository, "clip")
     clip_service.bls_rows["clip_image"] = 2
     pictures = [bytes([i]) * 10 for i in range(5)]
-    vectors, inference_ms = asyncio.run(clip_service.embed_images(card, pictures, "image"))
-    assert vectors.dtype == np.float32 and vectors.shape == (5, DIM) and inference_ms > 0
+    embedded = asyncio.run(clip_service.embed_images(card, pictures, "image"))
+    vectors = embedded.dense
+    assert vectors.dtype == np.float32 and vectors.shape == (5, DIM) and embedded.inference_ms > 0
     np.testing.assert_allclose(vectors, [image_vector(p) for p in pictures], atol=1e-6)
     assert sorted(len(rows) for _, rows in clip_service.pb.requests) == [1, 2, 2]
     assert {model for model, _ in clip_service.pb.requests} == {"clip_image"}

@@ -79,8 +79,15 @@ def one_line(message):
 
 
 def write(path, config, header=""):
+    """`config` (with `header`) to `path`; a file already holding that text is left as it is (its mtime too: Triton's
+    polling reloads no model over an unchanged config)."""
+    text = to_text(config, header)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as handle:
+            if handle.read() == text:
+                return
     with open(path, "w", encoding="utf-8") as handle:
-        handle.write(to_text(config, header))
+        handle.write(text)
 
 
 def _message(config):

@@ -11,13 +11,14 @@ import string
 import subprocess
 import tempfile
 
-from local_triton.settings import MODEL_SOURCE, SERVING_REPOSITORY
+from local_triton.settings import SERVING_REPOSITORY_NAME
 
 from . import fail, pbtxt, read_json
 from .graph import ENCODER_ONLY, OUTPUT_TENSORS, RAGGED_LENGTHS, WITH_DENSE, public_families, token_guard_message
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SOURCE_REPOSITORY = MODEL_SOURCE  # the templates, the models' code
+SOURCE_REPOSITORY = os.path.join(PROJECT, "model_source")  # the models' code and config templates (tracked)
+SERVING_REPOSITORY = os.path.join(PROJECT, SERVING_REPOSITORY_NAME)  # export's default: what Triton serves
 RESERVED_NAMES = {"tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "late_chunking", "proxy",
                   "supervisor"}
 STEP_SUFFIXES = ("_tokenizer", "_embedding", "_bls", "_rerank", "_chunks", "_image", "_image_preprocess")
@@ -123,13 +124,21 @@ def copy_model_code(kind, model_dir, project=PROJECT, keep_config=False):
                 target = os.path.join(target, os.path.basename(source))
             if keep_config and destination == "config.pbtxt" and os.path.exists(target):
                 continue
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            shutil.copyfile(source, target)
+            if not same_bytes(source, target):  # an unchanged file keeps its mtime: Triton's polling reloads none
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                shutil.copyfile(source, target)
             copied.append(target)
     for folder in {os.path.dirname(path) for path in copied}:
         for stale in set(glob.glob(os.path.join(folder, "*.py"))) - set(copied):
             os.remove(stale)
     return copied
+
+
+def same_bytes(source, target):
+    if not os.path.isfile(target) or os.path.getsize(source) != os.path.getsize(target):
+        return False
+    with open(source, "rb") as one, open(target, "rb") as other:
+        return one.read() == other.read()
 
 
 def export_code(repository, manifest):

@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_common  # noqa: E402  (installed beside this file by build/export.py)
 import model_outputs  # noqa: E402  (the same)
 import request_rules  # noqa: E402  (the same)
+from model_errors import ErrorKind  # noqa: E402  (the same)
 from model_outputs import (  # noqa: E402  (the same)
     ATTENTION_MASK,
     COLBERT_LENGTH,
@@ -119,7 +120,7 @@ class TritonPythonModel(model_common.RequestModel):
         prompt = {key: parameters[key] for key in PROMPT_PARAMETERS if key in parameters}
         for key, value in prompt.items():
             if not isinstance(value, str):
-                raise InvalidInput(key, f"must be a string, not {json.dumps(value)}", "invalid_value")
+                raise InvalidInput(key, f"must be a string, not {json.dumps(value)}", ErrorKind.INVALID_VALUE)
         if "query" in parameters:
             prompt["query"] = parameters["query"]
         if "truncate" in parameters:  # the tokenizer's to apply: false refuses a text over the max length
@@ -146,7 +147,7 @@ class TritonPythonModel(model_common.RequestModel):
             if name in QUANTIZED:
                 ranges = self.ranges.get(dense.shape[1])
                 if ranges is None and QUANTIZED[name].endswith("int8"):
-                    raise model_common.ModelError("internal", None, f"{name}: no calibrated ranges for width "
+                    raise model_common.ModelError(ErrorKind.INTERNAL, None, f"{name}: no calibrated ranges for width "
                                                                     f"{dense.shape[1]}: re-run build/export.py")
                 results[name] = quantize(dense, QUANTIZED[name], ranges)
 
@@ -209,7 +210,7 @@ class TritonPythonModel(model_common.RequestModel):
             return 1
         if COLBERT_VECTORS not in self.outputs:
             raise InvalidInput("colbert_pool_factor", f"is not served: this model has no ColBERT output (it serves "
-                                                      f"{', '.join(self.outputs)})", "not_served")
+                                                      f"{', '.join(self.outputs)})", ErrorKind.NOT_SERVED)
         return model_common.whole_number(parameters, "colbert_pool_factor", meaning=" (1: no pooling)")
 
     def compact_colbert(self, results, wanted, pool_factor):

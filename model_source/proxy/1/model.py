@@ -12,8 +12,10 @@ wired up:
                 prechecks.py the models' refusals that need no tokens, given before admission
   registry.py   the exports (cards) and their models' readiness;  triton_server.py  Triton's HTTP API (library)
   readiness.py  keeps readiness current; calls on a model that stops being ready fail at once
-  guard.py      admission, body limits, disconnects;  server.py  uvicorn in its own thread
-  direct.py     the plain routes' requests without FastAPI's request pipeline
+  guard.py      admission, the body read (bodies.py), disconnects;  server.py  uvicorn in its own thread
+  bodies.py     a request's body, one way for every route: read (the one content type rule, size, time), parsed,
+                validated
+  direct.py     the plain routes' requests (every route with a body) without FastAPI's request pipeline
   images.py     images over HTTP (CLIP exports): base64, data URIs, URL fetching and their limits
   errors.py     the error table: every error's kind, its status and each dialect's body (OpenAI's, Cohere's,
                 TEI's); http_errors.py FastAPI's and pydantic's errors as kinds;  metrics.py, schemas.py

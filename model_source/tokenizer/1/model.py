@@ -50,6 +50,7 @@ sys.dont_write_bytecode = True  # the repository may be read-only storage: no __
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_common  # noqa: E402  (installed beside this file by build/export.py)
 import request_rules  # noqa: E402  (the same)
+from model_errors import ErrorKind  # noqa: E402  (the same)
 from model_outputs import (  # noqa: E402  (the same)
     ATTENTION_MASK,
     BYTE_OFFSETS,
@@ -152,25 +153,25 @@ class TritonPythonModel:
         """The padded width of rows of up to `tokens` tokens (config: pad_to_multiple_of, pad_to_power_of_two)."""
         return pad_width(tokens, self.multiple, self.power_of_two, self.max_width)
 
-    def prompt(self, request):
+    def prompt(self, parameters):
         """The prompt name the request's parameters pick (or the default; None: no prompt), or InvalidInput."""
-        parameters = json.loads(request.parameters() or "{}")
         return request_rules.prompt(self.prompts, self.default_prompt, parameters.get("prompt_name"),
                                     parameters.get("input_type"), InvalidInput)
 
-    def decode(self, request):
+    def decode(self, request, parameters):
         """(texts, queries, shared): the request's texts, per row its query (None: single texts), and whether one
         query (the parameter) serves every row; or InvalidInput naming the first bad row. Messages never echo the
         text."""
         raw = model_common.read_bytes(request, "text", rank=2)
         queries = model_common.read_bytes(request, "query", rank=2, optional=True)
-        shared = json.loads(request.parameters() or "{}").get("query")
+        shared = parameters.get("query")
         if shared is not None:
             queries = np.array([shared.encode() if isinstance(shared, str) else shared], dtype=np.object_)
         total = sum(len(item) for item in raw) + (0 if queries is None else sum(len(item) for item in queries))
         if total > self.max_request_bytes:
             raise InvalidInput("text", f"holds {total} bytes in this request, over the limit of "
-                                       f"{self.max_request_bytes} (tokenizer parameter max_request_bytes)", "too_long")
+                                       f"{self.max_request_bytes} (tokenizer parameter max_request_bytes)",
+                               ErrorKind.TOO_LONG)
         texts = [self.decode_row(item, f"text[{row}]") for row, item in enumerate(raw)]
         if queries is None:
             return texts, None, False
@@ -182,7 +183,7 @@ class TritonPythonModel:
         item = item if isinstance(item, bytes) else str(item).encode()
         if len(item) > self.max_text_bytes:
             raise InvalidInput(label, f"is {len(item)} bytes, over the limit of {self.max_text_bytes} "
-                                      f"(tokenizer parameter max_text_bytes)", "too_long")
+                                      f"(tokenizer parameter max_text_bytes)", ErrorKind.TOO_LONG)
         try:
             text = item.decode("utf-8")
         except UnicodeDecodeError as error:
@@ -234,16 +235,17 @@ class TritonPythonModel:
             flags.append((query_cut, cut))
         return encodings, flags
 
-    def decode_with_prompt(self, request):
-        """decode()'s (texts, queries, shared) with the request's prompt prepended to single texts."""
-        name = self.prompt(request)
-        texts, queries, shared = self.decode(request)
+    def decode_with_prompt(self, request, parameters):
+        """decode()'s (texts, queries, shared) with the request's prompt prepended to single texts, and the prompt's
+        name (None: none): (texts, queries, shared, name). parameters: the request's, parsed once by its caller."""
+        name = self.prompt(parameters)
+        texts, queries, shared = self.decode(request, parameters)
         if queries is not None and name is not None:
             raise InvalidInput("prompt_name", f"{json.dumps(name)}: prompts apply to single texts, not to pairs",
-                               "invalid_value")
+                               ErrorKind.INVALID_VALUE)
         if name is None:
-            return texts, queries, shared
-        return [self.prompts[name] + text for text in texts], None, False
+            return texts, queries, shared, None
+        return [self.prompts[name] + text for text in texts], None, False, name
 
     def refuse_cut(self, encodings, flags, shared):
         """truncate false (request_rules.truncate): the request's first row the max length cut is its error, before
@@ -267,7 +269,7 @@ class TritonPythonModel:
         if padded > self.max_batch_tokens:
             raise InvalidInput("text", f"pads to {padded} tokens in this request, over the limit of "
                                        f"{self.max_batch_tokens} (tokenizer parameter max_batch_tokens): send fewer "
-                                       f"texts per request", "too_long")
+                                       f"texts per request", ErrorKind.TOO_LONG)
 
     @staticmethod
     def reject(request, error):
@@ -291,19 +293,20 @@ class TritonPythonModel:
                 if TOKEN_TEXT in wanted and ATTENTION_MASK not in wanted:
                     self.tokenize(request)
                     continue
-                keep = request_rules.truncate(json.loads(request.parameters() or "{}"), InvalidInput)
-                decoded, queries, shared = self.decode_with_prompt(request)
+                parameters = json.loads(request.parameters() or "{}")  # parsed once: every rule below reads it
+                keep = request_rules.truncate(parameters, InvalidInput)
+                decoded, queries, shared, prompt = self.decode_with_prompt(request, parameters)
                 pairs = None if queries is None else self.pairs(queries, decoded)
             except ValueError as error:
                 self.reject(request, error)
                 continue
-            spans.append((i, len(texts), len(decoded), pairs, wanted, keep, shared))
+            spans.append((i, len(texts), len(decoded), pairs, wanted, keep, shared, prompt))
             if pairs is None:
                 texts.extend(decoded)
         # encode() avoids encode_batch's thread-pool hand-off for the common single-text execute.
         encodings = self.tokenizer.encode_batch(texts) if len(texts) > 1 else [self.tokenizer.encode(t) for t in texts]
         accepted = []
-        for i, start, count, pairs, wanted, keep, shared in spans:
+        for i, start, count, pairs, wanted, keep, shared, prompt in spans:
             split = LENGTH_GROUP in wanted
             mine, flags = pairs if pairs else (encodings[start:start + count], None)
             try:
@@ -314,18 +317,18 @@ class TritonPythonModel:
                 self.reject(requests[i], error)
                 continue
             if split:  # goes out at once: its caller, not the encoder's batcher, groups its rows
-                self.send_split(requests[i], wanted, mine, flags)
+                self.send_split(requests[i], wanted, mine, flags, prompt)
                 continue
-            accepted.append((i, wanted, mine, flags))
-        lengths = [[len(e.ids) for e in request_encodings] for _, _, request_encodings, _ in accepted]
+            accepted.append((i, wanted, mine, flags, prompt))
+        lengths = [[len(e.ids) for e in request_encodings] for _, _, request_encodings, _, _ in accepted]
         for group, width in plan_groups(lengths, self.multiple, self.overhead, self.min_efficiency,
                                         self.max_batch_tokens, self.power_of_two, self.max_width):
             for k in group:
-                i, wanted, request_encodings, flags = accepted[k]
-                self.send(requests[i], wanted, request_encodings, flags, lengths[k], width)
+                i, wanted, request_encodings, flags, prompt = accepted[k]
+                self.send(requests[i], wanted, request_encodings, flags, lengths[k], width, prompt=prompt)
         return None
 
-    def send_split(self, request, wanted, encodings, flags):
+    def send_split(self, request, wanted, encodings, flags, prompt):
         lengths = [len(e.ids) for e in encodings]
         groups = np.zeros((len(lengths), 2), dtype=np.int32)  # per row: (group index, the group's padded width)
         plan = plan_groups([[n] for n in lengths], self.multiple, self.split_overhead, self.min_efficiency,
@@ -333,11 +336,11 @@ class TritonPythonModel:
         for index, (rows, width) in enumerate(plan):
             groups[rows] = (index, width)
         self.send(request, wanted, encodings, flags, lengths, self.width(max(lengths)),
-                  [pb_utils.Tensor(LENGTH_GROUP, groups)])
+                  [pb_utils.Tensor(LENGTH_GROUP, groups)], prompt)
 
-    def send(self, request, wanted, encodings, flags, lengths, width, extra=()):
+    def send(self, request, wanted, encodings, flags, lengths, width, extra=(), prompt=None):
         """wanted: the request's requested outputs; flags: per pair row (query cut, pair cut); None for single
-        texts."""
+        texts; prompt: the name of the prompt put before its texts (None: none)."""
         rows = len(encodings)
         input_ids = np.full((rows, width), self.pad_id, dtype=np.int64)
         attention_mask = np.zeros((rows, width), dtype=np.int64)
@@ -353,18 +356,17 @@ class TritonPythonModel:
             *extra,
         ]
         if OFFSETS in wanted:
-            outputs.append(pb_utils.Tensor(OFFSETS, self.offsets(request, encodings, width)))
+            outputs.append(pb_utils.Tensor(OFFSETS, self.offsets(encodings, width, prompt)))
         if QUERY_TRUNCATED in wanted:
             query_cut = [f[0] for f in flags] if flags else [False] * rows
             outputs.append(pb_utils.Tensor(QUERY_TRUNCATED, np.array(query_cut, dtype=bool).reshape(rows, 1)))
         request.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=outputs), flags=FINAL)
 
-    def offsets(self, request, encodings, width):
+    def offsets(self, encodings, width, prompt):
         """Per token, its (start, end) characters in the row's own text (the prompt's length taken off), or (-1, -1)
         for a token not from the text: special tokens, the prompt's, padding. The late chunking model pools chunks
         by these."""
-        name = self.prompt(request)  # already checked by decode_with_prompt
-        shift = len(self.prompts[name]) if name is not None else 0
+        shift = len(self.prompts[prompt]) if prompt is not None else 0
         result = np.full((len(encodings), width, 2), -1, dtype=np.int64)
         for row, encoding in enumerate(encodings):
             spans = np.asarray(encoding.offsets, dtype=np.int64).reshape(-1, 2) - shift
@@ -374,20 +376,21 @@ class TritonPythonModel:
 
     # ---------------------------------------------------------------- TEI's /tokenize and /decode
     @staticmethod
-    def flag(request, name, default):
-        value = json.loads(request.parameters() or "{}").get(name, default)
+    def flag(parameters, name, default):
+        value = parameters.get(name, default)
         if not isinstance(value, bool):
-            raise InvalidInput(name, f"must be true or false, not {json.dumps(value)[:40]}", "invalid_value")
+            raise InvalidInput(name, f"must be true or false, not {json.dumps(value)[:40]}", ErrorKind.INVALID_VALUE)
         return value
 
     def tokenize(self, request):
         """Every token of each text, as TEI's /tokenize lists them: not truncated (a user asking how many tokens a
         text has wants them all; max_text_bytes bounds the work), the prompt's tokens included."""
-        special = self.flag(request, "add_special_tokens", True)
-        texts, queries, _ = self.decode_with_prompt(request)
+        parameters = json.loads(request.parameters() or "{}")
+        special = self.flag(parameters, "add_special_tokens", True)
+        texts, queries, _, _ = self.decode_with_prompt(request, parameters)
         if queries is not None:
             raise InvalidInput("query", "is not taken by tokenize: it lists the tokens of single texts",
-                               "invalid_value")
+                               ErrorKind.INVALID_VALUE)
         if self.whole is None:
             self.whole = Tokenizer.from_str(self.tokenizer.to_str())
             self.whole.no_truncation()
@@ -421,8 +424,8 @@ class TritonPythonModel:
         refused naming its row."""
         if pb_utils.get_input_tensor_by_name(request, "text") is not None:
             raise InvalidInput("token_ids", "comes with text: a request either decodes token_ids or tokenizes text",
-                               "invalid_value")
-        skip = self.flag(request, "skip_special_tokens", True)
+                               ErrorKind.INVALID_VALUE)
+        skip = self.flag(json.loads(request.parameters() or "{}"), "skip_special_tokens", True)
         array = pb_utils.get_input_tensor_by_name(request, "token_ids").as_numpy()
         if array.ndim != 2:
             raise InvalidInput("token_ids", f"arrived with shape {list(array.shape)}, not [rows, ids]")
@@ -432,7 +435,8 @@ class TritonPythonModel:
             bad = (ids < 0) | (ids >= self.vocabulary)
             if bad.any():
                 raise InvalidInput(f"token_ids[{row}]", f"holds {int(ids[bad][0])}, not a token id of this model "
-                                                        f"(0 to {self.vocabulary - 1}; -1 pads a row)", "invalid_value")
+                                                        f"(0 to {self.vocabulary - 1}; -1 pads a row)",
+                                   ErrorKind.INVALID_VALUE)
             decoded.append(self.tokenizer.decode(ids.tolist(), skip_special_tokens=skip).encode("utf-8"))
         out = np.array(decoded + [b""], dtype=np.object_)[:-1].reshape(-1, 1)  # (+ b"": keep an object array)
         request.get_response_sender().send(

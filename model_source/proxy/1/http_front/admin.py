@@ -4,6 +4,8 @@ import asyncio
 import os
 import time
 
+from model_errors import ErrorKind
+
 from .errors import ApiError, NotFound, Unavailable
 
 
@@ -21,11 +23,11 @@ class Admin:
         self.registry.scan()
         card = self.registry.find(model_id)
         if card is None:
-            raise NotFound(f"no export named '{model_id}' in the model repository", "model_not_found")
+            raise NotFound(f"no export named '{model_id}' in the model repository", ErrorKind.MODEL_NOT_FOUND)
         if self.settings.model_control != "explicit":
-            raise ApiError("models load and unload only with MODEL_CONTROL=explicit", "model_control_off")
+            raise ApiError("models load and unload only with MODEL_CONTROL=explicit", ErrorKind.MODEL_CONTROL_OFF)
         if not self.triton_started:  # a model call during Triton's start-up kills the calling stub
-            raise Unavailable("tritonserver is still starting: try again in a few seconds", "starting")
+            raise Unavailable("tritonserver is still starting: try again in a few seconds", ErrorKind.STARTING)
         return card
 
     def changing(self, card, change):
@@ -45,7 +47,7 @@ class Admin:
             missing = [m for m in card.models if not os.path.isfile(os.path.join(repository, m, "config.pbtxt"))]
             if missing:
                 raise ApiError(f"model '{card.id}' cannot load: its export is incomplete, the model repository has "
-                               f"no {', '.join(missing)} (export it again)", "load_failed")
+                               f"no {', '.join(missing)} (export it again)", ErrorKind.LOAD_FAILED)
             self.registry.unloaded_by_admin.discard(card.name)
             self.registry.loaded_by_admin.add(card.name)
 
@@ -58,7 +60,7 @@ class Admin:
                     if not self.triton.ready(card.name):  # (a failed reload leaves the old version serving)
                         # the steps that did load would stay loaded for nothing, stubs and memory included
                         self.unload_steps([m for m in self.own_steps(card) if self.triton.ready(m)])
-                    raise ApiError(f"model '{card.id}' did not load: {error}", "load_failed") from None
+                    raise ApiError(f"model '{card.id}' did not load: {error}", ErrorKind.LOAD_FAILED) from None
             self.changing(card, load)
             return time.monotonic() - started
 
@@ -75,7 +77,7 @@ class Admin:
                     # explicitly (--load-model=*) stays unless unloaded too (not when another export uses it)
                     self.unload_steps(self.own_steps(card), also_wait=[card.name])
                 except RuntimeError as error:
-                    raise ApiError(f"model '{card.id}' did not unload: {error}", "unload_failed") from None
+                    raise ApiError(f"model '{card.id}' did not unload: {error}", ErrorKind.UNLOAD_FAILED) from None
             self.changing(card, unload)
             return time.monotonic() - started
 

@@ -3,8 +3,8 @@
 TEI's API; routes_admin.py: load and unload; routes_server.py: the probes and /metrics), the error handlers
 (http_errors.py: every error in its path's dialect), and the Service protocol the routes call (service.py calls
 Triton through BLS, tests pass a fake). No route and no Triton import here. The server runs create_server_app: the
-plain routes' requests go to their functions directly (direct.py), the others through FastAPI. The app's state:
-settings, service, metrics (create_app).
+plain routes' requests (every route with a body: bodies.py) go to their functions directly (direct.py), the others
+through FastAPI. The app's state: settings, service, metrics (create_app).
 """
 from typing import Protocol
 
@@ -16,21 +16,19 @@ from fastapi.staticfiles import StaticFiles
 from . import http_errors, routes_admin, routes_cohere, routes_openai, routes_seed, routes_server, routes_tei
 from .direct import DirectRoutes
 from .guard import HttpGuard
+from .inference import ChunkEmbeddings, Embeddings, ImageEmbeddings, Measured, Prediction, RerankResult, Token
 from .metrics import MetricsMiddleware
+from .registry import Health
 
 
 class Service(Protocol):
     """What the routes need from the serving side. Card: id, name, outputs, embedding_size, colbert_size,
     max_length, source, created, kind, rerank, chunks (None: none); CLIP exports: image, architecture, pretrained
-    (image None: text only). exports(): every export, loaded or not. embed_images -> vectors [n, d], inference_ms.
-    embed -> dense [n, d] | None, sparse [(ids, weights)] | None, colbert [[m, c]] |
-    None, tokens [n], truncated [n], inference_ms, token_vectors [[m, d]] | None. rerank -> scores [n],
-    mode_scores [n, 3] | None, tokens, query_truncated, truncated [n], inference_ms. predict (cross-encoders) ->
-    logits [n, labels], scores [n, labels], tokens, truncated [n], inference_ms. tokenize -> per text [Token(id,
-    text, special, start, stop)]; decode -> [text]. measure (the tokenizer alone, outside admission: for a request
-    the gate refused) -> tokens [n], truncated [n], query_truncated [n] | None; or None (no answer in time). Failures
-    raise errors.ApiError kinds; a request refused by admission raises errors.NotAdmitted, before which the service
-    has given the models' refusals that need no tokens (prechecks.py)."""
+    (image None: text only). exports(): every export, loaded or not. The calls answer with inference.py's
+    dataclasses, as annotated (predict: cross-encoders; measure: the tokenizer alone, outside admission, for a
+    request the gate refused; None: no answer in time). Failures raise errors.ApiError kinds; a request refused by
+    admission raises errors.NotAdmitted, before which the service has given the models' refusals that need no
+    tokens (prechecks.py)."""
 
     draining: bool
 
@@ -40,25 +38,25 @@ class Service(Protocol):
 
     def exports(self): ...
 
-    def health(self): ...
+    def health(self) -> Health: ...
 
-    def live(self): ...
+    def live(self) -> Health: ...
 
-    async def embed(self, card, texts, outputs, param, parameters=None): ...
+    async def embed(self, card, texts, outputs, param, parameters=None) -> Embeddings: ...
 
-    async def embed_images(self, card, images, param, indices=None): ...
+    async def embed_images(self, card, images, param, indices=None) -> ImageEmbeddings: ...
 
-    async def rerank(self, card, query, documents, weights, parameters=None): ...
+    async def rerank(self, card, query, documents, weights, parameters=None) -> RerankResult: ...
 
-    async def predict(self, card, inputs, param, parameters=None): ...
+    async def predict(self, card, inputs, param, parameters=None) -> Prediction: ...
 
-    async def tokenize(self, card, texts, param, parameters): ...
+    async def tokenize(self, card, texts, param, parameters) -> list[list[Token]]: ...
 
-    async def decode(self, card, ids, param, parameters): ...
+    async def decode(self, card, ids, param, parameters) -> list[str]: ...
 
-    async def measure(self, card, texts, param, parameters=None, queries=None): ...
+    async def measure(self, card, texts, param, parameters=None, queries=None) -> Measured | None: ...
 
-    async def chunk_embed(self, card, texts, spans, parameters): ...
+    async def chunk_embed(self, card, texts, spans, parameters) -> ChunkEmbeddings: ...
 
     async def load(self, model_id): ...
 

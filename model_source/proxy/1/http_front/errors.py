@@ -1,6 +1,7 @@
-"""Every error the HTTP front answers, as one table (KINDS): a kind's HTTP status, OpenAI's `type` (its `code` is the
-kind), TEI's status and `error_type`, and the headers it carries; the error itself (ApiError) and the body each
-dialect writes (response). No HTTP status is written anywhere else in the proxy.
+"""Every error the HTTP front answers, as one table (KINDS, keyed by model_errors.ErrorKind, the one enum of kinds): a
+kind's HTTP status, OpenAI's `type` (its `code` is the kind), TEI's status and `error_type`, and the headers it
+carries; the error itself (ApiError) and the body each dialect writes (response). No HTTP status is written anywhere
+else in the proxy.
 
 A model's error arrives as a kind of the error contract (model_library/model_errors.py) and becomes one of these
 through FROM_MODEL, once (inference.step_error). The field at fault stays data until the body is written: the
@@ -8,8 +9,10 @@ message is composed then (it leads with the field), and every dialect's body car
 (bulk_embed's HTTP door) reads the kind and the field, never the prose."""
 from typing import NamedTuple
 
+import model_errors
 import orjson
 import tracing
+from model_errors import ErrorKind
 from starlette.responses import Response
 
 MAX_MESSAGE_CHARS = 1000  # an error that quotes a client's value (a 1 MB model id) is cut: no 1 MB error back
@@ -31,51 +34,50 @@ class Kind(NamedTuple):
 
 KINDS = {
     # the request's form: FastAPI, pydantic, Starlette (http_errors.py)
-    "invalid_json": Kind(400, INVALID, 422, VALIDATION),
-    "invalid_type": Kind(400, INVALID, 422, VALIDATION),
-    "missing": Kind(400, INVALID, 422, VALIDATION),  # a required field (param) is absent
-    "not_found": Kind(404, INVALID, 404, "NotFound"),  # no such route
-    "method_not_allowed": Kind(405, INVALID, 405, VALIDATION),
+    ErrorKind.INVALID_JSON: Kind(400, INVALID, 422, VALIDATION),
+    ErrorKind.INVALID_TYPE: Kind(400, INVALID, 422, VALIDATION),
+    ErrorKind.MISSING: Kind(400, INVALID, 422, VALIDATION),  # a required field (param) is absent
+    ErrorKind.NOT_FOUND: Kind(404, INVALID, 404, "NotFound"),  # no such route
+    ErrorKind.METHOD_NOT_ALLOWED: Kind(405, INVALID, 405, VALIDATION),
     # the HTTP gate (guard.py) and the keys (route_helpers.py)
-    "invalid_api_key": Kind(401, AUTH, 401, "Unauthorized", headers=(("WWW-Authenticate", "Bearer"),)),
-    "admin_disabled": Kind(403, "permission_error", 403, "Unauthorized", "admin"),
-    "body_timeout": Kind(408, TIMEOUT, 408, VALIDATION, close=True),
-    "body_too_large": Kind(413, INVALID, 413, VALIDATION, close=True),
-    "unsupported_media_type": Kind(415, INVALID, 415, VALIDATION, close=True),
-    "shutting_down": Kind(503, DOWN, 503, "Unhealthy", retry_after=1, close=True),
-    "restarting": Kind(503, DOWN, 503, "Unhealthy", retry_after=2, close=True),  # the supervisor restarts the server
+    ErrorKind.INVALID_API_KEY: Kind(401, AUTH, 401, "Unauthorized", headers=(("WWW-Authenticate", "Bearer"),)),
+    ErrorKind.ADMIN_DISABLED: Kind(403, "permission_error", 403, "Unauthorized", "admin"),
+    ErrorKind.BODY_TIMEOUT: Kind(408, TIMEOUT, 408, VALIDATION, close=True),
+    ErrorKind.BODY_TOO_LARGE: Kind(413, INVALID, 413, VALIDATION, close=True),
+    ErrorKind.UNSUPPORTED_MEDIA_TYPE: Kind(415, INVALID, 415, VALIDATION, close=True),
+    ErrorKind.SHUTTING_DOWN: Kind(503, DOWN, 503, "Unhealthy", retry_after=1, close=True),
+    ErrorKind.RESTARTING: Kind(503, DOWN, 503, "Unhealthy", retry_after=2, close=True),  # the supervisor restarts it
     # the request's content: the models' client kinds (model_errors.CLIENT_KINDS) and the proxy's own checks
-    "invalid_input": Kind(400, INVALID, 422, VALIDATION, "api"),  # a text, an image, a document, a span
-    "invalid_value": Kind(400, INVALID, 422, VALIDATION),  # a request parameter
-    "not_served": Kind(400, INVALID, 422, VALIDATION, "api"),  # what the export lacks: an output, a width, images
-    "too_long": Kind(422, INVALID, 422, VALIDATION, "api"),  # a text over a limit: characters, bytes, tokens
-    "too_many": Kind(422, INVALID, 413, VALIDATION, "api"),  # more items than a limit: inputs, documents, images
-    "answer_too_large": Kind(413, INVALID, 413, VALIDATION, "api"),  # TEI's /embed_all: max_embed_all_numbers
-    "image_too_large": Kind(413, INVALID, 413, VALIDATION, "api"),  # an image's bytes (max_image_bytes)
-    "image_urls_off": Kind(400, INVALID, 422, VALIDATION, "api"),  # a URL, and image_url_hosts is empty
-    "image_fetch_failed": Kind(400, INVALID, 422, VALIDATION, "api"),  # the URL gave no image
+    ErrorKind.INVALID_INPUT: Kind(400, INVALID, 422, VALIDATION, "api"),  # a text, an image, a document, a span
+    ErrorKind.INVALID_VALUE: Kind(400, INVALID, 422, VALIDATION),  # a request parameter
+    ErrorKind.NOT_SERVED: Kind(400, INVALID, 422, VALIDATION, "api"),  # the export lacks it: an output, a width, images
+    ErrorKind.TOO_LONG: Kind(422, INVALID, 422, VALIDATION, "api"),  # a text over a limit: characters, bytes, tokens
+    ErrorKind.TOO_MANY: Kind(422, INVALID, 413, VALIDATION, "api"),  # over a limit of items: inputs, documents, images
+    ErrorKind.ANSWER_TOO_LARGE: Kind(413, INVALID, 413, VALIDATION, "api"),  # TEI's /embed_all: max_embed_all_numbers
+    ErrorKind.IMAGE_TOO_LARGE: Kind(413, INVALID, 413, VALIDATION, "api"),  # an image's bytes (max_image_bytes)
+    ErrorKind.IMAGE_URLS_OFF: Kind(400, INVALID, 422, VALIDATION, "api"),  # a URL, and image_url_hosts is empty
+    ErrorKind.IMAGE_FETCH_FAILED: Kind(400, INVALID, 422, VALIDATION, "api"),  # the URL gave no image
     # the models
-    "model_not_found": Kind(404, INVALID, 404, "NotFound"),
-    "no_model_served": Kind(503, DOWN, 503, "Unhealthy", "api"),  # no model named, and no default export
-    "model_not_ready": Kind(503, DOWN, 503, "Unhealthy", retry_after=1),  # loading, recovering, stopping
-    "server_exited": Kind(503, DOWN, 503, "Unhealthy", "api", retry_after=2),  # tritonserver is gone
-    "overloaded": Kind(429, BUSY, 429, "Overloaded", "api", retry_after=1),  # admission, or a model's full queue
-    "inference_timeout": Kind(504, TIMEOUT, 504, BACKEND, "api"),  # request_timeout_s passed
-    "inference_failed": Kind(500, FAULT, 424, BACKEND, "api"),  # a model's internal error
+    ErrorKind.MODEL_NOT_FOUND: Kind(404, INVALID, 404, "NotFound"),
+    ErrorKind.NO_MODEL_SERVED: Kind(503, DOWN, 503, "Unhealthy", "api"),  # no model named, and no default export
+    ErrorKind.MODEL_NOT_READY: Kind(503, DOWN, 503, "Unhealthy", retry_after=1),  # loading, recovering, stopping
+    ErrorKind.SERVER_EXITED: Kind(503, DOWN, 503, "Unhealthy", "api", retry_after=2),  # tritonserver is gone
+    ErrorKind.OVERLOADED: Kind(429, BUSY, 429, "Overloaded", "api", retry_after=1),  # admission, a model's full queue
+    ErrorKind.INFERENCE_TIMEOUT: Kind(504, TIMEOUT, 504, BACKEND, "api"),  # request_timeout_s passed
+    ErrorKind.INFERENCE_FAILED: Kind(500, FAULT, 424, BACKEND, "api"),  # a model's internal error
     # the admin routes
-    "starting": Kind(503, DOWN, 503, "Unhealthy", "admin", retry_after=2),  # tritonserver is still starting
-    "model_control_off": Kind(409, INVALID, 409, BACKEND, "admin"),
-    "load_failed": Kind(422, INVALID, 422, VALIDATION, "admin"),
-    "unload_failed": Kind(500, FAULT, 424, BACKEND, "admin"),
+    ErrorKind.STARTING: Kind(503, DOWN, 503, "Unhealthy", "admin", retry_after=2),  # tritonserver is still starting
+    ErrorKind.MODEL_CONTROL_OFF: Kind(409, INVALID, 409, BACKEND, "admin"),
+    ErrorKind.LOAD_FAILED: Kind(422, INVALID, 422, VALIDATION, "admin"),
+    ErrorKind.UNLOAD_FAILED: Kind(500, FAULT, 424, BACKEND, "admin"),
     # no route's answer
-    "internal": Kind(500, FAULT, 424, BACKEND, "none"),  # an exception nobody handled (direct.py)
-    "client_closed": Kind(499, INVALID, 499, VALIDATION, "none"),  # the client left first: counted (metrics.py)
+    ErrorKind.INTERNAL: Kind(500, FAULT, 424, BACKEND, "none"),  # an exception nobody handled (direct.py)
+    ErrorKind.CLIENT_CLOSED: Kind(499, INVALID, 499, VALIDATION, "none"),  # the client left first: counted (metrics.py)
 }
 # the error contract's kinds (model_errors.KINDS) -> the table's
-FROM_MODEL = {"invalid_input": "invalid_input", "invalid_value": "invalid_value", "too_long": "too_long",
-              "too_many": "too_many", "not_served": "not_served", "overloaded": "overloaded",
-              "unavailable": "model_not_ready", "cancelled": "model_not_ready", "timeout": "inference_timeout",
-              "internal": "inference_failed"}
+FROM_MODEL = {**{kind: kind for kind in model_errors.CLIENT_KINDS}, ErrorKind.OVERLOADED: ErrorKind.OVERLOADED,
+              ErrorKind.UNAVAILABLE: ErrorKind.MODEL_NOT_READY, ErrorKind.CANCELLED: ErrorKind.MODEL_NOT_READY,
+              ErrorKind.TIMEOUT: ErrorKind.INFERENCE_TIMEOUT, ErrorKind.INTERNAL: ErrorKind.INFERENCE_FAILED}
 
 
 def status(kind):
@@ -83,9 +85,10 @@ def status(kind):
 
 
 class ApiError(Exception):
-    """One error the front answers: `kind` (KINDS), `problem` (for people: what is wrong with `field`, the message
-    after it), `param` (the request parameter at fault), `field` (the item at fault as the client wrote it:
-    `input[3]`, `inputs.sentences[1]`; None: the param), `retry_after` (seconds, else the kind's), `headers`.
+    """One error the front answers: `kind` (KINDS: an ErrorKind, or its value), `problem` (for people: what is wrong
+    with `field`, the message after it), `param` (the request parameter at fault), `field` (the item at fault as the
+    client wrote it: `input[3]`, `inputs.sentences[1]`; None: the param), `retry_after` (seconds, else the kind's),
+    `headers`.
     leads: the message leads with the field (`input[3] is empty`); false: `problem` is the whole message."""
 
     def __init__(self, problem, kind, param=None, field=None, retry_after=None, headers=None, leads=True):
@@ -93,7 +96,7 @@ class ApiError(Exception):
             raise ValueError(f"unknown error kind {kind!r}")
         super().__init__(problem)
         self.problem, self.kind, self.param, self.field, self.retry_after, self.headers, self.leads = \
-            problem, kind, param, field, retry_after, headers, leads
+            problem, ErrorKind(kind), param, field, retry_after, headers, leads
 
     @property
     def code(self):

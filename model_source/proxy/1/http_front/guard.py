@@ -1,8 +1,9 @@
 """The proxy's gate in front of the routes (HttpGuard)."""
 import asyncio
-import time
 
-from . import admission, dialects
+from model_errors import ErrorKind
+
+from . import admission, bodies, dialects
 from .errors import ApiError, response
 
 
@@ -23,8 +24,8 @@ class HttpGuard:
     - each inference request's admission.Request (its cost, its deadline), which its first Triton call admits or
       refuses with 429 (service.infer: after the route's key and field checks); the admin router's routes are not
       admitted (dialects.admin);
-    - a body that is not JSON: 415 (stops cross-site "simple" POSTs), over max_body_bytes: 413, not received within
-      body_timeout_s: 408;
+    - the body read (bodies.read: the one content type rule), before any routing: not JSON 415, over max_body_bytes
+      413, not received within body_timeout_s 408;
     - a client that leaves before its answer: the route is cancelled (its Triton call's result is dropped), its work
       leaves the gate at once, and the request counts as 499."""
 
@@ -38,15 +39,16 @@ class HttpGuard:
         if scope["method"] in ("GET", "HEAD", "OPTIONS"):  # probes, metrics, model lists: answered while draining
             return await self.run(scope, receive, send, None)
         if self.service.draining:
-            return await self.refuse(scope, send, ApiError("the server is shutting down", "shutting_down"))
-        live, why = self.service.live()
-        if not live:  # the supervisor restarts this server: a request served now would be cut by the restart
-            return await self.refuse(scope, send, ApiError(f"the server is being restarted ({why})", "restarting"))
+            return await self.refuse(scope, send, ApiError("the server is shutting down", ErrorKind.SHUTTING_DOWN))
+        live = self.service.live()
+        if not live.ok:  # the supervisor restarts this server: a request served now would be cut by the restart
+            return await self.refuse(scope, send,
+                                     ApiError(f"the server is being restarted ({live.reason})", ErrorKind.RESTARTING))
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.run(scope, receive, send, None)
         headers = dict(scope["headers"])
         try:
-            body = await self.read_body(headers, receive)
+            body = await bodies.read(headers, receive, self.settings)
         except ApiError as error:
             return await self.refuse(scope, send, error)
         except ConnectionError:
@@ -65,36 +67,6 @@ class HttpGuard:
                 # the request's deadline)
             else:
                 request.close()  # its cost leaves the gate once its BLS calls have returned too
-
-    async def read_body(self, headers, receive):
-        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-        declared = headers.get(b"content-length", b"")
-        limit = self.settings.max_body_bytes
-        # (refused before its body was read: the connection goes with the answer, errors.KINDS says)
-        if declared.isdigit() and int(declared) > limit:
-            raise ApiError(f"request body is over the limit of {limit} bytes (setting max_body_bytes)",
-                           "body_too_large")
-        # No body at all (Content-Length 0, or neither it nor chunked: `curl -X POST .../load`) needs no type.
-        empty = declared == b"0" or (not declared and b"transfer-encoding" not in headers)
-        if content_type != b"application/json" and not content_type.endswith(b"+json") and not empty:
-            raise ApiError("send the body as JSON with 'Content-Type: application/json'", "unsupported_media_type")
-        chunks, size = [], 0
-        deadline = time.monotonic() + self.settings.body_timeout_s
-        while True:
-            try:
-                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
-            except asyncio.TimeoutError:
-                raise ApiError(f"request body not received within {self.settings.body_timeout_s:g} s (setting "
-                               f"body_timeout_s)", "body_timeout") from None
-            if message["type"] == "http.disconnect":
-                raise ConnectionError
-            size += len(message.get("body", b""))
-            if size > limit:
-                raise ApiError(f"request body is over the limit of {limit} bytes (setting max_body_bytes)",
-                               "body_too_large")
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                return b"".join(chunks)
 
     async def run(self, scope, receive, send, body):
         """The app, fed the buffered body, in this task; a watcher task cancels it if the client leaves first (one

@@ -3,6 +3,7 @@ every error answered in the shape of the dialect its path speaks (dialects.shape
 import re
 
 from fastapi.exceptions import RequestValidationError
+from model_errors import ErrorKind
 from starlette.exceptions import HTTPException
 
 from . import dialects
@@ -15,7 +16,8 @@ SOURCES = ("body", "query", "path", "header", "cookie")  # where FastAPI found t
 # pydantic's error types -> the table's kinds (json_invalid: invalid_json; missing: missing; others: invalid_type)
 VALUE_ERRORS = ("literal_error", "enum", "greater_than_equal", "less_than_equal", "too_short", "too_long")
 # Starlette's HTTPException (routing, FastAPI's body parsing) by its status -> the table's kinds
-HTTP_EXCEPTIONS = {status(kind): kind for kind in ("not_found", "method_not_allowed", "invalid_json")}
+HTTP_EXCEPTIONS = {status(kind): kind for kind in
+                   (ErrorKind.NOT_FOUND, ErrorKind.METHOD_NOT_ALLOWED, ErrorKind.INVALID_JSON)}
 
 
 def validator_part(part):
@@ -50,15 +52,17 @@ def validation_error(error):
     first, parts = found[0], [client_parts(e) for e in found]
     param = next((part for part in parts[0] if isinstance(part, str)), None)
     detail = "; ".join(list(dict.fromkeys(f"{client_path(p)}: {e['msg']}" for p, e in zip(parts, found)))[:5])
-    kind = first.get("type", "")
-    if kind == "json_invalid":
-        return ApiError(f"request body is not valid JSON: {first.get('ctx', {}).get('error', '')}", "invalid_json")
-    kind = "missing" if kind == "missing" else "invalid_value" if kind in VALUE_ERRORS else "invalid_type"
+    error_type = first.get("type", "")  # pydantic's
+    if error_type == "json_invalid":
+        return ApiError(f"request body is not valid JSON: {first.get('ctx', {}).get('error', '')}",
+                        ErrorKind.INVALID_JSON)
+    kind = ErrorKind.MISSING if error_type == "missing" else \
+        ErrorKind.INVALID_VALUE if error_type in VALUE_ERRORS else ErrorKind.INVALID_TYPE
     return ApiError(detail, kind, param, client_path(parts[0]), leads=False)
 
 
 def http_exception(error):
-    return ApiError(str(error.detail), HTTP_EXCEPTIONS.get(error.status_code, "internal"),
+    return ApiError(str(error.detail), HTTP_EXCEPTIONS.get(error.status_code, ErrorKind.INTERNAL),
                     headers=getattr(error, "headers", None))
 
 

@@ -22,6 +22,8 @@ import threading
 import time
 from urllib.parse import unquote_to_bytes, urljoin, urlsplit
 
+from model_errors import ErrorKind
+
 from .errors import ApiError
 
 MAX_REDIRECTS = 3
@@ -44,7 +46,7 @@ async def load(items, param, settings, indices=None):
     indices = list(range(len(items))) if indices is None else list(indices)
     if len(items) > settings.max_images_per_request:
         raise ApiError(f"{len(items)} images is over the limit of {settings.max_images_per_request} per request "
-                       f"(setting max_images_per_request)", "too_many", param)
+                       f"(setting max_images_per_request)", ErrorKind.TOO_MANY, param)
     images, urls = [], []
     for index, item in zip(indices, items):
         where = f"{param}[{index}]"
@@ -53,12 +55,12 @@ async def load(items, param, settings, indices=None):
             if not allowed_hosts(settings):
                 raise ApiError("is a URL, and fetching images from URLs is off: send the image as base64 or a data "
                                "URI, or set image_url_hosts (PROXY_IMAGE_URL_HOSTS) to the hosts to fetch from",
-                               "image_urls_off", param, where)
+                               ErrorKind.IMAGE_URLS_OFF, param, where)
             urls.append((len(images), where, item))
             images.append(None)
         elif scheme and scheme[1].lower() != "data":
-            raise ApiError(f"{where}: a '{scheme[1]}:' URL is not fetched (http and https only)", "invalid_input",
-                           param, where, leads=False)
+            raise ApiError(f"{where}: a '{scheme[1]}:' URL is not fetched (http and https only)",
+                           ErrorKind.INVALID_INPUT, param, where, leads=False)
         else:
             images.append(decode(item, where, param, settings.max_image_bytes))
     fetched = await asyncio.gather(*(asyncio.to_thread(fetch_item, url, where, param, settings)
@@ -73,17 +75,17 @@ def decode(item, where, param, limit):
     if item[:5].lower() == "data:":
         header, comma, payload = item[5:].partition(",")
         if not comma:
-            raise ApiError("is not a valid data URI (no ',')", "invalid_input", param, where)
+            raise ApiError("is not a valid data URI (no ',')", ErrorKind.INVALID_INPUT, param, where)
         media = header.split(";")[0].strip().lower()
         if not media.startswith("image/"):  # RFC 2397: no media type means text/plain
             raise ApiError(f"is a data URI of {media[:40] or 'text/plain'}, not of an image type (image/png, "
-                           f"image/jpeg...)", "invalid_input", param, where)
+                           f"image/jpeg...)", ErrorKind.INVALID_INPUT, param, where)
         data = base64_bytes(payload, where, param, limit) if header.lower().endswith(";base64") else \
             unquote_to_bytes(payload)
     else:
         data = base64_bytes(item, where, param, limit)
     if not data:
-        raise ApiError("is empty", "invalid_input", param, where)
+        raise ApiError("is empty", ErrorKind.INVALID_INPUT, param, where)
     if len(data) > limit:
         raise too_large(where, param, len(data), limit)
     return data
@@ -96,12 +98,12 @@ def base64_bytes(text, where, param, limit):
     try:
         return base64.b64decode(text.translate(URLSAFE) + "=" * (-len(text) % 4), validate=True)
     except (binascii.Error, ValueError):
-        raise ApiError("is neither base64 (standard or URL-safe), a data URI nor an http(s) URL", "invalid_input",
-                       param, where) from None
+        raise ApiError("is neither base64 (standard or URL-safe), a data URI nor an http(s) URL",
+                       ErrorKind.INVALID_INPUT, param, where) from None
 
 
 def too_large(where, param, size, limit):
-    return ApiError(f"has {size} bytes, over the limit of {limit} (setting max_image_bytes)", "image_too_large",
+    return ApiError(f"has {size} bytes, over the limit of {limit} (setting max_image_bytes)", ErrorKind.IMAGE_TOO_LARGE,
                     param, where)
 
 
@@ -109,7 +111,7 @@ def fetch_item(url, where, param, settings):
     try:
         return fetch(url, settings)
     except FetchError as error:
-        raise ApiError(f"could not be fetched: {error}", "image_fetch_failed", param, where) from None
+        raise ApiError(f"could not be fetched: {error}", ErrorKind.IMAGE_FETCH_FAILED, param, where) from None
 
 
 def fetch(url, settings):

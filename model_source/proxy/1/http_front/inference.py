@@ -8,11 +8,13 @@ say (a text over the max length). pb_utils is handed in (tests import this file)
 import asyncio
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import model_errors
 import model_outputs
 import numpy as np
 import tracing
+from model_errors import ErrorKind
 from model_outputs import (
     CHUNK_SPANS,
     DECODED,
@@ -43,10 +45,15 @@ COUNTS = list(model_outputs.COUNTS)
 TOKENIZER_PARAMETERS = ("prompt_name", "input_type", "truncate")
 
 
+class SparseVector(NamedTuple):
+    indices: np.ndarray  # the text's token ids with a weight
+    values: np.ndarray  # their weights
+
+
 @dataclass
 class Embeddings:
     dense: np.ndarray | None
-    sparse: list | None
+    sparse: list | None  # [SparseVector] per text
     colbert: list | None
     tokens: np.ndarray
     truncated: np.ndarray
@@ -77,6 +84,38 @@ class RerankResult:
 
 
 @dataclass
+class Prediction:
+    """A cross-encoder's classifier over inputs (Inference.predict), rows in the order given."""
+    logits: np.ndarray  # [n, labels]: before the sigmoid or softmax (TEI's raw_scores)
+    scores: np.ndarray  # [n, labels]
+    tokens: int  # tokens of every input together
+    truncated: np.ndarray  # [n]: an input cut at the max length
+    inference_ms: float
+
+
+@dataclass
+class ImageEmbeddings:
+    """Images through a CLIP export's image models (Inference.embed_images)."""
+    dense: np.ndarray  # [n, d] float32: one vector per image, as Embeddings.dense is per text
+    inference_ms: float
+
+
+@dataclass
+class ChunkedText:
+    """One text's late chunking (Inference.chunk_embed): a vector per chunk."""
+    vectors: np.ndarray  # [chunks, d]
+    spans: np.ndarray  # [chunks, 2]: each chunk's [start, end] in the text
+    chunk_tokens: np.ndarray  # [chunks]: each chunk's tokens
+    tokens: int  # the text's tokens
+
+
+@dataclass
+class ChunkEmbeddings:
+    texts: list  # [ChunkedText], one per text in the order given
+    inference_ms: float
+
+
+@dataclass
 class Measured:
     """What the tokenizer makes of texts (Inference.measure), as the embedding step would: per text (or pair)."""
     tokens: np.ndarray  # tokens embedded: cut at the max length, special tokens and the prompt included
@@ -93,7 +132,7 @@ def encoded(texts):
 class Inference:
     """Service's inference: the state it keeps is Service's (bls_rows, inflight, loop, executor, pb, settings)."""
 
-    def abort_inflight(self, model, reason, code="model_not_ready"):
+    def abort_inflight(self, model, reason, code=ErrorKind.MODEL_NOT_READY):
         """From the readiness thread: fail (503) the calls waiting on `model` (None: every call); returns their BLS
         calls (futures)."""
         calls = [(waiting, call) for models, waiting, call in list(self.inflight) if model is None or model in models]
@@ -113,7 +152,8 @@ class Inference:
         """Several texts through the export's BLS model, in pieces of its max_batch_size; one text through the
         ensemble (nothing to group, and the BLS hops cost ~1 ms) unless it needs the BLS model's quantized outputs
         or `dimensions`. parameters: the request parameters (dimensions, prompt_name, input_type,
-        colbert_pool_factor), passed on. outputs: at most one ColBERT kind (colbert or colbert_fp16/int8/binary)."""
+        colbert_pool_factor), passed on. outputs: at most one ColBERT kind (colbert or colbert_fp16/int8/binary).
+        -> Embeddings."""
         prechecks.embed(card, texts, param, parameters)
         started = time.perf_counter()
         names = [t for kind in outputs for t in TENSORS[kind]] + COUNTS
@@ -132,7 +172,7 @@ class Inference:
         colbert = next((TENSORS[kind][0] for kind in outputs if kind in COLBERT_KINDS), None)
         return Embeddings(
             dense=flat[DENSE] if "dense" in outputs else None,
-            sparse=[(ids[:int(n)], weights[:int(n)]) for ids, weights, n in
+            sparse=[SparseVector(ids[:int(n)], weights[:int(n)]) for ids, weights, n in
                     zip(joined[SPARSE_INDICES], joined[SPARSE_VALUES], flat[SPARSE_COUNT].reshape(-1))]
             if "sparse" in outputs else None,
             colbert=[vectors[:int(n)] for vectors, n in zip(joined[colbert], flat[COLBERT_LENGTH].reshape(-1))]
@@ -185,8 +225,8 @@ class Inference:
 
     async def predict(self, card, inputs, param, parameters=None):
         """A cross-encoder's classifier over texts and (first, second) pairs, through its BLS model (single texts
-        and pairs as separate calls) -> (logits [n, labels], scores [n, labels], tokens, truncated [n]), rows in
-        the order given. An input it refuses is param[i] (a pair's first text: its `query`)."""
+        and pairs as separate calls) -> Prediction, rows in the order given. An input it refuses is param[i] (a
+        pair's first text: its `query`)."""
         prechecks.predict(inputs, param)
         started, size = time.perf_counter(), self.bls_rows.get(card.bls, 1)
         names = [LOGITS, SCORES, *COUNTS]
@@ -215,12 +255,12 @@ class Inference:
                 if out[name] is None:
                     out[name] = np.zeros((len(inputs), *part[name].shape[1:]), dtype=part[name].dtype)
                 out[name][indices] = part[name]
-        return (out[LOGITS], out[SCORES], int(out[NUM_TOKENS].sum()), out[TRUNCATED].reshape(-1).astype(bool),
-                (time.perf_counter() - started) * 1000)
+        return Prediction(out[LOGITS], out[SCORES], int(out[NUM_TOKENS].sum()), out[TRUNCATED].reshape(-1).astype(bool),
+                          (time.perf_counter() - started) * 1000)
 
     async def embed_images(self, card, images, param, indices=None):
         """Encoded images (bytes) through a CLIP export's image ensemble, in pieces of its max_batch_size, all at
-        once -> (vectors [n, d] float32, inference_ms). The image model decodes them; an image it refuses is named
+        once -> ImageEmbeddings. The image model decodes them; an image it refuses is named
         `param[indices[i]]` (the client's item; indices default to 0..n-1)."""
         started = time.perf_counter()
         indices = list(range(len(images))) if indices is None else list(indices)
@@ -230,10 +270,11 @@ class Inference:
                                           .reshape(-1, 1)}, [DENSE], (param, first, indices))
             for first in range(0, len(images), size)))
         vectors = np.concatenate([part[DENSE] for part in parts]).astype(np.float32, copy=False)
-        return vectors, (time.perf_counter() - started) * 1000
+        return ImageEmbeddings(vectors, (time.perf_counter() - started) * 1000)
 
     async def rerank(self, card, query, documents, weights, parameters=None):
-        """A cross-encoder's rerank model: the classifier's scores (mode_scores None); else bge-m3's combined one.
+        """-> RerankResult. A cross-encoder's rerank model: the classifier's scores (mode_scores None); else bge-m3's
+        combined one.
         parameters: the request parameters (prompt_name: one prompt for all the texts; embedding exports)."""
         prechecks.rerank(card, query, documents, weights, parameters, self.max_documents.get(card.rerank))
         started = time.perf_counter()
@@ -251,8 +292,8 @@ class Inference:
 
     async def chunk_embed(self, card, texts, spans, parameters):
         """Late chunking, one call to the export's late chunking model per text (all at once). spans: per text,
-        [[start, end], ...] or None (then parameters holds chunk_tokens). Returns per text (vectors [n, d], spans
-        [n, 2], tokens per chunk [n], the text's tokens), inference_ms. A bad text or span is named input[i]."""
+        [[start, end], ...] or None (then parameters holds chunk_tokens) -> ChunkEmbeddings. A bad text or span is
+        named input[i]."""
         started = time.perf_counter()
         parameters = {key: value for key, value in parameters.items() if value is not None}
         names = [DENSE, CHUNK_SPANS, NUM_TOKENS, TEXT_TOKENS]
@@ -273,9 +314,9 @@ class Inference:
                         if name == "spans" and spans is not None:
                             error.field = f"spans[{i}]" + ("" if k is None else f"[{k}]")
                 raise
-            return result[DENSE], result[CHUNK_SPANS], result[NUM_TOKENS], int(result[TEXT_TOKENS][0])
+            return ChunkedText(result[DENSE], result[CHUNK_SPANS], result[NUM_TOKENS], int(result[TEXT_TOKENS][0]))
         results = await asyncio.gather(*(one(i) for i in range(len(texts))))
-        return results, (time.perf_counter() - started) * 1000
+        return ChunkEmbeddings(list(results), (time.perf_counter() - started) * 1000)
 
     async def measure(self, card, texts, param, parameters=None, queries=None):
         """What the export's tokenizer makes of `texts` (each alone with the request's prompt; or paired with
@@ -306,7 +347,7 @@ class Inference:
         try:
             parts = await asyncio.gather(*(piece(first) for first in starts))
         except ApiError as error:
-            if error.kind in ("overloaded", "inference_timeout"):
+            if error.kind in (ErrorKind.OVERLOADED, ErrorKind.INFERENCE_TIMEOUT):
                 return None
             raise
         finally:
@@ -326,7 +367,7 @@ class Inference:
         left_s = admitted.left_s() if admitted is not None else self.settings.request_timeout_s
         if left_s <= 0:
             raise Timeout(f"inference did not finish within {self.settings.request_timeout_s:g} s (setting "
-                          f"request_timeout_s)", "inference_timeout")
+                          f"request_timeout_s)", ErrorKind.INFERENCE_TIMEOUT)
         request = pb.InferenceRequest(
             model_name=model, requested_output_names=names, parameters=parameters or {},
             inputs=[pb.Tensor(name, array) for name, array in inputs.items()],
@@ -358,7 +399,7 @@ class Inference:
         def expire():
             if not waiting.done():
                 waiting.set_exception(Timeout(f"inference did not finish within {self.settings.request_timeout_s:g} "
-                                              f"s (setting request_timeout_s)", "inference_timeout"))
+                                              f"s (setting request_timeout_s)", ErrorKind.INFERENCE_TIMEOUT))
         call = self.executor.submit(request.exec)  # (its own future: cancellable while it waits for a thread)
         call.add_done_callback(returned)
         timer, entry = loop.call_later(left_s, expire), (card.models, waiting, call)
@@ -376,7 +417,7 @@ class Inference:
             call.cancel()
             raise
         except Exception as error:  # noqa: BLE001 - BLS refused: the model is stopping or not there
-            raise Unavailable(f"model '{card.id}' is not available: {error}", "model_not_ready") from None
+            raise Unavailable(f"model '{card.id}' is not available: {error}", ErrorKind.MODEL_NOT_READY) from None
         finally:
             timer.cancel()
             self.inflight.discard(entry)
@@ -392,7 +433,7 @@ def admit_request():
     request."""
     admitted = admission.current()
     if admitted is not None and (refused := admitted.enter()) is not None:
-        raise NotAdmitted(f"the server is busy: {refused}; retry", "overloaded")
+        raise NotAdmitted(f"the server is busy: {refused}; retry", ErrorKind.OVERLOADED)
     return admitted
 
 
@@ -421,10 +462,10 @@ def step_error(message, card, model, rows):
         elif not rows and name == "text":  # the late chunking model's one text
             param = field = "input"
         return InvalidInput(model_errors.problem(info) if field else info.message, kind, param, field)
-    if info.kind == "timeout":  # its deadline (request_timeout_s) passed while it was queued or ran
+    if info.kind == ErrorKind.TIMEOUT:  # its deadline (request_timeout_s) passed while it was queued or ran
         return Timeout(f"inference did not finish within request_timeout_s: {info.message}", kind)
-    if info.kind == "overloaded":  # a queue policy's max_queue_size refused it: overload, not a fault
+    if info.kind == ErrorKind.OVERLOADED:  # a queue policy's max_queue_size refused it: overload, not a fault
         return ApiError(f"the server is busy: model '{model}' has a full queue (its max_queue_size); retry", kind)
-    if info.kind in ("unavailable", "cancelled"):
+    if info.kind in (ErrorKind.UNAVAILABLE, ErrorKind.CANCELLED):
         return Unavailable(f"model '{card.id}' is not available: {info.message}", kind)
     return ApiError(f"inference failed: {info.message}", kind)

@@ -2,6 +2,7 @@
 per-model nv_* metrics are on Triton's metrics port."""
 import time
 
+from model_errors import ErrorKind
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from starlette.routing import Match
@@ -11,7 +12,7 @@ from .errors import status
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 INPUT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 disable_created_metrics()  # no *_created series: one line per sample is what dashboards read
-CLIENT_CLOSED = status("client_closed")  # nginx's 499: a client that left before its answer, not a server error
+CLIENT_CLOSED = status(ErrorKind.CLIENT_CLOSED)  # nginx's 499: a client that left before its answer, not a server error
 
 
 def route_label(app, scope):

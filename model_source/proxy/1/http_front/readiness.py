@@ -20,6 +20,8 @@ import os
 import socket
 import threading
 
+from model_errors import ErrorKind
+
 
 def answers_as(triton, server_id):
     """Whether Triton's HTTP port answers as the server this stub runs in: its server metadata (GET /v2) names
@@ -155,4 +157,4 @@ class Readiness:
         if self.service.registry.failed != why:
             self.log(f"proxy: {why}: every request gets 503 until this process ends")
             self.service.registry.failed = why
-        self.service.abort_inflight(None, why, "server_exited")
+        self.service.abort_inflight(None, why, ErrorKind.SERVER_EXITED)

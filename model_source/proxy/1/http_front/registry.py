@@ -6,10 +6,19 @@ import json
 import os
 import time
 from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+from model_errors import ErrorKind
 
 from .errors import NotFound, Unavailable
 
 RESCAN_S = 2.0
+
+
+class Health(NamedTuple):
+    """The probes' answer (health: ready to serve; live: not to be restarted)."""
+    ok: bool
+    reason: str  # "ok", else why not
 
 
 @dataclass(frozen=True)
@@ -149,14 +158,14 @@ class Registry:
         card = self.find(model) if model else self.default_card()
         if card is None:
             if not model:
-                raise Unavailable("no model is served: export one (build/export.py)", "no_model_served")
+                raise Unavailable("no model is served: export one (build/export.py)", ErrorKind.NO_MODEL_SERVED)
             served = ", ".join(sorted(c.id for c in self.cards())) or "none"
-            raise NotFound(f"model '{model}' is not served here (served: {served})", "model_not_found", "model")
+            raise NotFound(f"model '{model}' is not served here (served: {served})", ErrorKind.MODEL_NOT_FOUND, "model")
         if not self.is_ready(card):
             if not self.expected(card):
-                raise NotFound(f"model '{card.id}' is not loaded (POST /v1/models/{card.id}/load)", "model_not_found",
-                               "model")
-            raise Unavailable(f"model '{card.id}' is not ready (loading)", "model_not_ready", "model")
+                raise NotFound(f"model '{card.id}' is not loaded (POST /v1/models/{card.id}/load)",
+                               ErrorKind.MODEL_NOT_FOUND, "model")
+            raise Unavailable(f"model '{card.id}' is not ready (loading)", ErrorKind.MODEL_NOT_READY, "model")
         return card
 
     def cards(self):
@@ -164,16 +173,17 @@ class Registry:
 
     def health(self):
         if self.draining:
-            return False, "shutting down"
+            return Health(False, "shutting down")
         if self.failed:
-            return False, self.failed
+            return Health(False, self.failed)
         card = self.default_card()
         if card is None:
-            return False, "no model is served"
+            return Health(False, "no model is served")
         missing = [m for m in card.models if not self.ready.get(m)]
         if missing:
-            return False, f"model '{card.id}' is not ready: " + "; ".join(f"{m} is not ready" for m in missing)
-        return True, "ok"
+            return Health(False, f"model '{card.id}' is not ready: " +
+                          "; ".join(f"{m} is not ready" for m in missing))
+        return Health(True, "ok")
 
     def live(self):
-        return (False, self.failed) if self.failed else (True, "ok")
+        return Health(False, self.failed) if self.failed else Health(True, "ok")

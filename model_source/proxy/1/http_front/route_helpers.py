@@ -7,6 +7,7 @@ import base64
 import hmac
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import model_errors
 import model_outputs
@@ -14,18 +15,21 @@ import numpy as np
 import orjson
 from fastapi import Depends, Request
 from fastapi.routing import APIRoute
+from model_errors import ErrorKind
 from starlette.responses import Response
 
-from . import errors, schemas
+from . import bodies, errors, schemas
 from .errors import ApiError, NotAdmitted, rename_field
+from .inference import RerankResult
 
 
 class OrjsonRequest(Request):
-    """Bodies are parsed with orjson: faster, and deep nesting is a JSONDecodeError (a 400), not a RecursionError."""
+    """Bodies parsed as bodies.py parses them, where FastAPI's pipeline reads one (the bench's and the tests'
+    baseline app: the served app's routes with a body are direct.py's)."""
 
     async def json(self):
         if not hasattr(self, "_json"):
-            self._json = orjson.loads(await self.body())
+            self._json = bodies.loads(await self.body())
         return self._json
 
 
@@ -59,7 +63,7 @@ def authorize(request, key, what="API"):
         return
     scheme, _, token = request.headers.get("authorization", "").strip().partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
-        raise ApiError(f"missing or wrong {what} key: send 'Authorization: Bearer <key>'", "invalid_api_key")
+        raise ApiError(f"missing or wrong {what} key: send 'Authorization: Bearer <key>'", ErrorKind.INVALID_API_KEY)
 
 
 # async: FastAPI runs a plain `def` dependency in a worker thread, a thread round trip on every request (~0.3 ms).
@@ -70,7 +74,7 @@ async def user_key(request: Request):
 async def admin_key(request: Request):
     if not request.app.state.settings.admin_api_key:
         raise ApiError("the admin routes are off: set ADMIN_API_KEY (or ADMIN_API_KEY_FILE) to use them",
-                       "admin_disabled")
+                       ErrorKind.ADMIN_DISABLED)
     authorize(request, request.app.state.settings.admin_api_key, "admin")
 
 
@@ -83,7 +87,7 @@ def need_items(items, param, field=None, what="a text or a non-empty list of tex
     """A request's list of inputs must hold one at least (400 invalid_input; TEI: 422): every dialect's empty list
     is this one kind (the input is wrong, not a parameter), so no schema says min_length for one (schemas.NOT_EMPTY)."""
     if not items:
-        raise ApiError(f"is empty: send {what}", "invalid_input", param, field or param)
+        raise ApiError(f"is empty: send {what}", ErrorKind.INVALID_INPUT, param, field or param)
 
 
 def check_count(request, count, param):
@@ -91,7 +95,7 @@ def check_count(request, count, param):
     limit = request.app.state.settings.max_inputs_per_request
     if count > limit:
         raise ApiError(f"{count} inputs is over the limit of {limit} per request (setting max_inputs_per_request)",
-                       "too_many", param)
+                       ErrorKind.TOO_MANY, param)
 
 
 def check_length(request, length, field, param, unit="characters"):
@@ -100,7 +104,7 @@ def check_length(request, length, field, param, unit="characters"):
     if length > limit:
         also = "" if unit == "characters" else ": as many as a text may have characters"
         raise ApiError(f"holds {length} {unit}, over the limit of {limit} (setting max_input_chars{also})",
-                       "too_long", param, field)
+                       ErrorKind.TOO_LONG, param, field)
 
 
 def check_text(request, text, field, param):
@@ -111,8 +115,8 @@ def check_text(request, text, field, param):
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as error:
-            raise ApiError(f"is not valid Unicode: a lone surrogate at character {error.start}", "invalid_input",
-                           param, field) from None
+            raise ApiError(f"is not valid Unicode: a lone surrogate at character {error.start}",
+                           ErrorKind.INVALID_INPUT, param, field) from None
 
 
 def check_texts(request, texts, param, count=True):
@@ -170,13 +174,13 @@ def need(card, output, route, param="model"):
     """The model must serve `output`; `param`: the client's field that asked for it (default: the model)."""
     if output not in card.outputs:
         raise ApiError(f"model '{card.id}' serves {', '.join(card.outputs)}, not {output} (needed by {route}); "
-                       f"export it with --outputs {output}", "not_served", param)
+                       f"export it with --outputs {output}", ErrorKind.NOT_SERVED, param)
 
 
 def need_images(card):
     if not card.image:
         raise ApiError(f"model '{card.id}' serves text only: images need a CLIP export (one with an image model)",
-                       "not_served", "model")
+                       ErrorKind.NOT_SERVED, "model")
 
 
 # ---------------------------------------------------------------- the calls
@@ -229,32 +233,44 @@ def client_fields(renames):
 
 
 async def embed_images(request, card, pictures, param, indices=None):
-    vectors, inference_ms = await request.app.state.service.embed_images(card, pictures, param, indices)
+    """The export's image models over `pictures` -> ImageEmbeddings, its vectors contiguous float32 (as orjson
+    writes them)."""
+    result = await request.app.state.service.embed_images(card, pictures, param, indices)
     request.app.state.metrics.observe_embedding(card.id, len(pictures), 0, 0)
-    return np.ascontiguousarray(vectors, dtype=np.float32), inference_ms
+    result.dense = np.ascontiguousarray(result.dense, dtype=np.float32)
+    return result
 
 
 MODES = model_outputs.MODES  # the rerank model's mode_scores columns
 
 
+@dataclass
+class ScoredDocuments:
+    """score_documents' answer."""
+    card: object  # the export (registry's card)
+    result: RerankResult
+    served: list  # the modes (MODES) the export serves
+    truncated: int  # how many texts were cut: the query and the documents
+
+
 async def score_documents(request, model, query, documents, weights=None, truncate=True, parameters=None):
     """The export's rerank model over (query, documents), for every rerank dialect (and TEI's /similarity: dense
-    weights only): the checks that are HTTP's own, the model's kind, the call and its metrics -> (card, result, the
-    modes served, how many texts were cut). parameters: the request parameters (prompt_name), passed on."""
+    weights only): the checks that are HTTP's own, the model's kind, the call and its metrics -> ScoredDocuments.
+    parameters: the request parameters (prompt_name), passed on."""
     check_text(request, query, "query", "query")
     # the rerank models' own rule and words (request_rules.documents), before any other check of the documents
     need_items(documents, "documents", what="at least one document")
     check_texts(request, documents, "documents", count=False)  # the rerank model counts them (max_documents)
     card = select(request, model)
     if card.rerank is None:
-        raise ApiError(f"model '{card.id}' has no rerank model", "not_served", "model")
+        raise ApiError(f"model '{card.id}' has no rerank model", ErrorKind.NOT_SERVED, "model")
     served = [mode for mode in MODES if mode in card.outputs]
     if card.kind == "cross-encoder":
         if weights is not None:
             raise ApiError(f"weights: model '{card.id}' is a cross-encoder; weights are for bge-m3's modes",
-                           "invalid_value", "weights")
+                           ErrorKind.INVALID_VALUE, "weights")
     elif not served:
-        raise ApiError(f"model '{card.id}' serves none of dense, sparse, colbert", "not_served")
+        raise ApiError(f"model '{card.id}' serves none of dense, sparse, colbert", ErrorKind.NOT_SERVED)
     try:  # truncate false: the tokenizer refuses the query or a document over the max length (too_long, 422)
         result = await request.app.state.service.rerank(card, query, documents, weights or (1.0, 1.0, 1.0),
                                                         refusing_cut(parameters, truncate))
@@ -264,7 +280,7 @@ async def score_documents(request, model, query, documents, weights=None, trunca
         raise
     truncated = int(result.query_truncated) + int(result.truncated.sum())
     request.app.state.metrics.observe_embedding(card.id, 1 + len(documents), result.tokens, truncated)
-    return card, result, served, truncated
+    return ScoredDocuments(card, result, served, truncated)
 
 
 async def rerank_cut_while_busy(request, card, query, documents, parameters):
@@ -328,10 +344,9 @@ async def rerank_v1_answer(request, body):
     """The rerank answer in Cohere's v1 shape, with bge-m3's per-mode scores and `usage`: POST /v1/rerank's, and
     TEI's /rerank's for a body with Cohere's `documents` (Infinity's and Cohere's clients post there)."""
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
-    card, result, served, truncated = await score_documents(request, body.model, body.query, documents,
-                                                            body.weights, body.truncate)
-    answer = {"id": str(uuid.uuid4()), "results": ranked(result, documents, body.top_n, body.return_documents,
-                                                          served),
-              "model": card.id, "usage": usage(result.tokens),
+    scored = await score_documents(request, body.model, body.query, documents, body.weights, body.truncate)
+    answer = {"id": str(uuid.uuid4()), "results": ranked(scored.result, documents, body.top_n, body.return_documents,
+                                                          scored.served),
+              "model": scored.card.id, "usage": usage(scored.result.tokens),
               "meta": {"api_version": {"version": "1"}, "billed_units": {"search_units": 1}}}
-    return json_response(answer, timing_headers(truncated, result.inference_ms))
+    return json_response(answer, timing_headers(scored.truncated, scored.result.inference_ms))

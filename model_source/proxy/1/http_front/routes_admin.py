@@ -2,6 +2,7 @@
 this router's paths): POST /v1/models/{id}/load, /unload, and the seed API's CLIP admin routes POST
 /load_clip_model, /unload_clip_model, /delete_clip_model. Errors in OpenAI's shape."""
 from fastapi import Depends, Request
+from model_errors import ErrorKind
 
 from . import dialects, schemas
 from . import route_helpers as shared
@@ -49,7 +50,7 @@ def clip_export(request, body):
                   f"{body.pretrained or '<pretrained>'} --name <name>"
         raise ApiError(f"no CLIP export of {what} in the model repository. The server never exports (its container "
                        f"has no torch): run `{command}` where the export tools are installed, into this model "
-                       f"repository, then load it", "model_not_found", "model_name")
+                       f"repository, then load it", ErrorKind.MODEL_NOT_FOUND, "model_name")
     card = sorted(found, key=lambda c: c.id not in loaded)[0]
     request.scope["state"]["model"] = card.id
     return card

@@ -6,6 +6,7 @@ Errors in Cohere's shape (its `message`, OpenAI's error object beside it); its f
 import uuid
 
 from fastapi import Request
+from model_errors import ErrorKind
 
 from . import dialects, schemas
 from . import route_helpers as shared
@@ -19,7 +20,7 @@ async def embed_by_type(request, body, route, kinds, dimensions=None):
     """The texts' vectors of each embedding type -> (rows by type, tokens, the answer's timing headers)."""
     if body.truncate == "START":
         raise ApiError("START is not served: the tokenizer keeps a text's first tokens (use END or NONE)",
-                       "invalid_value", "truncate", "truncate")
+                       ErrorKind.INVALID_VALUE, "truncate", "truncate")
     card = shared.select(request, body.model)
     shared.need(card, "dense", route)
     parameters = {"dimensions": dimensions, "input_type": body.input_type, "prompt_name": body.prompt_name}
@@ -73,10 +74,11 @@ async def cohere_rerank_v2(request: Request, body: schemas.CohereRerankRequest):
     card = shared.select(request, body.model)
     if body.max_tokens_per_doc is not None and body.max_tokens_per_doc < card.max_length:
         raise ApiError(f"{body.max_tokens_per_doc} is not served: documents are cut at the model's max of "
-                       f"{card.max_length} tokens (send at least that, or leave it out)", "invalid_value",
+                       f"{card.max_length} tokens (send at least that, or leave it out)", ErrorKind.INVALID_VALUE,
                        "max_tokens_per_doc", "max_tokens_per_doc")
     documents = [d if isinstance(d, str) else d.text for d in body.documents]
-    _, result, _, truncated = await shared.score_documents(request, body.model, body.query, documents)
-    answer = {"id": str(uuid.uuid4()), "results": shared.ranked(result, documents, body.top_n, body.return_documents),
+    scored = await shared.score_documents(request, body.model, body.query, documents)
+    answer = {"id": str(uuid.uuid4()),
+              "results": shared.ranked(scored.result, documents, body.top_n, body.return_documents),
               "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}}}
-    return shared.json_response(answer, shared.timing_headers(truncated, result.inference_ms))
+    return shared.json_response(answer, shared.timing_headers(scored.truncated, scored.result.inference_ms))

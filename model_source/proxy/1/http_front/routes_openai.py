@@ -2,9 +2,9 @@
 turns the items into bytes), GET /v1/models[/{id}] (each also without /v1, as Infinity's clients post), bge-m3's
 POST /v1/encode, and late chunking's POST /v1/chunk_embeddings. Errors in OpenAI's shape."""
 import os
-from types import SimpleNamespace
 
 from fastapi import Request
+from model_errors import ErrorKind
 
 from . import dialects, images, schemas
 from . import route_helpers as shared
@@ -29,7 +29,7 @@ async def embeddings(request: Request, body: schemas.EmbeddingsRequest):
     items = shared.as_list(body.input)
     shared.need_items(items, "input")
     if any(isinstance(t, (int, list)) for t in items):
-        raise ApiError("token arrays are not supported: send text", "invalid_input", "input")
+        raise ApiError("token arrays are not supported: send text", ErrorKind.INVALID_INPUT, "input")
     card = shared.select(request, body.model)
     shared.need(card, "dense", "/v1/embeddings")
     pictures = [(i, t.image) for i, t in enumerate(items) if isinstance(t, schemas.ImageItem)]
@@ -42,7 +42,7 @@ async def embeddings(request: Request, body: schemas.EmbeddingsRequest):
             if value is not None:
                 raise ApiError(f"{value}: images are embedded as float only (the image model has no quantized or "
                                f"Matryoshka outputs): use encoding_format float or base64 without dimensions",
-                               "invalid_value", name, name)
+                               ErrorKind.INVALID_VALUE, name, name)
     outputs = ("dense", body.encoding_format) if body.encoding_format in shared.QUANTIZED else ("dense",)
     parameters = {"dimensions": body.dimensions, "input_type": body.input_type, "prompt_name": body.prompt_name}
     rows, flags, tokens, truncated, inference_ms = [None] * len(items), [False] * len(items), 0, 0, 0.0
@@ -57,10 +57,10 @@ async def embeddings(request: Request, body: schemas.EmbeddingsRequest):
             rows[i], flags[i] = vector, bool(flag)
         tokens, truncated, inference_ms = result.tokens.sum(), result.truncated.sum(), result.inference_ms
     if pictures:
-        vectors, image_ms = await shared.embed_images(request, card, encoded, "input", [i for i, _ in pictures])
-        for (i, _), vector in zip(pictures, shared.vector_rows(SimpleNamespace(dense=vectors), body.encoding_format)):
+        embedded = await shared.embed_images(request, card, encoded, "input", [i for i, _ in pictures])
+        for (i, _), vector in zip(pictures, shared.vector_rows(embedded, body.encoding_format)):
             rows[i] = vector
-        inference_ms += image_ms
+        inference_ms += embedded.inference_ms
     data = [{"object": "embedding", "index": i, "embedding": rows[i], "truncated": flags[i]} for i in range(len(items))]
     return shared.json_response({"object": "list", "data": data, "model": card.id, "usage": shared.usage(tokens)},
                                 shared.timing_headers(truncated, inference_ms))
@@ -78,7 +78,7 @@ async def encode(request: Request, body: schemas.EncodeRequest):
     wanted = tuple(kind for kind, flag in (("dense", body.return_dense), ("sparse", body.return_sparse),
                                            ("colbert", body.return_colbert)) if flag)
     if not wanted:
-        raise ApiError("ask for at least one of return_dense, return_sparse, return_colbert", "invalid_value")
+        raise ApiError("ask for at least one of return_dense, return_sparse, return_colbert", ErrorKind.INVALID_VALUE)
     wanted, parameters = colbert_options(card, body, wanted)  # first: its 400 names the compact field
     for kind in wanted:  # the 400 names the client's return_<output> flag
         shared.need(card, kind.split("_")[0], "/v1/encode", f"return_{kind.split('_')[0]}")
@@ -89,7 +89,7 @@ async def encode(request: Request, body: schemas.EncodeRequest):
         if "dense" in wanted:
             item["dense"] = result.dense[i]
         if "sparse" in wanted:
-            item["sparse"] = {"indices": result.sparse[i][0], "values": result.sparse[i][1]}
+            item["sparse"] = {"indices": result.sparse[i].indices, "values": result.sparse[i].values}
         if any(kind.startswith("colbert") for kind in wanted):
             item["colbert"] = result.colbert[i]
         data.append(item)
@@ -108,9 +108,10 @@ def colbert_options(card, body, wanted):
     name, value = options[0]
     if "colbert" not in card.outputs:
         raise ApiError(f"{name}: model '{card.id}' has no ColBERT output (it serves {', '.join(card.outputs)})",
-                       "not_served", name)
+                       ErrorKind.NOT_SERVED, name)
     if "colbert" not in wanted:
-        raise ApiError(f"{value!r} applies to ColBERT vectors: set return_colbert to true", "invalid_value", name, name)
+        raise ApiError(f"{value!r} applies to ColBERT vectors: set return_colbert to true", ErrorKind.INVALID_VALUE,
+                       name, name)
     kind = "colbert" if body.colbert_type == "float" else f"colbert_{body.colbert_type}"
     return tuple(kind if w == "colbert" else w for w in wanted), {"colbert_pool_factor": body.colbert_pool_factor}
 
@@ -130,26 +131,26 @@ async def chunk_embeddings(request: Request, body: schemas.ChunkEmbeddingsReques
         if len(spans) != len(texts) or not all(isinstance(s, list) and all(isinstance(p, list) for p in s)
                                                for s in spans):
             raise ApiError("spans: one list of [start, end] per input text" if not single else
-                           "spans: a list of [start, end] for the text", "invalid_value", "spans")
+                           "spans: a list of [start, end] for the text", ErrorKind.INVALID_VALUE, "spans")
         for i, text_spans in enumerate(spans):
             for k, pair in enumerate(text_spans):
                 if len(pair) != 2:
                     where = f"spans[{k}]" if single else f"input[{i}]: spans[{k}]"
-                    raise ApiError(f"{where} must be [start, end], not {pair}", "invalid_value", "spans",
+                    raise ApiError(f"{where} must be [start, end], not {pair}", ErrorKind.INVALID_VALUE, "spans",
                                    f"spans[{k}]" if single else f"spans[{i}][{k}]", leads=False)
     card = shared.select(request, body.model)
     if card.chunks is None:
-        raise ApiError(f"model '{card.id}' has no late chunking model (export it again)", "not_served", "model")
+        raise ApiError(f"model '{card.id}' has no late chunking model (export it again)", ErrorKind.NOT_SERVED, "model")
     parameters = {"chunk_tokens": body.chunk_tokens, "input_type": body.input_type, "prompt_name": body.prompt_name}
-    results, inference_ms = await request.app.state.service.chunk_embed(card, texts, spans, parameters)
-    tokens = sum(r[3] for r in results)
+    chunked = await request.app.state.service.chunk_embed(card, texts, spans, parameters)
+    tokens = sum(text.tokens for text in chunked.texts)
     request.app.state.metrics.observe_embedding(card.id, len(texts), tokens, 0)
-    data = [{"index": i, "num_tokens": total,
+    data = [{"index": i, "num_tokens": text.tokens,
              "chunks": [{"embedding": vector, "span": span, "num_tokens": int(n)}
-                        for vector, span, n in zip(vectors, found.tolist(), counts)]}
-            for i, (vectors, found, counts, total) in enumerate(results)]
+                        for vector, span, n in zip(text.vectors, text.spans.tolist(), text.chunk_tokens)]}
+            for i, text in enumerate(chunked.texts)]
     return shared.json_response({"object": "list", "data": data, "model": card.id, "usage": shared.usage(tokens)},
-                                shared.timing_headers(0, inference_ms))
+                                shared.timing_headers(0, chunked.inference_ms))
 
 
 # ---------------------------------------------------------------- models

@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 from fastapi import Query, Request
+from model_errors import ErrorKind
 
 from . import dialects, images, schemas
 from . import route_helpers as shared
@@ -36,12 +37,12 @@ async def infer(request: Request, body: schemas.InferRequest):
     `image_embeddings` (in order) and `processingTimeMs`. Default model: the first loaded CLIP export by id."""
     started = time.perf_counter()
     if not body.text and not body.image:
-        raise ApiError("give 'text' or 'image': a non-empty list (or both)", "invalid_input", "text")
+        raise ApiError("give 'text' or 'image': a non-empty list (or both)", ErrorKind.INVALID_INPUT, "text")
     card = clip_card(request, body.model)
     texts = shared.check_texts(request, body.text or [], "text")
     encoded = await images.load(body.image or [], "image", request.app.state.settings)
     text_rows = (await shared.embed(request, card, texts, ("dense",), "text", True)).dense if texts else []
-    image_rows = (await shared.embed_images(request, card, encoded, "image"))[0] if encoded else []
+    image_rows = (await shared.embed_images(request, card, encoded, "image")).dense if encoded else []
     return shared.json_response({"text_embeddings": np.ascontiguousarray(text_rows, dtype=np.float32) if texts else [],
                                  "image_embeddings": image_rows,
                                  "processingTimeMs": round((time.perf_counter() - started) * 1000, 3)})
@@ -52,7 +53,7 @@ def clip_card(request, model):
         model = next((c.id for c in request.app.state.service.cards() if c.image), None)
         if model is None:
             raise ApiError(f"no CLIP model is loaded: export one ({EXPORT_CLIP}) and load it (POST /load_clip_model)",
-                           "model_not_found", "model")
+                           ErrorKind.MODEL_NOT_FOUND, "model")
     card = shared.select(request, model)
     shared.need_images(card)
     return card

@@ -13,11 +13,11 @@ one."""
 import model_errors
 import numpy as np
 from fastapi import Request
+from model_errors import ErrorKind
 from pydantic import TypeAdapter
 
-from . import dialects, schemas
+from . import bodies, dialects, schemas
 from . import route_helpers as shared
-from .direct import DirectRoutes
 from .errors import ApiError, NotAdmitted, rename_field
 
 router = dialects.router("tei")
@@ -32,7 +32,7 @@ def served_as_tei(body):
     """What TEI refuses or this server cannot do, named by field (422, TEI's Validation)."""
     direction = getattr(body, "truncation_direction", "Right")
     if direction.lower() == "left":
-        raise ApiError("Left is not served: the tokenizer keeps a text's first tokens (Right)", "invalid_value",
+        raise ApiError("Left is not served: the tokenizer keeps a text's first tokens (Right)", ErrorKind.INVALID_VALUE,
                        "truncation_direction", "truncation_direction")
 
 
@@ -52,7 +52,7 @@ async def embed_answer(request, body):
     normalize = body.normalize is not False
     if not normalize and not card.unnormalized:
         raise ApiError(f"false needs the encoder's unnormalized output, which model '{card.id}' was exported "
-                       f"without (an older export): export it again", "invalid_value", "normalize", "normalize")
+                       f"without (an older export): export it again", ErrorKind.INVALID_VALUE, "normalize", "normalize")
     parameters = {"dimensions": body.dimensions, "prompt_name": body.prompt_name}
     result = await shared.embed(request, card, texts, ("dense",) if normalize else ("unnormalized",), "inputs",
                                 bool(body.truncate), parameters)
@@ -72,7 +72,8 @@ async def embed_sparse(request: Request, body: schemas.EmbedSparseRequest):
     shared.need(card, "sparse", "/embed_sparse")
     result = await shared.embed(request, card, texts, ("sparse",), "inputs", bool(body.truncate),
                                 {"prompt_name": body.prompt_name})
-    rows = [[{"index": int(t), "value": float(w)} for t, w in zip(*pair)] for pair in result.sparse]
+    rows = [[{"index": int(t), "value": float(w)} for t, w in zip(vector.indices, vector.values)]
+            for vector in result.sparse]
     return shared.json_response(rows, shared.timing_headers(result.truncated.sum(), result.inference_ms))
 
 
@@ -81,22 +82,22 @@ async def tei_rerank(request: Request):
     """TEI's rerank: `query`, `texts`, `raw_scores`, `return_text`, `truncate` -> `[{index, score, text?}]`, best
     first. A body with Cohere's `documents` instead is answered as POST /v1/rerank (Infinity's and Cohere's clients
     post there without a version); its errors, as every error on this path, in TEI's shape and statuses."""
-    body = await DirectRoutes.json_body(request)
+    body = await bodies.json(request)
     if isinstance(body, dict) and "documents" in body and "texts" not in body:
-        return await shared.rerank_v1_answer(request, DirectRoutes.validated(body, COHERE_RERANK))
-    return await rerank_answer(request, DirectRoutes.validated(body, RERANK))
+        return await shared.rerank_v1_answer(request, bodies.validated(body, COHERE_RERANK))
+    return await rerank_answer(request, bodies.validated(body, RERANK))
 
 
 async def rerank_answer(request, body):
     served_as_tei(body)
     with shared.client_fields({"documents": "texts"}):
-        _, result, _, truncated = await shared.score_documents(request, body.model, body.query, body.texts, None,
-                                                               bool(body.truncate))
+        scored = await shared.score_documents(request, body.model, body.query, body.texts, None, bool(body.truncate))
+    result = scored.result
     scores = result.logits if body.raw_scores and result.logits is not None else result.scores
     scores = [float(s) for s in scores]
     order = shared.best_first(scores)
     ranked = [{"index": i, "score": scores[i], **({"text": body.texts[i]} if body.return_text else {})} for i in order]
-    return shared.json_response(ranked, shared.timing_headers(truncated, result.inference_ms))
+    return shared.json_response(ranked, shared.timing_headers(scored.truncated, result.inference_ms))
 
 
 @router.post("/", dependencies=shared.USER, responses=ERRORS)
@@ -105,16 +106,16 @@ async def tei_root(request: Request):
     `inputs` with `source_sentence`, which TEI serves there with TASK=sentence-similarity), a one-label
     cross-encoder's /rerank, a classifier's /predict. huggingface_hub's InferenceClient(base_url) posts here
     (feature_extraction, sentence_similarity, text_classification)."""
-    body = await DirectRoutes.json_body(request)
+    body = await bodies.json(request)
     model = body.get("model") if isinstance(body, dict) and isinstance(body.get("model"), str) else None
     card = shared.select(request, model)
     if card.kind == "cross-encoder":
         if len(label_names(card)) > 1 or (isinstance(body, dict) and "texts" not in body):
-            return await predict_answer(request, DirectRoutes.validated(body, PREDICT))
-        return await rerank_answer(request, DirectRoutes.validated(body, RERANK))
+            return await predict_answer(request, bodies.validated(body, PREDICT))
+        return await rerank_answer(request, bodies.validated(body, RERANK))
     if isinstance(body, dict) and isinstance(body.get("inputs"), dict):
-        return await similarity_answer(request, DirectRoutes.validated(body, SIMILARITY))
-    return await embed_answer(request, DirectRoutes.validated(body, EMBED))
+        return await similarity_answer(request, bodies.validated(body, SIMILARITY))
+    return await embed_answer(request, bodies.validated(body, EMBED))
 
 
 def label_names(card):
@@ -132,7 +133,7 @@ def embedding_export(card, route):
     """A model that is not a text embedding export (TEI: "model is not an embedding model")."""
     if card.kind != "embedding":
         raise ApiError(f"model '{card.id}' is a {card.kind} export; {route} serves text embedding exports",
-                       "not_served", "model")
+                       ErrorKind.NOT_SERVED, "model")
 
 
 @router.post("/embed_all", dependencies=shared.USER, response_model=list[list[list[float]]],
@@ -181,7 +182,7 @@ def answer_size(request, tokens, hidden):
     if tokens * hidden > limit:
         raise ApiError(f"inputs: the answer would hold {tokens * hidden} numbers ({tokens} tokens x {hidden} per "
                        f"token), over the limit of {limit} (setting max_embed_all_numbers): send fewer or shorter "
-                       f"inputs", "answer_too_large", "inputs")
+                       f"inputs", ErrorKind.ANSWER_TOO_LARGE, "inputs")
 
 
 def predict_items(inputs):
@@ -195,8 +196,8 @@ def predict_items(inputs):
     for i, item in enumerate(items):
         if len(item) not in (1, 2):
             where = "inputs" if single else f"inputs[{i}]"
-            raise ApiError(f"holds {len(item)} texts: an input is a text or a pair [text, text]", "invalid_value",
-                           "inputs", where)
+            raise ApiError(f"holds {len(item)} texts: an input is a text or a pair [text, text]",
+                           ErrorKind.INVALID_VALUE, "inputs", where)
     return single, [tuple(item) for item in items]
 
 
@@ -218,22 +219,22 @@ async def predict_answer(request, body):
         shared.check_texts(request, [items[i][0] for i in pairs], "inputs", count=False)
     card = shared.select(request, body.model)
     if card.kind != "cross-encoder":
-        raise ApiError(f"model '{card.id}' is not a classifier: /predict serves cross-encoder exports", "not_served",
-                       "model")
+        raise ApiError(f"model '{card.id}' is not a classifier: /predict serves cross-encoder exports",
+                       ErrorKind.NOT_SERVED, "model")
     try:  # truncate false: the tokenizer refuses an input over the max length (too_long, 422, naming it)
-        logits, scores, tokens, truncated, inference_ms = await request.app.state.service.predict(
-            card, items, "inputs", shared.refusing_cut(None, bool(body.truncate)))
+        prediction = await request.app.state.service.predict(card, items, "inputs",
+                                                             shared.refusing_cut(None, bool(body.truncate)))
     except NotAdmitted:  # busy: an input over the max length still gets its 422, never a 429 to retry
         if not body.truncate:
             await predict_cut_while_busy(request, card, items)
         raise
-    request.app.state.metrics.observe_embedding(card.id, sum(len(item) for item in items), tokens,
-                                                int(truncated.sum()))
-    labels, values = label_names(card), logits if body.raw_scores else scores
+    request.app.state.metrics.observe_embedding(card.id, sum(len(item) for item in items), prediction.tokens,
+                                                int(prediction.truncated.sum()))
+    labels, values = label_names(card), prediction.logits if body.raw_scores else prediction.scores
     answer = [[{"score": float(row[k]), "label": labels[k]} for k in shared.best_first([float(v) for v in row])]
               for row in values]
     return shared.json_response(answer[0] if single else answer,
-                                shared.timing_headers(int(truncated.sum()), inference_ms))
+                                shared.timing_headers(int(prediction.truncated.sum()), prediction.inference_ms))
 
 
 async def predict_cut_while_busy(request, card, items):
@@ -273,11 +274,11 @@ async def similarity_answer(request, body):
     embedding_export(card, "/similarity")
     shared.need(card, "dense", "/similarity")
     with shared.client_fields({"query": "inputs.source_sentence", "documents": "inputs.sentences"}):
-        _, result, _, truncated = await shared.score_documents(
+        scored = await shared.score_documents(
             request, body.model, body.inputs.source_sentence, body.inputs.sentences, (1.0, 0.0, 0.0),
             bool(parameters.truncate), {"prompt_name": parameters.prompt_name})
-    return shared.json_response([float(score) for score in result.scores],
-                                shared.timing_headers(truncated, result.inference_ms))
+    return shared.json_response([float(score) for score in scored.result.scores],
+                                shared.timing_headers(scored.truncated, scored.result.inference_ms))
 
 
 @router.post("/tokenize", dependencies=shared.USER, response_model=list[list[dict]], responses=ERRORS)

@@ -1,16 +1,33 @@
 """What the routes call (app.Service), over BLS and Triton's HTTP API, in three parts sharing one state: inference.py
 (each export's models through BLS, the models' errors as the error table's kinds), admin.py (load and unload through
-Triton's repository API), readiness.py's ModelReadiness (which models are ready, kept off the request path). Errors
-are errors.py's kinds; pb_utils is handed in (tests import this file)."""
+Triton's repository API), readiness.py's ModelReadiness (which models are ready, kept off the request path). Its
+answers are inference.py's dataclasses (Embeddings, ImageEmbeddings, RerankResult, Prediction, ChunkEmbeddings,
+Measured, Token), re-exported here for the routes' fakes. Errors are errors.py's kinds; pb_utils is handed in (tests
+import this file)."""
 import threading
 
 from .admin import Admin
 from .errors import InvalidInput, Timeout, Unavailable
-from .inference import Embeddings, Inference, Measured, RerankResult, Token, admit_request, step_error
+from .inference import (
+    ChunkedText,
+    ChunkEmbeddings,
+    Embeddings,
+    ImageEmbeddings,
+    Inference,
+    Measured,
+    Prediction,
+    RerankResult,
+    SparseVector,
+    Token,
+    admit_request,
+    step_error,
+)
 from .readiness import ModelReadiness
+from .registry import Health
 
-__all__ = ["Service", "Embeddings", "Measured", "RerankResult", "Token", "admit_request", "step_error",
-           "InvalidInput", "Timeout", "Unavailable"]
+__all__ = ["Service", "Embeddings", "ImageEmbeddings", "ChunkEmbeddings", "ChunkedText", "Measured", "Prediction",
+           "RerankResult", "SparseVector", "Token", "admit_request", "step_error", "InvalidInput", "Timeout",
+           "Unavailable", "Health"]
 
 
 class Service(Inference, Admin, ModelReadiness):
