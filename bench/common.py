@@ -88,16 +88,11 @@ def copy_models(source, target, models=EXPORTED_MODELS):
             copy_model(os.path.join(source, model), os.path.join(target, model))
 
 
-def refresh_tracked(repository):
-    """The project's current model code and configs (model_source/, and the models' library) replace the copy's, as
-    export installs them (refresh_code), so code changes are measured."""
-    refresh_code(repository)
-
-
 def scratch_repository(source, target, models=EXPORTED_MODELS):
-    """A copy of the export at `source` with the current tracked configs and code."""
+    """A copy of the export at `source` with the checkout's current model code and configs (refresh_code, as export
+    installs them: code changes are measured)."""
     copy_models(source, target, models)
-    refresh_tracked(target)
+    refresh_code(target)
     return target
 
 

@@ -1,6 +1,7 @@
 """The Triton side of an export: the five models' names, their configs rendered from the templates in
 model_source/ (the encoder's GPU variants included), the encoder's warm-up samples and batchstrategy.so
 (token_budget.c compiled), the tokenizer's tokenizer.json, and the staged models installed into the repository."""
+import filecmp
 import glob
 import hashlib
 import json
@@ -124,7 +125,8 @@ def copy_model_code(kind, model_dir, project=PROJECT, keep_config=False):
                 target = os.path.join(target, os.path.basename(source))
             if keep_config and destination == "config.pbtxt" and os.path.exists(target):
                 continue
-            if not same_bytes(source, target):  # an unchanged file keeps its mtime: Triton's polling reloads none
+            # an unchanged file keeps its mtime: Triton's polling reloads none
+            if not (os.path.isfile(target) and filecmp.cmp(source, target, shallow=False)):
                 os.makedirs(os.path.dirname(target), exist_ok=True)
                 shutil.copyfile(source, target)
             copied.append(target)
@@ -132,13 +134,6 @@ def copy_model_code(kind, model_dir, project=PROJECT, keep_config=False):
         for stale in set(glob.glob(os.path.join(folder, "*.py"))) - set(copied):
             os.remove(stale)
     return copied
-
-
-def same_bytes(source, target):
-    if not os.path.isfile(target) or os.path.getsize(source) != os.path.getsize(target):
-        return False
-    with open(source, "rb") as one, open(target, "rb") as other:
-        return one.read() == other.read()
 
 
 def export_code(repository, manifest):
@@ -157,8 +152,7 @@ def refresh_code(repository):
     """Every export's Python models, the proxy and the supervisor get model_source/'s code and the library as they
     are now (--skip-if-exported: an edit of a model's code reaches the served repository without a new export)."""
     for path in sorted(glob.glob(os.path.join(repository, "*", "1", "export.json"))):
-        manifest = read_json(os.path.dirname(path), "export.json")
-        for model, kind in export_code(repository, manifest or {"name": ""}).items():
+        for model, kind in export_code(repository, read_json(path)).items():
             if kind == "tokenizer":
                 copy_tokenizer(repository, model)
             else:
