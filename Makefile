@@ -100,7 +100,7 @@ test-unit: setup
 # One pass: the serving tests run the Python models on the container's Python 3.10 ($(PY310_VENV), the container's
 # pins) when this machine has one, else on $(PY) (the header says which).
 test: setup tools py310 lint
-	MODEL_PYTHON=$$([ -x $(PY310_VENV)/bin/python ] && echo $(PY310_VENV)/bin/python) $(PY) -m pytest $(TESTS)
+	MODEL_PYTHON=$$([ -x $(PY310_VENV)/bin/python ] && echo $(PY310_VENV)/bin/python) $(PY) -m pytest --durations=25 $(TESTS)
 
 bench: setup
 	$(PY) -m bench.run $(BENCH_ARGS)

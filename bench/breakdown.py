@@ -27,6 +27,7 @@ from bench import common
 
 TRACED_REQUESTS = 200
 WARMUP_REQUESTS = 30
+SHORT = {"traced": 30, "warmup": 10, "py_spy_s": 2}  # --short: enough requests for complete traces, briefly
 
 
 def trace_setting(http, admin_key, **settings):
@@ -249,7 +250,7 @@ def summarize_py_spy(processes, top=6):
 
 def micro_benchmarks(args, scratch, queries):
     """The stubs' work on the same queries, in this process, before the server starts (the machine to itself)."""
-    count = 60 if args.short else TRACED_REQUESTS
+    count = SHORT["traced"] if args.short else TRACED_REQUESTS
     texts = [t["text"] for t in queries["texts"]][:count]
     with open(os.path.join(scratch, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
         manifest = json.load(handle)
@@ -265,10 +266,10 @@ def measure(args, ports, server_pid, queries, micro, admin_key, progress):
     under load. Returns a dict for the report, or None when tracing is unavailable."""
     http, grpc = f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}"
     texts = [t["text"] for t in queries["texts"]]
-    count = 60 if args.short else TRACED_REQUESTS
+    count = SHORT["traced"] if args.short else TRACED_REQUESTS
     trace_dir = os.path.join(args.work_dir, "trace")  # the server's --trace-config file (bench/run.py)
     progress(f"breakdown: {count} single queries in turn, traced (Triton trace API, TIMESTAMPS)")
-    traced_requests(grpc, texts, WARMUP_REQUESTS)
+    traced_requests(grpc, texts, SHORT["warmup"] if args.short else WARMUP_REQUESTS)
     try:
         trace_setting(http, admin_key, trace_level=["TIMESTAMPS"], trace_rate="1", trace_count=str(count + 10),
                       log_frequency="10")
@@ -290,12 +291,15 @@ def measure(args, ports, server_pid, queries, micro, admin_key, progress):
     from bench import loadgen
 
     pids = {m: p for m, p in stub_pids(server_pid).items() if m in ("tokenizer", "embedding")}
-    seconds = 4 if args.short else 10
+    seconds = SHORT["py_spy_s"] if args.short else 10
     progress(f"breakdown: py-spy on {', '.join(pids)} for {seconds} s under queries at concurrency 64")
     processes = py_spy_profile(pids, seconds, args.work_dir)
+    # windows of 64 x `seconds` responses: at the 100-200 queries/s of 2 cores, the load outlasts py-spy's sampling
+    # (short: 3 time windows, as long as the sampling)
     loadgen.perf_analyzer("ensemble", grpc, queries["perf_data"], 64,
-                          os.path.join(args.work_dir, "data", "py-spy.csv"), 64 * 10, 3,
-                          os.path.join(args.work_dir, "loadgen.log"), stability=1000)
+                          os.path.join(args.work_dir, "data", "py-spy.csv"), 64 * seconds, 3,
+                          os.path.join(args.work_dir, "loadgen.log"), stability=1000,
+                          window_ms=1000 * seconds / 3 if args.short else None)
     result["py_spy"] = summarize_py_spy(processes)
     loadgen.drain(http, f"127.0.0.1:{ports['metrics']}")
     return result

@@ -129,8 +129,17 @@ def start_server(repository, ports, log_path, env=None, extra_args=(), timeout_s
     return server
 
 
-def stop_server(server):
-    launch.stop(server)
+def stop_server(server, drain=True):
+    """SIGTERM: Triton finishes what is in flight and unloads every model (seconds). drain=False, a smoke run's stop:
+    killed at once with its stubs, then what they leave (their /dev/shm regions) removed; nothing is measured after
+    a smoke's last reading, so its drain would only cost seconds per server."""
+    if drain:
+        launch.stop(server)
+        return
+    if server.poll() is None:
+        server.note_regions()  # every stub's region (their argv names them), read while they live
+        server.kill()
+    server.cleanup()
 
 
 def wait_for_proxy(port, timeout_s=60):

@@ -16,7 +16,7 @@ Per model and workload (bench/corpus.py's queries and passages, built with the e
 The ratio served / ceiling is printed per model and workload.
 
     python -m bench.families                  # ~4.5 min on 2 shared cores, 1.5 of them the two exports' checks
-    python -m bench.families --short          # ~80 s smoke: the builder's tiny decoder, small corpora, one level
+    python -m bench.families --short          # ~30 s smoke, half of it the exports: the tiny decoder, one level
     python -m bench.families --update-docs    # also put the section into docs/benchmarks.md
     (also a step of python -m bench.run: --no-families leaves it out)
 """
@@ -47,7 +47,7 @@ WORKLOADS = ("queries", "passages")
 MODELS = {"qwen3": "decoder (Qwen3-Embedding layout)", "static": "static (StaticEmbedding layout)"}
 FULL = {"texts": {"queries": 512, "passages": 256}, "levels": (2, 4), "seconds": 6.0, "ceiling_seconds": 1.5,
         "batch_sizes": (1, 4, 16, 64), "decoder": DECODER}
-SHORT = {"texts": {"queries": 64, "passages": 64}, "levels": (2,), "seconds": 1.5, "ceiling_seconds": 0.3,
+SHORT = {"texts": {"queries": 64, "passages": 64}, "levels": (2,), "seconds": 0.5, "ceiling_seconds": 0.2,
          "batch_sizes": (8, 32), "decoder": None}  # None: the builder's own tiny decoder
 
 
@@ -273,7 +273,7 @@ def measure(work_dir, short=False, progress=print):
                 progress(f"families: {row['model']} {row['workload']} c={level}: {reading['texts_per_s']:.1f} "
                          f"texts/s (p50 {reading['p50_ms']:.0f} ms)")
     finally:
-        common.stop_server(server)
+        common.stop_server(server, drain=not short)  # short: killed, nothing left to measure in it
     for row in rows:  # the best batch again once the server is gone: the better of the two passes is the ceiling
         again = ceiling(row["onnx"], row["encodings"], row["pad_id"], row["threads"], row["budget"],
                         [row["ceiling"]["batch_size"]], settings["ceiling_seconds"])["best"]

@@ -310,7 +310,7 @@ def parse_args(argv):
     parser.add_argument("--short", action="store_true", help="one configuration, short runs (smoke test)")
     parser.add_argument("--seconds", type=float, help="seconds per measurement (default 6; short 3)")
     parser.add_argument("--ceiling-seconds", type=float, help="seconds per batch size of the in-process ceiling "
-                                                              "(default: --seconds, at most 10)")
+                                                              "(default: --seconds, at most 10; short 0.25)")
     parser.add_argument("--matrix", help="configurations, RATE_LIMIT:tokenizers:max_batch_tokens[:GROUPING...] "
                                          "(GROUPING: pad_to_multiple_of, batch_overhead_tokens, split_overhead_tokens, "
                                          "min_padding_efficiency, pad_to_power_of_two, in that order), "
@@ -339,7 +339,7 @@ def parse_args(argv):
     parser.add_argument("--output", help="report path (default docs/benchmarks-gpu.md; short: in --work-dir)")
     args = parser.parse_args(argv)
     args.seconds = args.seconds or (3.0 if args.short else 6.0)
-    args.ceiling_seconds = args.ceiling_seconds or min(args.seconds, 10.0)
+    args.ceiling_seconds = args.ceiling_seconds or (0.25 if args.short else min(args.seconds, 10.0))
     args.output = args.output or (os.path.join(args.work_dir, "benchmarks-gpu.md") if args.short
                                   else os.path.join(PROJECT, "docs", "benchmarks-gpu.md"))
     if args.matrix:
@@ -372,9 +372,12 @@ def main(argv=None):
     workloads = {name: [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS[name],
                                                             64 if args.short else 600)]
                  for name in args.levels}
-    # The ceiling's batch sizes: the served encoder's own (up to max_batch_size 256) and smaller.
+    # The ceiling's batch sizes: the served encoder's own (up to max_batch_size 256) and smaller; short: the smallest
+    # (its corpora are 64 texts).
     batches = {"queries": [16, 64, 256], "passages": [8, 32, 64], "mixed": [16, 64, 256],
                "client-batched": [32, 64, 256]}
+    if args.short:
+        batches = {name: sizes[:1] for name, sizes in batches.items()}
     # The C++ backend's layout first (a missing build fails here, before any measurement)
     server_args, server_env = gpu_encoders.server_options(args.encoder, args.pytorch_backend)
     best = ceiling(shape, args.device, tokenizer, workloads, batches, args.ceiling_seconds)
@@ -412,7 +415,7 @@ def main(argv=None):
             for (name, concurrencies), model in ((item, model) for item in args.levels.items()
                                                  for model in WORKLOAD_MODELS[item[0]]):
                 per_request = corpus_lib.WORKLOADS[name].texts_per_request
-                load(ports["http"], workloads[name], 4, 1.0, 1, model, per_request)  # warm-up
+                load(ports["http"], workloads[name], 4, 0.3 if args.short else 1.0, 1, model, per_request)  # warm-up
                 for concurrency in concurrencies:
                     before = executions(ports["metrics"])
                     with GpuSampler() as sampler:
@@ -437,7 +440,7 @@ def main(argv=None):
                     save()
                     progress(json.dumps(row))
         finally:
-            common.stop_server(server)
+            common.stop_server(server, drain=not args.short)  # short: killed, nothing left to measure in it
     write_report(args, rows, machine, shape, best)
     return 0
 

@@ -36,10 +36,13 @@ SEED = 19
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 PREPROCESS_CODE = os.path.join(PROJECT, "model_source", "tokenizer", "image_preprocess.py")
 WORKLOAD = "256×256 JPEG (quality 90) photo-like images: seeded colour gradients, filled shapes, light noise"
-FULL = {"images": 64, "concurrency": (1, 4, 16), "per_request": (1, 8), "seconds": 8.0, "ceiling_seconds": 3.0,
-        "sizes": (256, 1024, 4000), "size_images": {256: 32, 1024: 8, 4000: 3}, "served_1024": True}
-SHORT = {"images": 16, "concurrency": (1, 4), "per_request": (1, 8), "seconds": 2.0, "ceiling_seconds": 0.5,
-         "sizes": (256, 1024), "size_images": {256: 8, 1024: 2}, "served_1024": False}
+# slowest_requests: a served window lasts at least this many of the slowest warm-up requests (load's docstring)
+FULL = {"images": 64, "concurrency": (1, 4, 16), "per_request": (1, 8), "seconds": 8.0, "slowest_requests": 3,
+        "ceiling_seconds": 3.0, "batch_sizes": BATCH_SIZES, "sizes": (256, 1024, 4000),
+        "size_images": {256: 32, 1024: 8, 4000: 3}, "served_1024": True}
+SHORT = {"images": 16, "concurrency": (1, 4), "per_request": (1, 8), "seconds": 1.0, "slowest_requests": 1,
+         "ceiling_seconds": 0.25, "batch_sizes": (1, 4, 16), "sizes": (256, 1024), "size_images": {256: 4, 1024: 2},
+         "served_1024": False}
 # Retrieval sanity: generated pictures and their captions (the i-th caption describes the i-th picture).
 SCENES = [("red square", "a red square on a white background"),
           ("blue circle", "a blue circle on a white background"),
@@ -124,7 +127,9 @@ def build_model(work_dir, architecture=ARCHITECTURE, seed=SEED):
     torch.manual_seed(seed)
     model, _, preprocess = open_clip.create_model_and_transforms(architecture, pretrained=None)
     os.makedirs(work_dir, exist_ok=True)
-    path = os.path.join(work_dir, f"{architecture}-random-{seed}.pt")
+    # torch.save writes the file's name into the checkpoint: with the name (and seed) tests/test_clip.py gives its
+    # ViT-S-32, the two are the same bytes and the export cache (build/exporting/cache.py) exports them once.
+    path = os.path.join(work_dir, f"{architecture.lower()}-random.pt")
     torch.save(model.state_dict(), path)
     return model.eval(), preprocess, open_clip.get_tokenizer(architecture), path
 
@@ -223,11 +228,12 @@ def preprocess_times(pixels, sizes, counts):
     return out
 
 
-def load(url, model, datas, per_request, concurrency, seconds):
+def load(url, model, datas, per_request, concurrency, seconds, slowest_requests=3):
     """A closed loop of `concurrency` client threads, each sending requests of `per_request` images (cycling through
     `datas`) over gRPC, measured after a warm-up in which every client has had an answer: images/s and request
-    latency percentiles. The window is `seconds` or 3 slowest warm-up requests, whichever is longer: a window
-    shorter than a few requests counts whole waves of completions or none (8 images x 16 in flight take 7 s)."""
+    latency percentiles. The window is `seconds` or `slowest_requests` slowest warm-up requests, whichever is longer:
+    a window shorter than a few requests counts whole waves of completions or none (8 images x 16 in flight take
+    7 s)."""
     import numpy as np
     import tritonclient.grpc as grpcclient
 
@@ -275,7 +281,7 @@ def load(url, model, datas, per_request, concurrency, seconds):
         slowest = max((t for t, _ in latencies), default=0.0)
         latencies.clear()
         started = time.perf_counter()
-    window = max(seconds, 3 * slowest)
+    window = max(seconds, slowest_requests * slowest)
     time.sleep(window)
     with lock:
         done, elapsed = list(latencies), time.perf_counter() - started
@@ -341,8 +347,8 @@ def measure(work_dir, short=False, architecture=ARCHITECTURE, progress=print):
     preprocessor.finalize()
     progress("images: preprocessing ms per image: " + ", ".join(f"{s}²: {t['preprocess_ms']:.1f}"
                                                                 for s, t in times.items()))
-    progress(f"images: onnxruntime ceiling, batch sizes {list(BATCH_SIZES)}")
-    top = ceiling(repository, tensors, settings["ceiling_seconds"])
+    progress(f"images: onnxruntime ceiling, batch sizes {list(settings['batch_sizes'])}")
+    top = ceiling(repository, tensors, settings["ceiling_seconds"], settings["batch_sizes"])
     progress(f"images: ceiling {top['images_per_s']:.1f} images/s at batch {top['best_batch']}")
     for t in times.values():
         t["encoder_ms"] = top["ms_per_image"]
@@ -353,7 +359,8 @@ def measure(work_dir, short=False, architecture=ARCHITECTURE, progress=print):
     try:
         for per_request in settings["per_request"]:
             for concurrency in settings["concurrency"]:
-                row = load(url, f"{NAME}_image", datas, per_request, concurrency, settings["seconds"])
+                row = load(url, f"{NAME}_image", datas, per_request, concurrency, settings["seconds"],
+                           settings["slowest_requests"])
                 row["ratio"] = row["images_per_s"] / top["images_per_s"]
                 served[f"{per_request}x{concurrency}"] = {"per_request": per_request, "concurrency": concurrency,
                                                           **row}
@@ -362,7 +369,7 @@ def measure(work_dir, short=False, architecture=ARCHITECTURE, progress=print):
         large = None
         if settings["served_1024"]:
             big = [jpeg(photo(1024, 5000 + i)) for i in range(8)]
-            large = load(url, f"{NAME}_image", big, 8, 4, settings["seconds"])
+            large = load(url, f"{NAME}_image", big, 8, 4, settings["seconds"], settings["slowest_requests"])
             large.update(per_request=8, concurrency=4, size=1024,
                          ratio=large["images_per_s"] / top["images_per_s"])
             progress(f"images: 1024² JPEGs, 8 per request, c=4: {large['images_per_s']:.1f} images/s")
@@ -370,10 +377,10 @@ def measure(work_dir, short=False, architecture=ARCHITECTURE, progress=print):
         progress(f"images: retrieval sanity: {sanity['identical_rankings']}/{sanity['texts']} identical rankings, "
                  f"max |score difference| {sanity['max_abs_score_difference']:.2e}")
     finally:
-        common.stop_server(server)
+        common.stop_server(server, drain=not short)  # short: killed, nothing left to measure in it
     # Again once the server is gone: other work on this shared machine comes and goes over minutes, and the
     # ceiling is the tower's best speed here, so the better sweep counts (both are kept).
-    again = ceiling(repository, tensors, settings["ceiling_seconds"])
+    again = ceiling(repository, tensors, settings["ceiling_seconds"], settings["batch_sizes"])
     progress(f"images: ceiling again {again['images_per_s']:.1f} images/s at batch {again['best_batch']}")
     passes = [top, again]
     if again["images_per_s"] > top["images_per_s"]:
@@ -388,6 +395,7 @@ def measure(work_dir, short=False, architecture=ARCHITECTURE, progress=print):
     return {"architecture": architecture, "mode": "short" if short else "full", "workload": WORKLOAD,
             "images": settings["images"], "ceiling": top, "served": served, "served_1024": large,
             "preprocess": times, "retrieval": sanity, "seconds_per_level": settings["seconds"],
+            "slowest_requests": settings["slowest_requests"],
             "machine": f"{machine['cpu']}, {machine['cores']} cores (shared)",
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
@@ -421,7 +429,8 @@ def section(results):
            f"{results['images']} distinct images, cycled. Served: raw JPEG bytes over KServe gRPC to `clip_image` "
            "(the preprocessing Python model, then the ONNX image tower), a closed loop of N client threads "
            f"(tritonclient.grpc), measured after a warm-up in which every client had an answer, for "
-           f"{results['seconds_per_level']:g} s or 3 of the slowest warm-up requests, whichever is longer (a shorter "
+           f"{results['seconds_per_level']:g} s or {results.get('slowest_requests', 3)} of the slowest warm-up "
+           "requests, whichever is longer (a shorter "
            "window counts whole waves of answers or none). Ceiling: onnxruntime "
            "in-process on the served image tower's model.onnx and the same pixel_values (from the served "
            f"preprocessing code), intra-op threads as served ({c['threads'] or 'all cores'}), at its best batch size "

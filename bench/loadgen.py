@@ -53,17 +53,25 @@ def parse_perf_csv(text):
 
 
 def perf_analyzer(model, url, data_path, concurrency, csv_path, window_requests, max_trials, log_path,
-                  stability=25, timeout_s=420, batch=1):
+                  stability=25, timeout_s=420, batch=1, window_ms=None):
     """One concurrency level over gRPC; returns the parsed row, or None (log says why).
 
     count_windows: every window holds at least `window_requests` responses, so slow systems at high concurrency
-    (latency of seconds) still get full windows; the caller sizes it from the last measured rate."""
-    command = [perf_analyzer_binary(), "-m", model, "-u", url, "-i", "grpc", "--async",
-               "--input-data", data_path, "-b", str(batch), "--concurrency-range", str(concurrency),
-               "--measurement-mode", "count_windows", "--measurement-request-count", str(window_requests),
-               "--stability-percentage", str(stability), "--max-trials", str(max_trials),
-               "--percentile", "99", "-f", csv_path]
-    for attempt in range(2):
+    (latency of seconds) still get full windows; the caller sizes it from the last measured rate.
+    window_ms: time windows of that many milliseconds instead, for a smoke run's reading of a fast system: a count
+    window lasts a second at least, 3 of them 3 s. A time window that ends with no response fails the run, which
+    is then read again in count windows."""
+    load = [perf_analyzer_binary(), "-m", model, "-u", url, "-i", "grpc", "--async",
+            "--input-data", data_path, "-b", str(batch), "--concurrency-range", str(concurrency)]
+    output = ["--percentile", "99", "-f", csv_path]
+    count_windows = ["--measurement-mode", "count_windows", "--measurement-request-count", str(window_requests)]
+    first = (["--measurement-mode", "time_windows", "--measurement-interval", str(int(window_ms))] if window_ms
+             else count_windows)
+    # Unstable on a noisy machine (or a time window with no response): the second try takes any measurement in
+    # count windows (very loose stability).
+    attempts = [[*load, *first, "--stability-percentage", str(stability), "--max-trials", str(max_trials), *output],
+                [*load, *count_windows, "--stability-percentage", "1000", "--max-trials", "3", *output]]
+    for attempt, command in enumerate(attempts):
         if os.path.exists(csv_path):
             os.remove(csv_path)
         with open(log_path, "a", encoding="utf-8") as log:
@@ -80,9 +88,6 @@ def perf_analyzer(model, url, data_path, concurrency, csv_path, window_requests,
                 row = parse_perf_csv(handle.read())
             row["stable"] = attempt == 0
             return row
-        # Unstable on a noisy machine: the second try takes any measurement (very loose stability).
-        command[command.index("--stability-percentage") + 1] = "1000"
-        command[command.index("--max-trials") + 1] = "3"
     return None
 
 
@@ -161,7 +166,7 @@ def pending_requests(metrics_url):
                if line.startswith("nv_inference_pending_request_count"))
 
 
-def drain(http_url, metrics_url, models=("ensemble", "embedding", "pytorch_baseline"), timeout_s=120, quiet_s=1.0):
+def drain(http_url, metrics_url, models=("ensemble", "embedding"), timeout_s=120, quiet_s=1.0):
     """Wait until the server has finished what a load generator left in flight (wrk stops without waiting for
     outstanding responses), so it does not leak into the next measurement: nothing queued, and no request
     completed for `quiet_s`."""

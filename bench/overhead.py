@@ -7,6 +7,7 @@ The server runs as on a GPU: RATE_LIMIT=off (docs/reference.md, deploying.md). T
 and the encoder take turns, which the echo models do not: --rate-limit on measures that (bench/TUNING.md has both).
 
     python -m bench.overhead [--concurrency 64] [--rounds 2] [--rate-limit on]  # also a step of python -m bench.run
+    python -m bench.overhead --export DIR   # another tiny model's export instead (the test suite's: no export here)
 """
 import argparse
 import json
@@ -21,6 +22,7 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 QUERIES = os.path.join(PROJECT, "bench", "data", "queries.json")  # perf_analyzer input data, one text per entry
 XLMR_TOKENIZER = os.path.join(PROJECT, "tests", "fixtures", "xlmr-tokenizer")
+TINY_MODEL = "2-layer 64-wide XLM-R"  # what tiny_model builds, as the report names it
 ECHO_MODEL = '''import triton_python_backend_utils as pb_utils
 
 
@@ -75,12 +77,18 @@ def write_model(repository, name, config, code=None):
             handle.write(code)
 
 
-def build_repository(work_dir, progress):
+def build_repository(work_dir, progress, export=None):
+    """The tiny model's export (or a copy of `export`, an existing one, with the checkout's code) and the echo
+    models beside it."""
     folder, repository = os.path.join(work_dir, "tiny-xlmr-64"), os.path.join(work_dir, "repository")
     shutil.rmtree(repository, ignore_errors=True)
-    progress("serving floor: exporting a 2-layer, 64-wide random XLM-R")
-    tiny_model(folder)
-    common.run_export(folder, repository, "--pooling", "cls", "--max-length", "128", who="bench overhead")
+    if export:
+        progress(f"serving floor: the export at {export}")
+        common.scratch_repository(export, repository)
+    else:
+        progress("serving floor: exporting a 2-layer, 64-wide random XLM-R")
+        tiny_model(folder)
+        common.run_export(folder, repository, "--pooling", "cls", "--max-length", "128", who="bench overhead")
     for name, (given, returned) in {"echo_first": ("text", "echoed"), "echo_second": ("echoed", "text_out")}.items():
         write_model(repository, name, ECHO_CONFIG.format(input=given, output=returned),
                     ECHO_MODEL.format(input=given, output=returned))
@@ -89,12 +97,18 @@ def build_repository(work_dir, progress):
 
 
 def measure(work_dir, concurrency=64, rounds=2, window_requests=2000, max_trials=6, stability=25, progress=print,
-            rate_limit="off"):
-    """{"ensemble": best row, "echo_ensemble": best row, "ratio", "concurrency", "rate_limit"}: the models measured
-    alternately, `rounds` times each, best of each kept (background noise on a shared machine only ever slows a
-    round)."""
+            rate_limit="off", export=None, drain=True, window_ms=None):
+    """{"ensemble": best row, "echo_ensemble": best row, "ratio", "concurrency", "rate_limit", "model"}: the models
+    measured alternately, `rounds` times each, best of each kept (background noise on a shared machine only ever
+    slows a round). export: an existing export of a tiny model to measure instead of exporting tiny_model's;
+    drain=False, window_ms (time windows instead of count windows: loadgen.perf_analyzer): a smoke run's."""
     os.makedirs(work_dir, exist_ok=True)
-    repository = build_repository(work_dir, progress)
+    repository = build_repository(work_dir, progress, export)
+    if export:
+        with open(os.path.join(repository, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
+            described = f"{json.load(handle)['model']} (exported into {export})"
+    else:
+        described = TINY_MODEL
     ports, log_path = common.free_ports(), os.path.join(work_dir, "loadgen.log")
     server = common.start_server(repository, ports, os.path.join(work_dir, "tritonserver.log"),
                                  env={"RATE_LIMIT": rate_limit})
@@ -104,16 +118,18 @@ def measure(work_dir, concurrency=64, rounds=2, window_requests=2000, max_trials
             for model in ("ensemble", "echo_ensemble"):
                 csv_path = os.path.join(work_dir, f"{model}-{concurrency}.csv")
                 row = loadgen.perf_analyzer(model, f"127.0.0.1:{ports['grpc']}", QUERIES, concurrency, csv_path,
-                                            window_requests, max_trials, log_path, stability=stability)
+                                            window_requests, max_trials, log_path, stability=stability,
+                                            window_ms=window_ms)
                 if row:
                     progress(f"serving floor: {model:14s} c={concurrency} {row['requests_per_s']:7.1f} requests/s "
                              f"p50 {row['p50_ms']:.1f} ms")
                     if row["requests_per_s"] > best.get(model, {}).get("requests_per_s", 0):
                         best[model] = row
     finally:
-        common.stop_server(server)
+        common.stop_server(server, drain)
     ratio = best["ensemble"]["requests_per_s"] / best["echo_ensemble"]["requests_per_s"] if len(best) == 2 else None
-    return {"concurrency": concurrency, "rounds": rounds, "rate_limit": rate_limit, **best, "ratio": ratio}
+    return {"concurrency": concurrency, "rounds": rounds, "rate_limit": rate_limit, **best, "ratio": ratio,
+            "model": described}
 
 
 def main(argv=None):
@@ -123,8 +139,10 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--rate-limit", choices=["on", "off"], default="off",
                         help="the launcher's RATE_LIMIT (default off: the GPU setting, the regime this measures)")
+    parser.add_argument("--export", help="an existing export of a tiny model (default: a 2-layer, 64-wide random "
+                        "XLM-R exported here)")
     args = parser.parse_args(argv)
-    result = measure(args.work_dir, args.concurrency, args.rounds, rate_limit=args.rate_limit)
+    result = measure(args.work_dir, args.concurrency, args.rounds, rate_limit=args.rate_limit, export=args.export)
     print(json.dumps(result, indent=1, default=str))
     return 0
 

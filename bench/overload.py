@@ -15,6 +15,7 @@ and no client timeout; refusals answered within 100 ms (p99); p99 of answered re
 /dev/shm flat.
 
     python -m bench.overload [--clients 8,50,200] [--seconds 300] [--corpus multilingual|english] [--repository DIR]
+    python -m bench.overload --clients 2,6 --seconds 2 --queries 100 --passages 50 --short   # a smoke
 """
 import argparse
 import asyncio
@@ -262,7 +263,11 @@ def main(argv=None):
                         help="multilingual: 26 languages and scripts, queries of 2-90 tokens and passages of 60 to "
                         "the max length (bench/corpus.py's multilingual()); english: Python's reference prose, queries "
                         "of 5-30 tokens and passages of 100-500 (default %(default)s)")
+    parser.add_argument("--queries", type=int, default=400, help="queries in the corpus (default %(default)s)")
+    parser.add_argument("--passages", type=int, default=200, help="passages in the corpus (default %(default)s)")
     parser.add_argument("--output", default=os.path.join(common.RESULTS, "overload"), help="results folder")
+    parser.add_argument("--short", action="store_true", help="a smoke: no pause between levels (a level ends once "
+                        "every client's last request is answered), the server killed at the end")
     args = parser.parse_args(argv)
     clients = [int(c) for c in args.clients.split(",")]
     routes = tuple(args.routes.split(","))
@@ -278,10 +283,10 @@ def main(argv=None):
     tokenizer = corpus_lib.load_tokenizer(os.path.join(repository, "tokenizer", "1", "tokenizer.json"))
     if args.corpus == "multilingual":
         queries, passages = ([t["text"] for t in texts] for texts in corpus_lib.multilingual(
-            tokenizer, 400, 200, max_length=manifest["max_length"]))
+            tokenizer, args.queries, args.passages, max_length=manifest["max_length"]))
     else:
-        queries = [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS["queries"], 400)]
-        passages = [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS["passages"], 200,
+        queries = [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS["queries"], args.queries)]
+        passages = [t["text"] for t in corpus_lib.build(tokenizer, corpus_lib.WORKLOADS["passages"], args.passages,
                                                         max_length=manifest["max_length"])]
     progress(f"{args.corpus} corpus: {len(queries)} queries, {len(passages)} passages")
     ports = common.free_ports()
@@ -293,13 +298,14 @@ def main(argv=None):
         workload = Workload(queries, passages, reference, "ensemble", proxy_url, grpc_url,
                             secret("API_KEY"), routes)  # API_KEY or API_KEY_FILE, as the proxy reads it
         rows = []
-        for n in clients:
+        for index, n in enumerate(clients):
+            if index and not args.short:
+                time.sleep(5)  # what was admitted drains before the next level
             progress(f"{n} clients for {args.seconds:g} s")
             rows.append(asyncio.run(workload.run(n, args.seconds, server.pid)))
             progress(json.dumps(rows[-1]))
-            time.sleep(5)  # what was admitted drains before the next level
     finally:
-        common.stop_server(server)
+        common.stop_server(server, drain=not args.short)
     table = markdown(rows)
     print(table)
     with open(os.path.join(args.output, "overload.json"), "w", encoding="utf-8") as handle:

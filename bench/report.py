@@ -35,6 +35,18 @@ def _table(header, rows):
     return "\n".join(lines)
 
 
+def _warmup(settings):
+    """The wrk warm-up before each reading, as the report words it (a smoke run has none)."""
+    seconds = settings.get("wrk_warmup_s", 1.0)  # runs from before the setting was recorded had 1 s
+    return f"after a {seconds:g} s warm-up" if seconds else "with no warm-up"
+
+
+def _time_windows(settings):
+    """A short run's time windows, as the report words them (none in a full run)."""
+    seconds = settings.get("time_windows_s")
+    return f" or, where a request takes a tenth of one at most, time windows of {seconds:g} s" if seconds else ""
+
+
 def _levels(rows):
     return {int(c): row for c, row in (rows or {}).items()}
 
@@ -97,8 +109,8 @@ def targets(run):
         out.append({"target": f"serving floor: tiny-model ensemble / echo ensemble (c={floor['concurrency']})",
                     "wanted": "≥ 0.7", "value": floor["ratio"], "ok": (floor["ratio"] or 0) >= 0.7,
                     "detail": f"{_num(rows[0].get('requests_per_s'))} vs {_num(rows[1].get('requests_per_s'))} "
-                              f"single-text requests/s (2-layer 64-wide XLM-R; best of {floor['rounds']} rounds; "
-                              f"RATE_LIMIT={floor.get('rate_limit', 'on')})"})
+                              f"single-text requests/s ({floor.get('model', '2-layer 64-wide XLM-R')}; best of "
+                              f"{floor['rounds']} rounds; RATE_LIMIT={floor.get('rate_limit', 'on')})"})
     bulk = run.get("bulk")
     if bulk:  # issue 39: the bulk command, fed like the ceiling, and its memory
         out.append({"target": f"bulk: make embed / onnxruntime ceiling ({bulk['texts']} mixed texts)",
@@ -338,9 +350,10 @@ def markdown(run, plot_names):
                                             for r in workload["ceiling_sweep"]) + " texts/s", ""]
     machine = run["machine"]
     out += ["## Method, machine, settings", "",
-            "- Load: a closed loop of N requests in flight. `perf_analyzer` (gRPC, `--async`, count windows, the "
+            "- Load: a closed loop of N requests in flight. `perf_analyzer` (gRPC, `--async`, count windows"
+            f"{_time_windows(run['settings'])}, the "
             f"mean of 3 stable windows; up to {run['settings']['max_trials']} tries) for the ensemble and the other "
-            f"gRPC systems; `wrk` ({run['settings']['wrk_seconds']} s per level after a 1 s warm-up; a C load "
+            f"gRPC systems; `wrk` ({run['settings']['wrk_seconds']} s per level {_warmup(run['settings'])}; a C load "
             "generator, so the client does not eat the 2 cores) for HTTP. After every run the harness waits until "
             "Triton has nothing queued or running.",
             "- The client-side tokenization baseline sends pre-tokenized `[1, L]` requests straight to `embedding`; "

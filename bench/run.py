@@ -1,14 +1,14 @@
 """Benchmark the served embedding model on four workloads against its own speed; write docs/benchmarks.md.
 
     python -m bench.run                  # full run (~29 min on 2 CPU cores) -> docs/benchmarks.md, docs/*.png
-    python -m bench.run --short          # CI smoke run (< 6 min) -> bench/results/short/
+    python -m bench.run --short          # smoke run (~8 min on 2 cores, 2 of them its exports) -> bench/results/short/
     python -m bench.run --workloads queries,passages --no-breakdown
     make bench BENCH_ARGS="--short"
 
 Steps, in one process:
   1. repository: an export (--repository, else model_repository/ if it holds one, else all-MiniLM-L6-v2 exported
      into bench/results/repository), copied to a scratch repository with the bench-only models
-     (bench/models/pytorch_baseline, ensemble_probe);
+     (bench/models/pytorch_baseline when a workload measures it, ensemble_probe);
   2. workloads (bench/corpus.py): queries (5-30 tokens), passages (100-500), mixed, client-batched (32 texts per
      request), each a seeded corpus of real prose;
   3. ceilings: onnxruntime in-process on the served model.onnx, each workload's texts sorted by length, at its best
@@ -43,6 +43,7 @@ Steps, in one process:
 """
 import argparse
 import json
+import math
 import os
 import platform
 import re
@@ -82,10 +83,12 @@ def progress(message):
 
 
 # ---------------------------------------------------------------- step 1: repository
-def make_scratch(source, work_dir, manifest, device):
-    """The export with the current tracked code and configs (bench/common.py) + the bench-only models."""
+def make_scratch(source, work_dir, manifest, device, pytorch_baseline=True):
+    """The export with the current tracked code and configs (bench/common.py) + the bench-only models: the PyTorch
+    baseline only when a workload measures it (its stub imports torch and transformers: seconds of every start)."""
     scratch = common.scratch_repository(source, os.path.join(work_dir, "repository"))
-    add_pytorch_baseline(scratch, manifest, device)
+    if pytorch_baseline:
+        add_pytorch_baseline(scratch, manifest, device)
     add_probe(scratch)
     return scratch
 
@@ -181,7 +184,7 @@ def measure_ceilings(args, scratch, manifest, workloads):
     with open(os.path.join(scratch, "tokenizer", "1", "tokenizer.json"), encoding="utf-8") as handle:
         pad_id = json.load(handle)["padding"]["pad_id"]
     thread_options = [threads] if threads == 0 or args.device == "cuda" else [threads, 0]
-    sizes = (1, 8, 32) if args.short else BATCH_SIZES
+    sizes = (1, 8) if args.short else BATCH_SIZES
     for name, workload in workloads.items():
         progress(f"ceiling for {name}: onnxruntime in-process ({args.device}), batch sizes {list(sizes)}")
         best, sweep = baselines.ceiling(onnx_path, workload["encodings"], pad_id, thread_options, args.device, sizes,
@@ -244,20 +247,31 @@ def wrk_scripts(args, workload, manifest, name):
 def run_level(args, ports, workload, system, concurrency, expected, scripts, log_path):
     """One system at one concurrency level: a row (texts/s, latency percentiles) or None."""
     grpc, per_request = f"127.0.0.1:{ports['grpc']}", workload["spec"].texts_per_request
+    # one request's latency, about: from the last level's rate; at the first level, from the ceiling's in a short
+    # run (a lower bound), else 1 s
+    rate = expected or (workload["ceiling"]["texts_per_s"] if args.short else None)
+    latency_s = concurrency * per_request / rate if rate else 1.0
     if system in PERF_MODELS:
         data = workload.get("token_data") if system == "client_tokenization" else workload["perf_data"]
-        # a window = about --window-s seconds of responses, and never fewer than 2 per request in flight
-        window = max(args.min_window_requests, 2 * concurrency, int((expected or 0) / per_request * args.window_s))
+        # a window = about --window-s seconds of responses, and never fewer than 2 per request in flight (short: 1,
+        # so that requests of 32 long texts taking seconds each make a window of one wave of answers)
+        in_flight = concurrency if args.short else 2 * concurrency
+        window = max(args.min_window_requests, in_flight, int((expected or 0) / per_request * args.window_s))
+        # short: time windows of --window-s where a request takes a tenth of one at most (a count window lasts a
+        # second at least)
+        window_ms = 1000 * args.window_s if args.short and 10 * latency_s <= args.window_s else None
         csv_path = os.path.join(args.work_dir, "data", f"{workload['info']['name']}-{system}-{concurrency}.csv")
         row = loadgen.perf_analyzer(PERF_MODELS[system], grpc, data, concurrency, csv_path, window, args.max_trials,
-                                    log_path, stability=args.stability, batch=per_request)
+                                    log_path, stability=args.stability, batch=per_request, window_ms=window_ms)
         if row:
             row["texts_per_s"] = row["requests_per_s"]  # perf_analyzer counts rows (-b) as inferences
         return row
     port, script = scripts[system]
-    latency_s = concurrency * per_request / expected if expected else 1.0  # wrk counts answers before its end
-    duration = int(max(args.wrk_seconds, min(60, 5 * latency_s)))
-    row = loadgen.wrk(f"http://127.0.0.1:{ports[port]}", script, concurrency, duration, log_path)
+    # wrk counts the answers that come before its end
+    duration = max(args.wrk_seconds, min(60, args.wrk_latencies * latency_s))
+    duration = math.ceil(duration) if args.short else int(duration)  # short: never under its latencies
+    row = loadgen.wrk(f"http://127.0.0.1:{ports[port]}", script, concurrency, duration, log_path,
+                      warmup_s=args.wrk_warmup_s)
     if row:
         row["texts_per_s"] = row["requests_per_s"] * per_request
     return row
@@ -267,7 +281,10 @@ def run_workloads(args, ports, workloads, manifest):
     http, metrics = f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['metrics']}"
     log_path = os.path.join(args.work_dir, "loadgen.log")
     open(log_path, "w").close()
-    watched = ["embedding", "tokenizer", "pytorch_baseline"]
+    # the PyTorch baseline is served only when a workload measures it (make_scratch)
+    baseline = ("pytorch_baseline",) if os.path.isdir(os.path.join(args.work_dir, "repository", "pytorch_baseline")) \
+        else ()
+    watched, drained = ("embedding", "tokenizer", *baseline), ("ensemble", "embedding", *baseline)
     have_wrk = shutil.which("wrk") is not None
     if not have_wrk:
         progress("wrk is not installed (Debian package wrk; `make setup` installs it): HTTP systems left out")
@@ -286,7 +303,9 @@ def run_workloads(args, ports, workloads, manifest):
                 started = time.monotonic()
                 row = run_level(args, ports, workload, system, concurrency, rate.get(system), scripts, log_path)
                 quiet = max(0.5, min(8.0, row["p99_ms"] / 1000.0)) if row else 2.0
-                loadgen.drain(http, metrics, quiet_s=quiet)
+                if args.short and row and system in PERF_MODELS:
+                    quiet = 0.5  # perf_analyzer exits once every response is in (wrk does not wait for them)
+                loadgen.drain(http, metrics, models=drained, quiet_s=quiet)
                 after = {m: loadgen.model_stats(http, m) for m in watched}
                 if row is None:
                     progress(f"{name} {system} c={concurrency}: no measurement (see {log_path})")
@@ -312,7 +331,8 @@ def one_in_flight_rounds(args, ports, workloads):
     scripts = queries["wrk_scripts"]
     rounds = 1 if args.short else LATENCY_ROUNDS
     p50 = {s: [] for s in systems}
-    brief = argparse.Namespace(**{**vars(args), "wrk_seconds": 2 if args.short else 4, "window_s": 1.5})
+    brief = argparse.Namespace(**{**vars(args), "wrk_seconds": args.wrk_seconds if args.short else 4,
+                                  "window_s": args.window_s if args.short else 1.5})
     for index in range(rounds):
         for system in systems[index % len(systems):] + systems[:index % len(systems)]:  # each goes first once
             row = run_level(brief, ports, queries, system, 1, queries["results"].get(system, {}).get(1, {}).get(
@@ -381,23 +401,26 @@ def parse_args(argv):
     parser.add_argument("--corpus-size", type=int, help="texts per workload (default: per workload; short 64-256)")
     parser.add_argument("--seed", type=int, default=0, help="corpus seed (default 0)")
     parser.add_argument("--window-s", type=float, help="perf_analyzer window, in seconds of responses at the last "
-                        "measured rate (count_windows; default 3; short 1)")
+                        "measured rate (count_windows; default 3; short 0.3)")
     parser.add_argument("--min-window-requests", type=int, help="fewest responses per window (default 30; short 8)")
     parser.add_argument("--max-trials", type=int, help="perf_analyzer windows before it gives up on stability "
                         "(default 6; short 3, with no stability check)")
-    parser.add_argument("--wrk-seconds", type=int, help="wrk duration per level (default 8; short 2)")
+    parser.add_argument("--wrk-seconds", type=int, help="wrk duration per level (default 8; short 1, with no "
+                        "warm-up run before it)")
     parser.add_argument("--ceiling-seconds", type=float, help="time per batch size in the ceiling sweep "
-                        "(default 4; short 1)")
+                        "(default 4; short 0.5)")
     parser.add_argument("--skip", default="", help="comma-separated systems to leave out: ensemble, proxy_http, "
                         "kserve_http, client_tokenization, pytorch_baseline")
     parser.add_argument("--no-breakdown", action="store_true", help="leave out step 6 (where the time goes)")
     parser.add_argument("--no-overhead", action="store_true", help="leave out step 7 (the serving floor: a "
                         "near-zero-cost model's ensemble against an echo ensemble, bench/overhead.py)")
+    parser.add_argument("--floor-export", help="step 7 on this existing export of a tiny model instead of "
+                        "exporting a 2-layer, 64-wide random XLM-R (the test suite passes its own)")
     parser.add_argument("--rerank-sizes", help="step 8's cross-encoder shapes, comma-separated (minilm, m3: 24 "
                         "layers, slow on 2 cores); default minilm, none with --short; empty: leave the step out")
     parser.add_argument("--no-bulk", action="store_true", help="leave out step 11 (the bulk command)")
     parser.add_argument("--no-tail", action="store_true", help="leave out step 12 (the tail with several exports; "
-                        "--short: 1 round of 2 s readings)")
+                        "--short: 1 round of 1 s readings)")
     parser.add_argument("--no-images", action="store_true", help="leave out step 9 (CLIP images: an open_clip "
                         "export's image ensemble against onnxruntime in-process, bench/images.py)")
     parser.add_argument("--images-architecture", default=images_bench.ARCHITECTURE,
@@ -420,12 +443,14 @@ def parse_args(argv):
     if unknown:
         parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
     args.concurrency = [int(c) for c in args.concurrency.split(",")] if args.concurrency else None
-    args.window_s = args.window_s or (1.0 if args.short else 3.0)
+    args.window_s = args.window_s or (0.3 if args.short else 3.0)
     args.min_window_requests = args.min_window_requests or (8 if args.short else 30)
     args.max_trials = args.max_trials or (3 if args.short else 6)
     args.stability = 1000 if args.short else 25  # short: no stability check, the first 3 windows count
-    args.wrk_seconds = args.wrk_seconds or (2 if args.short else 8)
-    args.ceiling_seconds = args.ceiling_seconds or (1.0 if args.short else 4.0)
+    args.wrk_seconds = args.wrk_seconds or (1 if args.short else 8)
+    args.wrk_warmup_s = 0 if args.short else 1.0  # a wrk run of this long before each reading
+    args.wrk_latencies = 3 if args.short else 5  # a wrk reading lasts at least this many request latencies
+    args.ceiling_seconds = args.ceiling_seconds or (0.5 if args.short else 4.0)
     args.output = os.path.abspath(args.output or (os.path.join(common.RESULTS, "short") if args.short
                                                   else os.path.join(PROJECT, "docs")))
     args.work_dir = os.path.abspath(args.work_dir or os.path.join(common.RESULTS, args.mode))
@@ -441,7 +466,9 @@ def main(argv=None):
     source, owned = common.find_export(args.repository, progress)
     with open(os.path.join(source, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
         manifest = json.load(handle)
-    scratch = make_scratch(source, args.work_dir, manifest, args.device)
+    baseline_measured = "pytorch_baseline" not in args.skip and any(
+        "pytorch_baseline" in SYSTEMS[name] for name in args.workloads)
+    scratch = make_scratch(source, args.work_dir, manifest, args.device, baseline_measured)
     progress(f"{args.mode} run of {manifest['model']} (max length {manifest['max_length']}); scratch {scratch}")
     workloads, tokenizer = build_workloads(args, scratch, manifest)
     threads = measure_ceilings(args, scratch, manifest, workloads)
@@ -451,7 +478,9 @@ def main(argv=None):
         micro = breakdown.micro_benchmarks(args, scratch, workloads["queries"])
     ports = common.free_ports()
     server, server_env = start_server(args, scratch, ports)
-    probe, times, one_in_flight, bulk_run = None, None, None, None
+    probe, times, one_in_flight, bulk_run, backends_read = None, None, None, None, None
+    backend_settings = {"window_requests": args.min_window_requests * (1 if args.short else 4),
+                        "max_trials": args.max_trials, "stability": args.stability, "short": args.short}
     try:
         run_workloads(args, ports, workloads, manifest)
         one_in_flight = one_in_flight_rounds(args, ports, workloads)
@@ -460,15 +489,23 @@ def main(argv=None):
             times = breakdown.measure(args, ports, server.pid, workloads["queries"], micro, ADMIN_KEY, progress)
         if not args.no_bulk:
             bulk_run = bulk.measure(os.path.join(args.work_dir, "bulk"), scratch, ports["grpc"], args.short, progress)
+        if args.short and not args.no_backends and args.onnxruntime_backend:
+            # step 13's arm that this server runs is read on it (a short run's one round): one server fewer
+            arm = backends.arm_of(server_env, args.onnxruntime_backend)
+            if arm:
+                backends_read = {arm: backends.read_arm(arm, 0, server.pid, ports, workloads,
+                                                        os.path.join(args.work_dir, "backends"), backend_settings,
+                                                        progress)}
     finally:
-        common.stop_server(server)
+        common.stop_server(server, drain=not args.short)  # short: killed, nothing is measured after it
     with open(os.path.join(args.work_dir, "tritonserver.log"), encoding="utf-8", errors="replace") as handle:
         server_log = handle.read()
     floor = None
     if not args.no_overhead:  # its own server: a tiny model's export beside two echo models
         floor = overhead.measure(os.path.join(args.work_dir, "overhead"), rounds=1 if args.short else 3,
                                  window_requests=200 if args.short else 2000, max_trials=args.max_trials,
-                                 stability=args.stability, progress=progress)
+                                 stability=args.stability, progress=progress, export=args.floor_export,
+                                 drain=not args.short, window_ms=1000 * args.window_s if args.short else None)
     sizes = tuple(s for s in (args.rerank_sizes if args.rerank_sizes is not None else
                               "" if args.short else "minilm").split(",") if s)
     reranking = rerank_bench.measure(os.path.join(args.work_dir, "rerank"), sizes, progress=progress) if sizes else None
@@ -479,15 +516,13 @@ def main(argv=None):
     tail = None
     if not args.no_tail:
         tail = tail_bench.measure(os.path.join(args.work_dir, "tail"), scratch, rounds=1 if args.short else 3,
-                                  seconds=2 if args.short else 5, progress=progress)
+                                  seconds=1 if args.short else 5, progress=progress, short=args.short)
         progress(tail_bench.summary(tail))
     backend_run = None
     if not args.no_backends:
         backend_run = backends.measure(os.path.join(args.work_dir, "backends"), scratch, workloads,
-                                       args.onnxruntime_backend, rounds=1 if args.short else 2,
-                                       window_requests=args.min_window_requests * (1 if args.short else 4),
-                                       max_trials=args.max_trials,
-                                       stability=args.stability, progress=progress)
+                                       args.onnxruntime_backend, 1 if args.short else 2, backend_settings, progress,
+                                       read=backends_read)
     families = None
     if not args.no_families:
         families = families_bench.measure(os.path.join(args.work_dir, "families"), args.short, progress)
@@ -510,7 +545,8 @@ def main(argv=None):
                                              "--grpc-port", "--metrics-port"))],
         "settings": {"window_s": args.window_s, "min_window_requests": args.min_window_requests,
                      "max_trials": args.max_trials, "wrk_seconds": args.wrk_seconds,
-                     "ceiling_seconds": args.ceiling_seconds},
+                     "wrk_warmup_s": args.wrk_warmup_s, "ceiling_seconds": args.ceiling_seconds,
+                     "time_windows_s": args.window_s if args.short else None},  # run_level's time windows
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "elapsed_s": time.monotonic() - _START,
         "title": args.title,
     }

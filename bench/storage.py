@@ -4,6 +4,7 @@ option costs to serve (texts/s relative to float32), all through the real triton
 
     python -m bench.storage                                  # 1,000 queries, 10,000 passages -> docs/storage.md
     python -m bench.storage --queries 50 --passages 300 --output /tmp/storage   # a quick look
+    python -m bench.storage --queries 25 --passages 150 --packages sentence_transformers,datasets --short  # a smoke
 
 Steps:
   1. corpus (offline, deterministic): docstrings of the Python packages the project's requirements install
@@ -423,6 +424,8 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--passages", type=int, default=10000)
+    parser.add_argument("--packages", default=",".join(PACKAGES), help="the packages whose docstrings make the corpus, "
+                        "comma-separated (default: %(default)s; reading all of them takes seconds)")
     parser.add_argument("--widths", default=",".join(map(str, WIDTHS)), help="Matryoshka widths (the largest: "
                         "MiniLM's full 384)")
     parser.add_argument("--batch", type=int, default=32, help="texts per request")
@@ -438,6 +441,7 @@ def parse_args(argv):
                         "storage.png go there")
     parser.add_argument("--report", metavar="RESULTS_JSON", help="only redo the table and the plot from a run's "
                         "results.json")
+    parser.add_argument("--short", action="store_true", help="a smoke: the server killed when done (no drain)")
     return parser.parse_args(argv)
 
 
@@ -449,7 +453,7 @@ def main(argv=None):
     widths = sorted({int(w) for w in args.widths.split(",")}, reverse=True)
     os.makedirs(args.work_dir, exist_ok=True)
     os.makedirs(args.output, exist_ok=True)
-    corpus = build_corpus(args.queries, args.passages)
+    corpus = build_corpus(args.queries, args.passages, packages=tuple(args.packages.split(",")))
     progress(f"corpus: {len(corpus['queries'])} queries, {len(corpus['passages'])} passages from the docstrings of "
              f"{', '.join(f'{p} {v}' for p, v in corpus['sources'].items())} (sha256 {corpus['sha256'][:12]})")
     repository = export(os.path.abspath(args.repository or os.path.join(args.work_dir, "repository")), widths)
@@ -478,7 +482,7 @@ def main(argv=None):
         cost_texts = corpus["passages"][:args.cost_texts]
         cost = serving_cost(url, cost_texts, widths, args.batch, args.concurrency, args.cost_rounds)
     finally:
-        common.stop_server(server)
+        common.stop_server(server, drain=not args.short)
     if args.cost_only:
         with open(os.path.join(args.work_dir, "results.json"), encoding="utf-8") as handle:
             rows = json.load(handle)["recall"]

@@ -8,7 +8,7 @@ Target: KServe HTTP's p99 within 3x its p50 at every level in every round. Every
 over rounds: the stall this looks for comes in some rounds only.
 
     python -m bench.tail                          # 3 rounds, 5 s per reading, on the bench's export
-    python -m bench.tail --repository R --extra m3=FOLDER --rounds 1 --seconds 1 --levels 2,4   # a smoke
+    python -m bench.tail --repository R --extra m3=FOLDER --rounds 1 --seconds 1 --levels 2,4 --short   # a smoke
 """
 import argparse
 import json
@@ -77,19 +77,23 @@ def load_files(data_dir, manifest, texts):
     }
 
 
-def reading(door, level, seconds, ports, grpc_data, scripts, work_dir, log_path):
-    """One door at one level: {requests_per_s, p50_ms, p99_ms, ...} or None (the log says why)."""
+def reading(door, level, seconds, ports, grpc_data, scripts, work_dir, log_path, short=False):
+    """One door at one level: {requests_per_s, p50_ms, p99_ms, ...} or None (the log says why). short: gRPC read in
+    3 time windows of `seconds` in all, HTTP with no wrk warm-up before the reading."""
     if door == "grpc":  # a window of about `seconds` at a conservative 100 requests/s, never under 4 per connection
         window = max(4 * level, int(100 * seconds))
         return loadgen.perf_analyzer("ensemble", f"127.0.0.1:{ports['grpc']}", grpc_data, level,
                                      os.path.join(work_dir, f"grpc-{level}.csv"), window, 3, log_path,
-                                     stability=1000)
+                                     stability=1000, window_ms=1000 * seconds / 3 if short else None)
     port, script = scripts[door]
-    return loadgen.wrk(f"http://127.0.0.1:{ports[port]}", script, level, max(1, int(seconds)), log_path)
+    return loadgen.wrk(f"http://127.0.0.1:{ports[port]}", script, level, max(1, int(seconds)), log_path,
+                       warmup_s=0 if short else 1.0)
 
 
-def measure(work_dir, source, extras=None, rounds=3, seconds=5.0, levels=LEVELS, progress=print, edits=()):
-    """{"rounds": [[row, ...] per round], "levels", "extras", "target", "met"}: row = door, level, p50, p99, ratio."""
+def measure(work_dir, source, extras=None, rounds=3, seconds=5.0, levels=LEVELS, progress=print, edits=(),
+            short=False):
+    """{"rounds": [[row, ...] per round], "levels", "extras", "target", "met"}: row = door, level, p50, p99, ratio.
+    short: a smoke's readings (`reading`), and the server killed at the end."""
     os.makedirs(work_dir, exist_ok=True)
     extras = build_extras(work_dir, progress) if extras is None else extras
     repository = build_repository(source, work_dir, extras, progress, edits)
@@ -110,7 +114,7 @@ def measure(work_dir, source, extras=None, rounds=3, seconds=5.0, levels=LEVELS,
             rows = []
             for level in levels:
                 for door in doors[index % len(doors):] + doors[:index % len(doors)]:  # each goes first once
-                    row = reading(door, level, seconds, ports, grpc_data, scripts, work_dir, log_path)
+                    row = reading(door, level, seconds, ports, grpc_data, scripts, work_dir, log_path, short)
                     loadgen.drain(f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['metrics']}",
                                   models=("ensemble", "embedding"), quiet_s=0.5)
                     if row is None:
@@ -125,7 +129,7 @@ def measure(work_dir, source, extras=None, rounds=3, seconds=5.0, levels=LEVELS,
                              f"p99/p50 {entry['ratio']:.2f}")
             every.append(rows)
     finally:
-        common.stop_server(server)
+        common.stop_server(server, drain=not short)
     kserve = [r for rows in every for r in rows if r["door"] == "kserve_http"]
     met = bool(kserve) and all(r["ratio"] is not None and r["ratio"] <= TARGET for r in kserve)
     return {"rounds": every, "levels": list(levels), "seconds": seconds, "extras": sorted(extras),
@@ -171,12 +175,14 @@ def main(argv=None):
     parser.add_argument("--edit", action="append", default=[], help="MODEL:TEXT, ModelConfig text merged "
                         "into the scratch copy's MODEL/config.pbtxt (bench/experiment.py's --edit), for an "
                         "A/B")
+    parser.add_argument("--short", action="store_true", help="a smoke: gRPC read in time windows, no wrk warm-up "
+                        "before each reading, the server killed at the end")
     args = parser.parse_args(argv)
     source, _ = common.find_export(args.repository)
     extras = dict(item.split("=", 1) for item in args.extra) if args.extra else None
     started = time.monotonic()
     result = measure(args.work_dir, source, extras, args.rounds, args.seconds,
-                     [int(level) for level in args.levels.split(",")], edits=args.edit)
+                     [int(level) for level in args.levels.split(",")], edits=args.edit, short=args.short)
     with open(os.path.join(args.work_dir, "results.json"), "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=1)
     print(table(result))

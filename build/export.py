@@ -54,7 +54,7 @@ import types
 
 # `import exporting` (found in build/, this script's folder, without any install: the image's export stage), never
 # `import build.exporting`: `build` is pypa's package name on PyPI.
-from exporting import clip, cross_encoder, fail, read_json
+from exporting import cache, clip, cross_encoder, fail, read_json
 from exporting.graph import (
     OPSET,
     build_encoder,
@@ -100,6 +100,7 @@ from exporting.vectors import (
     write_prompts,
     write_vectors,
 )
+from local_triton.run_stats import record
 
 DEFAULT_MODEL = "BAAI/bge-m3"
 # a static embedding's tokens per text when its tokenizer.json sets no truncation (sentence-transformers sets none;
@@ -108,6 +109,10 @@ STATIC_MAX_LENGTH = 2048
 
 
 def parse_args(argv):
+    return build_parser().parse_args(argv)
+
+
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help=f"hub id or local folder (default {DEFAULT_MODEL})")
     parser.add_argument("--name", help="serve it as its own models NAME, NAME_tokenizer, NAME_embedding, NAME_bls, "
@@ -142,7 +147,7 @@ def parse_args(argv):
     parser.add_argument("--skip-if-exported", action="store_true",
                         help="do nothing when the repository holds an export of --model under this name "
                              "(or any, if no --model)")
-    return parser.parse_args(argv)
+    return parser
 
 
 def already_exported(repository, name, model):
@@ -157,8 +162,22 @@ def already_exported(repository, name, model):
     return True
 
 
+# The export cache's entry the export being made goes into (cache.py; None: off, or not cacheable), and its printout
+CACHING = types.SimpleNamespace(key=None, printout=None, lock=None)
+
+
 def main(argv=None):
-    args = parse_args(argv)
+    """The export, counted for the test suite's closing lines (local_triton/run_stats.py) by how it ended."""
+    started, outcome = time.monotonic(), "refused"
+    try:
+        outcome = export(parse_args(argv))
+        return 0
+    finally:
+        record("export", outcome=outcome, seconds=time.monotonic() - started)
+
+
+def export(args):
+    """The export `args` asks for; returns how it was made: "full", "cached" or "skipped"."""
     repository = os.path.abspath(args.repository)
     if repository == SOURCE_REPOSITORY:
         fail(f"--repository {args.repository}: that is the models' source (tracked); export writes a serving "
@@ -166,14 +185,34 @@ def main(argv=None):
     if args.skip_if_exported and already_exported(repository, args.name, args.model):
         print(f"export: {repository} already holds an export{f' of {args.model}' if args.model else ''}; skipped")
         refresh_code(repository)  # the served code follows model_source/ and model_library/ (file copies)
-        return 0
+        return "skipped"
     check_name(repository, args.name)
     started = time.monotonic()
     if args.ragged_batch and args.open_clip:
         fail("--ragged-batch: text embedding exports only (not --open-clip)")
+    if not args.open_clip:
+        args.model = args.model or DEFAULT_MODEL
+    if cache.folder():
+        CACHING.key = cache.key(args, args.pretrained if args.open_clip else resolve_model(args.model))
+        CACHING.lock = CACHING.key and cache.hold(CACHING.key)
+        hit = cache.lookup(CACHING.key)
+        if hit:
+            install_cached(*hit, args, repository, started)
+            return "cached"
+        if CACHING.key:
+            CACHING.printout = sys.stdout = cache.Printout(sys.stdout)
+    try:
+        make_export(args, repository, started)
+    finally:
+        if CACHING.printout:
+            sys.stdout = CACHING.printout.stream
+    return "full"
+
+
+def make_export(args, repository, started):
+    """The export made by the exporter: the kind of model decides how."""
     if args.open_clip:
         return export_clip(args, repository, started)
-    args.model = args.model or DEFAULT_MODEL
     from transformers import AutoConfig, AutoTokenizer
 
     folder = resolve_model(args.model)
@@ -345,13 +384,32 @@ def embedding_size(encoder, tokenizer):
 
 
 def install_export(staging, repository, names, manifest, started):
-    """The staged export, its manifest beside the ensemble, moved into the repository (with the proxy)."""
+    """The staged export, its manifest beside the ensemble, moved into the repository (with the proxy), and kept in
+    the export cache when it is on."""
     with open(os.path.join(staging, names[0], "1", "export.json"), "w", encoding="utf-8") as handle:
         json.dump({**manifest, "templates": templates_digest()}, handle, indent=2)
+    if CACHING.key:
+        cache.store(CACHING.key, staging, names, repository, manifest["model"], CACHING.printout.copy.getvalue())
     os.makedirs(repository, exist_ok=True)
     install(staging, repository, names)
     ensure_proxy(repository)
     print(f"export: done in {time.monotonic() - started:.1f} s")
+
+
+def install_cached(staging, meta, args, repository, started):
+    """An export from the cache: installed as install_export installs the one it copies (an embedding export
+    without a late chunking model removes an earlier one, as export() does)."""
+    names = tuple(meta["names"])
+    with tempfile.TemporaryDirectory() as workdir:
+        copy = cache.restore(staging, meta, workdir, repository, args)
+        manifest = read_json(copy, names[0], "1", "export.json")
+        if manifest["kind"] == "embedding" and not manifest.get("chunks_model"):
+            remove_chunks(repository, args.name)
+        os.makedirs(repository, exist_ok=True)
+        install(copy, repository, names)
+        ensure_proxy(repository)
+    print(f"export: done in {time.monotonic() - started:.1f} s, a copy from the export cache "
+          f"({cache.ENVIRONMENT}: {os.path.join(cache.folder(), CACHING.key)})")
 
 
 def export_cross_encoder(args, folder, config, tokenizer, repository, started):

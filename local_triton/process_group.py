@@ -34,6 +34,7 @@ class Server:
 
     def __init__(self, process, admin_key=None, http_port=None, address="127.0.0.1", keys_dir=None):
         self.process, self.regions, self.noted = process, set(), 0.0
+        self.started = time.monotonic()  # for the time to ready (run_stats)
         self.keys_dir = keys_dir  # keys_to_files(): lives as long as this server (a reload reads the files again)
         # Triton's HTTP API (the repository API is restricted: this launcher holds its key)
         self.triton = TritonHttp(address, http_port or 8000, {"admin-key": admin_key or ""})

@@ -8,6 +8,8 @@ import time
 
 from model_library.triton_server import TritonHttp
 
+from .run_stats import record
+
 
 def public_tiers(model_repository):
     """The models clients call, in the order a drain stops them: the proxy (HTTP, it calls the rest); each export's
@@ -122,6 +124,8 @@ def wait_ready(server, http_port, timeout_s=300.0, address="127.0.0.1"):
             raise RuntimeError(f"tritonserver exited with code {server.process.returncode} before it was ready")
         if triton.server_ready(timeout=2.0):
             server.note_regions()
+            if getattr(server, "started", None):  # a launch.Server (tests pass stand-ins)
+                record("server_ready", seconds=time.monotonic() - server.started)
             return
         time.sleep(0.5)
     raise TimeoutError(f"tritonserver not ready on port {http_port} after {timeout_s:.0f} s")

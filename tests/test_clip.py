@@ -20,7 +20,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from PIL import Image
 
-from conftest import PROJECT, export, serve_until_done
+from conftest import PROJECT, SHARED_ADMIN_KEY, proxy_settings, serve_exports
 from exporting.clip import import_open_clip
 from triton_clients import PROTOCOLS, client, url_for
 
@@ -114,19 +114,13 @@ def hf_clip_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def clip_repository(tmp_path_factory, open_clip_model, hf_clip_dir):
-    repository = tmp_path_factory.mktemp("clip_repository")
-    export(repository, "--open-clip", ARCHITECTURE, "--pretrained", open_clip_model[3], "--name", "clip")
-    export(repository, "--model", hf_clip_dir, "--name", "hfclip")
-    return repository
-
-
-@pytest.fixture(scope="module")
-def clip_server(clip_repository, tmp_path_factory):
-    # URL fetching on for 127.0.0.1 (the image host started below); loopback needs image_url_allow_private
-    yield from serve_until_done(clip_repository, str(tmp_path_factory.mktemp("clip_server")),
-                                extra_env={"ADMIN_API_KEY": "root", "PROXY_IMAGE_URL_HOSTS": "127.0.0.1",
-                                           "PROXY_IMAGE_URL_ALLOW_PRIVATE": "true"})
+def clip_server(server, open_clip_model, hf_clip_dir):
+    """Both exports beside MiniLM on the shared server, its proxy reloaded with URL fetching on for 127.0.0.1 (the
+    image host started below; loopback needs image_url_allow_private)."""
+    with proxy_settings(server, image_url_hosts="127.0.0.1", image_url_allow_private="true"), \
+            serve_exports(server, {"clip": ["--open-clip", ARCHITECTURE, "--pretrained", open_clip_model[3]],
+                                   "hfclip": ["--model", hf_clip_dir]}):
+        yield server
 
 
 def infer(protocol, server, model, name, rows, output="embedding"):
@@ -313,7 +307,7 @@ def test_hostile_images_are_refused_and_the_stub_lives(clip_server, protocol):
 
 
 # ---------------------------------------------------------------- the HTTP side (proxy)
-ADMIN = {"Authorization": "Bearer root"}
+ADMIN = {"Authorization": f"Bearer {SHARED_ADMIN_KEY}"}
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import pytest
 from scipy.cluster.hierarchy import ClusterWarning, fcluster, linkage
 from tritonclient.utils import InferenceServerException
 
-from conftest import M3_MAX_LENGTH, build_m3, export, import_python_model, pbtxt, serve_until_done
+from conftest import M3_MAX_LENGTH, build_m3, import_python_model, pbtxt, serve_exports
 from triton_clients import PROTOCOLS, VARIED_TEXTS, client, outputs, text_input, url_for
 
 NAME, DENSE_ONLY = "m3", "m3-dense"
@@ -95,13 +95,12 @@ def test_compact_types_are_the_documented_formulas(bls_model):
 
 # ---------------------------------------------------------------- the server
 @pytest.fixture(scope="module")
-def m3_server(tmp_path_factory, xlmr_tokenizer_dir):
+def m3_server(server, tmp_path_factory, xlmr_tokenizer_dir):
+    """Both exports beside MiniLM on the shared server (HTTP requests name theirs)."""
     folder = build_m3(tmp_path_factory.mktemp("tiny_m3"), xlmr_tokenizer_dir)
-    repository = tmp_path_factory.mktemp("colbert") / "repository"
-    export(repository, "--model", str(folder), "--name", NAME, "--max-length", str(M3_MAX_LENGTH))
-    export(repository, "--model", str(folder), "--name", DENSE_ONLY, "--max-length", str(M3_MAX_LENGTH),
-           "--outputs", "dense")
-    yield from serve_until_done(repository, tmp_path_factory.mktemp("colbert_server"), {"PROXY_DEFAULT_MODEL": NAME})
+    m3 = ["--model", folder, "--max-length", M3_MAX_LENGTH]
+    with serve_exports(server, {NAME: m3, DENSE_ONLY: [*m3, "--outputs", "dense"]}):
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +201,7 @@ def test_a_model_without_colbert_refuses_pooling_and_types(m3_server, protocol):
 @pytest.mark.parametrize("pool_factor", [None, 2])
 @pytest.mark.parametrize("colbert_type", ["float", "fp16", "int8", "binary"])
 def test_encode_gives_what_ensemble_bls_gives(m3_server, http, unpooled, texts, pool_factor, colbert_type):
-    body = {"input": texts, "return_dense": False, "return_colbert": True, "colbert_type": colbert_type}
+    body = {"model": NAME, "input": texts, "return_dense": False, "return_colbert": True, "colbert_type": colbert_type}
     if pool_factor:
         body["colbert_pool_factor"] = pool_factor
     response = http.post("/v1/encode", json=body)
@@ -230,9 +229,9 @@ def test_encode_gives_what_ensemble_bls_gives(m3_server, http, unpooled, texts, 
     ({"colbert_type": "int4"}, "colbert_type", ["fp16", "binary"]),
 ])
 def test_encode_bad_combinations_are_400_naming_the_cause(http, body, param, words):
-    response = http.post("/v1/encode", json={"input": ["a b c"], "return_colbert": True, **body})
+    response = http.post("/v1/encode", json={"model": NAME, "input": ["a b c"], "return_colbert": True, **body})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == param, error
     assert all(word in error["message"] for word in words), error
-    assert http.post("/v1/encode", json={"input": "a b c", "return_colbert": True}).status_code == 200
+    assert http.post("/v1/encode", json={"model": NAME, "input": "a b c", "return_colbert": True}).status_code == 200

@@ -14,12 +14,13 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from model_families import build_qwen3_reranker
 
-from conftest import PROJECT, export, serve_until_done
+from conftest import PROJECT, serve_exports
 from triton_clients import PROTOCOLS, bytes_input, client, post, rerank
 
 TOLERANCE = 1e-4
@@ -47,16 +48,15 @@ def reranker(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def repository(minilm_repository, reranker, tmp_path_factory):
-    repository = tmp_path_factory.mktemp("decoder_reranker") / "repository"
-    shutil.copytree(minilm_repository, repository)
-    export(repository, "--model", reranker, "--name", NAME, "--max-length", str(MAX_LENGTH))
-    return repository
+def decoder_server(server, reranker):
+    """The reranker exported by name beside MiniLM: the shared server."""
+    with serve_exports(server, {NAME: ["--model", reranker, "--max-length", MAX_LENGTH]}):
+        yield server
 
 
 @pytest.fixture(scope="module")
-def decoder_server(repository, tmp_path_factory):
-    yield from serve_until_done(repository, tmp_path_factory.mktemp("decoder_server"))
+def repository(decoder_server):
+    return Path(decoder_server.repository)
 
 
 @pytest.fixture(scope="module")

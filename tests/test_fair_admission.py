@@ -11,7 +11,6 @@ import httpx
 import numpy as np
 import pytest
 
-from conftest import serve_until_done
 from model_library.in_process import model_module
 from triton_clients import VARIED_TEXTS
 
@@ -27,9 +26,9 @@ LIGHT_EVERY_S = 0.5
 
 
 @pytest.fixture(scope="module")
-def fair_server(minilm_repository, tmp_path_factory):
-    """The shipped admission settings (admission_target_s 2, max_concurrent_requests 256)."""
-    yield from serve_until_done(minilm_repository, tmp_path_factory.mktemp("fair_server"))
+def fair_server(server):
+    """The shipped admission settings (admission_target_s 2, max_concurrent_requests 256): the shared server's."""
+    return server
 
 
 def test_light_requests_are_served_while_heavy_clients_loop(fair_server):

@@ -12,7 +12,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 import triton_clients
-from conftest import TINY_XLMR_MAX_LENGTH, export, serve_until_done
+from conftest import TINY_XLMR_MAX_LENGTH, serve_exports
 from triton_clients import PROTOCOLS, client, url_for
 
 TEXT = ("Berlin is the capital of Germany. It has about four million inhabitants! The city lies on the Spree. "
@@ -21,15 +21,11 @@ MULTI_SENTENCE = " ".join(f"Sentence number {i} talks about topic {i * 7} in a f
 
 
 @pytest.fixture(scope="module")
-def served(minilm_repository, tiny_xlmr_dir, tmp_path_factory):
-    """MiniLM (mean pooling) as the default export, the tiny XLM-R (CLS pooling) as `xcls`, in one server."""
-    import shutil
-
-    repository = tmp_path_factory.mktemp("late_chunking") / "repository"
-    shutil.copytree(minilm_repository, repository)
-    export(repository, "--model", str(tiny_xlmr_dir), "--name", "xcls", "--pooling", "cls",
-           "--max-length", str(TINY_XLMR_MAX_LENGTH))
-    yield from serve_until_done(repository, tmp_path_factory.mktemp("late_chunking_server"))
+def served(server, tiny_xlmr_dir):
+    """MiniLM (mean pooling) as the default export, the tiny XLM-R (CLS pooling) as `xcls`: the shared server."""
+    with serve_exports(server, {"xcls": ["--model", tiny_xlmr_dir, "--pooling", "cls",
+                                         "--max-length", TINY_XLMR_MAX_LENGTH]}):
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -235,30 +235,23 @@ def test_a_real_onnxruntime_backend_folder_is_laid_out_with_the_server_library_i
         launcher_backends.onnxruntime_backend({"ONNXRUNTIME_BACKEND": str(tmp_path)})
 
 
-def test_the_onnxruntime_models_are_served_by_the_backend_the_launcher_names(minilm_repository, tmp_path):
+def test_the_onnxruntime_models_are_served_by_the_backend_the_launcher_names(server):
     """With ONNXRUNTIME_BACKEND (CI sets it to Triton's C++ backend when the machine has it) tritonserver maps
     libtriton_onnxruntime.so and no Python stub serves `embedding`; without it the stand-in's stub does. The proxy's
-    /v1/models names the one serving, and the ensemble answers."""
+    /v1/models names the one serving, and the ensemble answers. (The shared server: started as any test server.)"""
     import json
 
-    from conftest import start_server, stop_server, wait_for_proxy
     from local_triton import launch
     from triton_clients import infer
 
-    running = start_server(minilm_repository, tmp_path)
-    try:
-        wait_for_proxy(running)
-        vectors = infer("grpc", running.grpc_url, ["a panda eats bamboo"])["embedding"]
-        assert vectors.shape == (1, 384)
-        with urllib.request.urlopen(running.proxy_url + "/v1/models") as response:
-            named = json.load(response)["onnxruntime_backend"]
-        pid = running.process.pid
-        with open(f"/proc/{pid}/maps") as handle:
-            mapped = "libtriton_onnxruntime.so" in handle.read()
-        running.process.note_regions()
-        stubs = set(running.process.stubs.values())
-    finally:
-        stop_server(running)
+    vectors = infer("grpc", server.grpc_url, ["a panda eats bamboo"])["embedding"]
+    assert vectors.shape == (1, 384)
+    with urllib.request.urlopen(server.proxy_url + "/v1/models") as response:
+        named = json.load(response)["onnxruntime_backend"]
+    with open(f"/proc/{server.process.pid}/maps") as handle:
+        mapped = "libtriton_onnxruntime.so" in handle.read()
+    server.process.note_regions()
+    stubs = set(server.process.stubs.values())
     real = launch.onnxruntime_backend()
     print(f"\nonnxruntime models served by: {named}")
     assert named == launch.describe_onnxruntime_backend()

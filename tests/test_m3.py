@@ -18,11 +18,12 @@ import subprocess
 import sys
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import M3_MAX_LENGTH, M3_TEXTS, PROJECT, build_m3, export, pbtxt, serve_until_done
+from conftest import M3_MAX_LENGTH, M3_TEXTS, PROJECT, build_m3, export, pbtxt, proxy_settings, serve_exports
 from triton_clients import PROTOCOLS, client, cosine, infer, outputs, text_input, url_for
 
 NAME = "m3"
@@ -45,16 +46,17 @@ def m3_dir(tmp_path_factory, xlmr_tokenizer_dir):
 
 
 @pytest.fixture(scope="module")
-def m3_repository(m3_dir, tmp_path_factory):
-    """The tiny bge-m3 exported as models m3 / m3_tokenizer / m3_embedding (no --outputs: all three)."""
-    repository = tmp_path_factory.mktemp("m3") / "repository"
-    export(repository, "--model", str(m3_dir), "--name", NAME, "--max-length", str(MAX_LENGTH))
-    return repository
+def m3_server(server, m3_dir):
+    """The tiny bge-m3 exported as models m3 / m3_tokenizer / m3_embedding... (no --outputs: all three) beside MiniLM
+    on the shared server, its proxy reloaded with m3 as the default model (the docs' requests name none)."""
+    with serve_exports(server, {NAME: ["--model", m3_dir, "--max-length", MAX_LENGTH]}), \
+            proxy_settings(server, default_model=NAME):
+        yield server
 
 
 @pytest.fixture(scope="module")
-def m3_server(m3_repository, tmp_path_factory):
-    yield from serve_until_done(m3_repository, tmp_path_factory.mktemp("m3_server"), {"PROXY_DEFAULT_MODEL": NAME})
+def m3_repository(m3_server):
+    return Path(m3_server.repository)
 
 
 @pytest.fixture(scope="module")

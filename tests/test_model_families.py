@@ -4,10 +4,9 @@ tritonserver, and checked through both doors (KServe gRPC to NAME_bls, the HTTP 
 own class for the folder (SentenceTransformer, SparseEncoder) on texts in many scripts, one cut at the max length:
 cosine >= 0.9999, sparse weights within 1e-3, the same token ids. Prompts, Matryoshka widths, a quantized type and
 `normalize: false` are checked where the families have them; a folder the graph would serve wrongly is refused at
-export (tests/test_export.py's reference check tests the check itself)."""
+export (tests/test_export.py's reference check tests the check itself). The tritonserver is the suite's shared one."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import urllib.request
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 from model_families import FAMILIES
 
-from conftest import PROJECT, export, serve_until_done
+from conftest import PROJECT, serve_exports
 from triton_clients import VARIED_TEXTS, client, outputs, text_input
 
 MAX_LENGTH = 96
@@ -50,16 +49,16 @@ def references(folders):
 
 
 @pytest.fixture(scope="module")
-def served(folders, minilm_repository, tmp_path_factory):
-    """The default MiniLM export with every family exported beside it by name, served once."""
-    repository = tmp_path_factory.mktemp("families") / "repository"
-    shutil.copytree(minilm_repository, repository)
+def served(folders, server):
+    """The default MiniLM export with every family exported beside it by name: the shared server."""
+    exports = {}
     for name, folder in folders.items():
         # a static embedding's max length is its tokenizer's own; Qwen3-Embedding is trained for Matryoshka widths
         extra = {"static": [], "qwen3": ["--max-length", str(MAX_LENGTH), "--matryoshka-dims", "16"]}.get(
             name, ["--max-length", str(MAX_LENGTH)])
-        export(repository, "--model", folder, "--name", name, *extra)
-    yield from serve_until_done(repository, tmp_path_factory.mktemp("families_server"))
+        exports[name] = ["--model", folder, *extra]
+    with serve_exports(server, exports):
+        yield server
 
 
 def kserve(server, name, names, parameters=None, texts=TEXTS):

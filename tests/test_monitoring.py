@@ -25,7 +25,7 @@ import pytest
 import yaml
 from tritonclient.utils import InferenceServerException
 
-from conftest import PROJECT, free_port, serve_until_done
+from conftest import PROJECT, free_port, proxy_settings
 from triton_clients import VARIED_TEXTS, infer
 
 MONITORING = os.path.join(PROJECT, "deploy", "monitoring")
@@ -135,10 +135,11 @@ def prometheus_installed():
 
 
 @pytest.fixture(scope="module")
-def monitored_server(prometheus_installed, minilm_repository, tmp_path_factory):
-    # One request admitted at a time: a burst then gets real 429s for the refusal panel.
-    yield from serve_until_done(minilm_repository, tmp_path_factory.mktemp("monitored_server"),
-                                extra_env={"PROXY_MAX_CONCURRENT_REQUESTS": "1"})
+def monitored_server(prometheus_installed, server):
+    # One request admitted at a time: a burst then gets real 429s for the refusal panel. The shared server, its
+    # proxy reloaded with that setting (its counters start again; Prometheus starts after).
+    with proxy_settings(server, max_concurrent_requests=1):
+        yield server
 
 
 def _get(url, timeout=5):

@@ -2,38 +2,36 @@
 (Triton's allow_ragged_batch; the graph rebuilds the padded batch from the flat tokens and each row's width), and
 answers what the padded export answers.
 
-One server: MiniLM as the default export, and a tiny bge-m3 (dense, sparse, ColBERT) exported twice beside it, `m3`
-(width groups, as shipped) and `m3_ragged`. The suite runs it on whichever backend serves `onnxruntime` models: the
-stand-in, or Triton's C++ backend (ONNXRUNTIME_BACKEND, as CI runs it), which hands ragged inputs to the graph.
+One server, the suite's shared one: MiniLM as the default export, and a tiny bge-m3 (dense, sparse, ColBERT) exported
+twice beside it, `m3_padded` (width groups, as shipped) and `m3_ragged`. The suite runs it on whichever backend serves
+`onnxruntime` models: the stand-in, or Triton's C++ backend (ONNXRUNTIME_BACKEND, as CI runs it), which hands ragged
+inputs to the graph.
 """
 import json
-import shutil
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from conftest import export, pbtxt, serve_until_done, tiny_xlmr
+from conftest import pbtxt, serve_exports, tiny_xlmr
 from triton_clients import PROTOCOLS, VARIED_TEXTS, client, infer, settled_stats, url_for
 
 MAX_LENGTH = 128
-PADDED, RAGGED = "m3", "m3_ragged"
+PADDED, RAGGED = "m3_padded", "m3_ragged"
 M3_OUTPUTS = ("embedding", "sparse_indices", "sparse_values", "sparse_count", "colbert_vectors", "colbert_length",
               "num_tokens", "truncated")
 TOLERANCE = 1e-5
 
 
 @pytest.fixture(scope="module")
-def ragged_server(minilm_repository, xlmr_tokenizer_dir, tmp_path_factory):
+def ragged_server(server, xlmr_tokenizer_dir, tmp_path_factory):
     model = tiny_xlmr(tmp_path_factory.mktemp("tiny_m3_ragged"), xlmr_tokenizer_dir, seed=77, scale=0.2, heads=True)
-    repository = tmp_path_factory.mktemp("ragged") / "repository"
-    shutil.copytree(minilm_repository, repository)
-    export(repository, "--model", str(model), "--name", PADDED, "--max-length", str(MAX_LENGTH))
-    export(repository, "--model", str(model), "--name", RAGGED, "--max-length", str(MAX_LENGTH), "--ragged-batch")
-    encoder = pbtxt.read(repository / f"{RAGGED}_embedding" / "config.pbtxt")
-    assert all(tensor.allow_ragged_batch for tensor in encoder.input)
-    yield from serve_until_done(repository, tmp_path_factory.mktemp("ragged_server"))
+    padded = ["--model", model, "--max-length", MAX_LENGTH]
+    with serve_exports(server, {PADDED: padded, RAGGED: [*padded, "--ragged-batch"]}):
+        encoder = pbtxt.read(f"{server.repository}/{RAGGED}_embedding/config.pbtxt")
+        assert all(tensor.allow_ragged_batch for tensor in encoder.input)
+        yield server
 
 
 def sparse_rows(result):

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import PROJECT, TINY_XLMR_MAX_LENGTH, launch, pbtxt, start_server
+from conftest import PROJECT, TINY_XLMR_MAX_LENGTH, pbtxt, start_server, stop_server
 from model_library.in_process import model_module
 from triton_clients import PROTOCOLS, TOKENIZER_OUTPUTS, VARIED_TEXTS, client, infer, outputs, text_input, url_for
 
@@ -210,7 +210,7 @@ def test_power_of_two_widths_through_the_server(minilm_repository, minilm_model_
         finally:
             connection.close()
     finally:
-        launch.stop(running.process)
+        stop_server(running)
 
 
 def test_xlmr_tokenizer_is_the_real_250k_vocabulary(xlmr_server, xlmr_hf_tokenizer):

@@ -5,7 +5,8 @@ Matryoshka `dimensions` against SentenceTransformer.encode(truncate_dim=...), pr
 
 The prompt and Matryoshka model is a tiny random BERT with MiniLM's tokenizer, saved as a sentence-transformers
 folder with e5-style prompts ("query: ", "passage: ", default "passage") and `matryoshka_dimensions` [8, 16] in its
-config.json (prompts are tokens: random weights show whether they were applied)."""
+config.json (prompts are tokens: random weights show whether they were applied), exported by name (`e5`: models `e5`
+and `e5_bls`) beside MiniLM on the suite's shared server."""
 import base64
 import json
 import os
@@ -14,13 +15,14 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from conftest import export, start_server, stop_server, tiny_sentence_transformer
+from conftest import serve_exports, tiny_sentence_transformer
 from exporting.vectors import CALIBRATION_CORPUS
 from triton_clients import PROTOCOLS, VARIED_TEXTS, client, outputs, text_input, url_for
 
 TYPES = ("int8", "uint8", "binary", "ubinary")
 TEXTS = VARIED_TEXTS[:6] + VARIED_TEXTS[-3:]  # short to over max length (truncated)
 E5_MAX_LENGTH = 64
+E5, E5_BLS = "e5", "e5_bls"  # the export's name (its ensemble's) and its BLS model
 E5_PROMPTS = {"query": "query: ", "passage": "passage: "}
 
 
@@ -48,8 +50,8 @@ def error_of(server, protocol, texts, model="ensemble_bls", names=("embedding",)
     return error.message()
 
 
-def ranges_of(repository, width):
-    with open(os.path.join(repository, "ensemble_bls", "1", "vectors.json"), encoding="utf-8") as handle:
+def ranges_of(repository, width, bls_model="ensemble_bls"):
+    with open(os.path.join(repository, bls_model, "1", "vectors.json"), encoding="utf-8") as handle:
         return np.asarray(json.load(handle)["calibration"]["ranges"][str(width)], dtype=np.float32)
 
 
@@ -68,18 +70,16 @@ def e5(e5_dir):
 
 
 @pytest.fixture(scope="module")
-def e5_server(e5_dir, tmp_path_factory):
-    repository = tmp_path_factory.mktemp("e5_repository")
-    export(repository, "--model", str(e5_dir))
-    running = start_server(repository, tmp_path_factory.mktemp("e5_server"))
-    yield running
-    stop_server(running)
+def e5_server(server, e5_dir):
+    """The e5-style model exported by name (E5) beside MiniLM: the shared server."""
+    with serve_exports(server, {E5: ["--model", e5_dir]}):
+        yield server
 
 
 def test_export_calibrates_each_width_on_the_shipped_corpus(e5_server, e5):
     """vectors.json: the widths from the model's config (8, 16 and the full 32), and per width the min / max of the
     corpus's embeddings (default prompt, truncated, re-normalized), as sentence-transformers computes them."""
-    with open(os.path.join(e5_server.repository, "ensemble_bls", "1", "vectors.json"), encoding="utf-8") as handle:
+    with open(os.path.join(e5_server.repository, E5_BLS, "1", "vectors.json"), encoding="utf-8") as handle:
         vectors = json.load(handle)
     assert vectors["dimensions"] == [8, 16, 32]
     with open(CALIBRATION_CORPUS, encoding="utf-8") as handle:
@@ -87,7 +87,7 @@ def test_export_calibrates_each_width_on_the_shipped_corpus(e5_server, e5):
     assert vectors["calibration"]["texts"] == len(corpus) >= 400 and vectors["calibration"]["prompt"] == "passage: "
     for width in (8, 16, 32):
         expected = e5.encode(corpus, truncate_dim=width, normalize_embeddings=True, batch_size=64)
-        got = ranges_of(e5_server.repository, width)
+        got = ranges_of(e5_server.repository, width, E5_BLS)
         np.testing.assert_allclose(got, np.stack([expected.min(0), expected.max(0)]), atol=1e-5, rtol=0)
 
 
@@ -100,7 +100,7 @@ def test_prompts_match_sentence_transformers(e5_server, e5, protocol, prompt_nam
     prompt = E5_PROMPTS[prompt_name or "passage"]
     ids = e5.tokenizer([prompt + text for text in TEXTS], truncation=True, max_length=E5_MAX_LENGTH)["input_ids"]
     parameters = {"prompt_name": prompt_name} if prompt_name else None
-    for model in ("ensemble_bls", "ensemble"):
+    for model in (E5_BLS, E5):
         got = request(e5_server, protocol, TEXTS, model, ("embedding", "num_tokens", "truncated"), parameters)
         np.testing.assert_allclose(got["embedding"], expected, atol=1e-5, rtol=0, err_msg=model)
         assert got["num_tokens"].reshape(-1).tolist() == [len(i) for i in ids], model
@@ -114,7 +114,7 @@ def test_input_type_picks_the_prompt(e5_server, e5, input_type, prompt_name):
     """input_type: a prompt name, or Cohere's names for query / document; one the model has no prompt for
     (clustering) gets the default prompt."""
     expected = e5.encode(TEXTS[:3], prompt_name=prompt_name, normalize_embeddings=True)
-    got = request(e5_server, "grpc", TEXTS[:3], parameters={"input_type": input_type})["embedding"]
+    got = request(e5_server, "grpc", TEXTS[:3], E5_BLS, parameters={"input_type": input_type})["embedding"]
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
 
 
@@ -125,10 +125,10 @@ def test_matryoshka_width_and_its_quantized_forms(e5_server, e5, protocol, width
     quantized forms of that vector bit-identical to quantize_embeddings with the width's calibrated ranges."""
     expected = e5.encode(TEXTS, prompt_name="query", truncate_dim=width, normalize_embeddings=True)
     names = ("embedding", *(f"embedding_{t}" for t in TYPES))
-    got = request(e5_server, protocol, TEXTS, names=names, parameters={"dimensions": width, "prompt_name": "query"})
+    got = request(e5_server, protocol, TEXTS, E5_BLS, names, {"dimensions": width, "prompt_name": "query"})
     assert got["embedding"].shape == (len(TEXTS), width)
     np.testing.assert_allclose(got["embedding"], expected, atol=1e-5, rtol=0)
-    ranges = ranges_of(e5_server.repository, width)
+    ranges = ranges_of(e5_server.repository, width, E5_BLS)
     for kind in TYPES:
         want = quantize(got["embedding"], kind, ranges)
         assert got[f"embedding_{kind}"].dtype == want.dtype and got[f"embedding_{kind}"].shape == want.shape
@@ -143,7 +143,7 @@ def test_dimensions_truncate_embedding_unnormalized_without_normalizing(e5_serve
     `ensemble` (no `dimensions`) gives the full vector."""
     for width in (8, 16, 32):
         expected = e5.encode(TEXTS, prompt_name="query", truncate_dim=width, normalize_embeddings=False)
-        got = request(e5_server, protocol, TEXTS, names=("embedding_unnormalized", "embedding"),
+        got = request(e5_server, protocol, TEXTS, E5_BLS, names=("embedding_unnormalized", "embedding"),
                       parameters={"dimensions": width, "prompt_name": "query"})
         vectors = got["embedding_unnormalized"]
         assert vectors.shape == (len(TEXTS), width) and vectors.dtype == np.float32
@@ -151,7 +151,7 @@ def test_dimensions_truncate_embedding_unnormalized_without_normalizing(e5_serve
         assert np.abs(norms - 1).max() > 0.1, norms
         np.testing.assert_allclose(vectors, expected, atol=1e-5 * max(1.0, norms.max()), rtol=0, err_msg=str(width))
         np.testing.assert_allclose(vectors / norms[:, None], got["embedding"], atol=1e-6, rtol=0, err_msg=str(width))
-    full = request(e5_server, protocol, TEXTS, "ensemble", ("embedding_unnormalized",), {"prompt_name": "query"})
+    full = request(e5_server, protocol, TEXTS, E5, ("embedding_unnormalized",), {"prompt_name": "query"})
     np.testing.assert_allclose(full["embedding_unnormalized"], expected, atol=1e-5 * max(1.0, norms.max()), rtol=0)
 
 
@@ -164,11 +164,11 @@ def test_dimensions_truncate_embedding_unnormalized_without_normalizing(e5_serve
     ({"input_type": "query", "prompt_name": "query"}, ["prompt_name and input_type"]),
 ])
 def test_bad_parameters_are_400_naming_the_cause(e5_server, protocol, parameters, words):
-    for model in ("ensemble_bls", "ensemble") if "dimensions" not in parameters else ("ensemble_bls",):
+    for model in (E5_BLS, E5) if "dimensions" not in parameters else (E5_BLS,):
         message = error_of(e5_server, protocol, TEXTS[:2], model, parameters=parameters)
         assert all(word in message for word in words), (model, message)
     # the server serves on
-    assert request(e5_server, protocol, TEXTS[:1])["embedding"].shape == (1, 32)
+    assert request(e5_server, protocol, TEXTS[:1], E5_BLS)["embedding"].shape == (1, 32)
 
 
 # ---------------------------------------------------------------- all-MiniLM-L6-v2: not Matryoshka, no prompts
@@ -214,14 +214,14 @@ def e5_http(e5_server):
 def test_cohere_embed_gives_several_types_of_a_prompted_matryoshka_vector(e5_http, e5_server, e5):
     """/v2/embed: input_type search_query ("query: "), output_dimension 16, float + int8 + binary + base64 at once:
     what ensemble_bls gives a KServe client for the same parameters, and SentenceTransformer's vector."""
-    body = {"texts": TEXTS[:4], "input_type": "search_query", "output_dimension": 16,
+    body = {"model": E5, "texts": TEXTS[:4], "input_type": "search_query", "output_dimension": 16,
             "embedding_types": ["float", "int8", "binary", "base64"]}
     response = e5_http.post("/v2/embed", json=body)
     assert response.status_code == 200, response.text
     result = response.json()
     assert set(result["embeddings"]) == {"float", "int8", "binary", "base64"} and result["texts"] == TEXTS[:4]
     names = ("embedding", "embedding_int8", "embedding_binary", "num_tokens")
-    kserve = request(e5_server, "grpc", TEXTS[:4], names=names, parameters={"dimensions": 16, "input_type": "query"})
+    kserve = request(e5_server, "grpc", TEXTS[:4], E5_BLS, names, {"dimensions": 16, "input_type": "query"})
     floats = np.asarray(result["embeddings"]["float"], dtype=np.float32)
     np.testing.assert_allclose(floats, kserve["embedding"], atol=1e-6, rtol=0)
     np.testing.assert_allclose(floats, e5.encode(TEXTS[:4], prompt_name="query", truncate_dim=16,
@@ -236,16 +236,16 @@ def test_cohere_embed_gives_several_types_of_a_prompted_matryoshka_vector(e5_htt
 @pytest.mark.parametrize("texts", [TEXTS[:1], TEXTS[:3]])  # one text goes to the ensemble, several to ensemble_bls
 def test_openai_encoding_format_dimensions_and_prompt_name(e5_http, e5_server, texts):
     for fmt in ("float", "uint8", "ubinary"):
-        body = {"input": texts, "encoding_format": fmt, "dimensions": 8, "prompt_name": "query"}
+        body = {"model": E5, "input": texts, "encoding_format": fmt, "dimensions": 8, "prompt_name": "query"}
         response = e5_http.post("/v1/embeddings", json=body)
         assert response.status_code == 200, response.text
         got = np.asarray([item["embedding"] for item in response.json()["data"]])
         name = "embedding" if fmt == "float" else f"embedding_{fmt}"
-        want = request(e5_server, "http", texts, names=(name,), parameters={"dimensions": 8, "prompt_name": "query"})
+        want = request(e5_server, "http", texts, E5_BLS, (name,), {"dimensions": 8, "prompt_name": "query"})
         np.testing.assert_allclose(got, want[name], atol=1e-6, rtol=0, err_msg=fmt)
     # a prompt alone on one text: the ensemble's answer (the tokenizer applies it)
-    one = e5_http.post("/v1/embeddings", json={"input": texts[0], "input_type": "query"}).json()["data"][0]
-    plain = request(e5_server, "http", texts[:1], model="ensemble", parameters={"prompt_name": "query"})
+    one = e5_http.post("/v1/embeddings", json={"model": E5, "input": texts[0], "input_type": "query"}).json()["data"][0]
+    plain = request(e5_server, "http", texts[:1], model=E5, parameters={"prompt_name": "query"})
     np.testing.assert_allclose(one["embedding"], plain["embedding"][0], atol=1e-6, rtol=0)
 
 
@@ -257,7 +257,7 @@ def test_openai_encoding_format_dimensions_and_prompt_name(e5_http, e5_server, t
     ("/v1/embeddings", {"input": "a b", "encoding_format": "int4"}, "encoding_format", ["int8", "ubinary"]),
 ])
 def test_http_bad_combinations_are_400_naming_the_cause(e5_http, route, body, param, words):
-    response = e5_http.post(route, json=body)
+    response = e5_http.post(route, json={"model": E5, **body})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == param or param in error["message"], error
