@@ -389,7 +389,7 @@ def install_export(staging, repository, names, manifest, started):
     with open(os.path.join(staging, names[0], "1", "export.json"), "w", encoding="utf-8") as handle:
         json.dump({**manifest, "templates": templates_digest()}, handle, indent=2)
     if CACHING.key:
-        cache.store(CACHING.key, staging, names, repository, manifest["model"], CACHING.printout.copy.getvalue())
+        cache.store(CACHING.key, staging, names, repository, manifest, CACHING.printout.copy.getvalue())
     os.makedirs(repository, exist_ok=True)
     install(staging, repository, names)
     ensure_proxy(repository)

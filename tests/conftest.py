@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -353,6 +354,12 @@ def serve_exports(server, exports):
     try:
         for name, args in exports.items():
             export(server.repository, *(str(arg) for arg in args), "--name", name)
+        # Triton loads models side by side (its load threads), as at a server's start; the admin route loads one
+        # export at a time, its models one after the other, and then finds them loaded: only the proxy's part is left
+        models = [model for name in exports for model in export_models(server, name, ADMIN_LOADED)]
+        with ThreadPoolExecutor(len(models)) as pool:
+            list(pool.map(lambda model: shared_triton(server).control("load", model), models))
+        for name in exports:
             status, answer = admin_action(server, "load", name)
             assert status == 200, f"load {name}: {status} {answer}"
         yield server
@@ -360,31 +367,30 @@ def serve_exports(server, exports):
         remove_exports(server, list(exports))
 
 
-EXPORT_MODELS = ("name", "tokenizer_model", "encoder_model", "bls_model", "rerank_model", "chunks_model",
-                 "image_model", "image_preprocess_model", "image_encoder_model")  # export.json's
+# export.json's names of an export's models: those the proxy's admin route loads (an ensemble brings its steps), all
+ADMIN_LOADED = ("name", "bls_model", "rerank_model", "chunks_model", "image_model")
+EXPORT_MODELS = (*ADMIN_LOADED, "tokenizer_model", "encoder_model", "image_preprocess_model", "image_encoder_model")
+
+
+def export_models(server, name, keys=EXPORT_MODELS):
+    """The models of the shared repository's export `name`, from its export.json (none if it has none)."""
+    try:
+        with open(os.path.join(server.repository, name, "1", "export.json"), encoding="utf-8") as handle:
+            manifest = json.load(handle)
+    except OSError:  # its export failed: nothing was installed
+        return []
+    return [manifest[key] for key in keys if manifest.get(key)]
 
 
 def remove_exports(server, names):
-    """Unload every model of the exports at once through Triton's repository API (the admin route unloads one export
-    at a time and waits: ~3 s each), wait until Triton holds none, remove their folders, and have the proxy scan the
-    repository again (an admin action scans it first: the unload of an export now gone answers 404 after it)."""
-    import time
-
+    """Unload every model of the exports through Triton's repository API, remove their folders, and have the proxy
+    scan the repository again (an admin action scans it first: the unload of an export now gone answers 404 after
+    it). Triton finishes the unloads meanwhile (~3 s: the stubs finalize and exit); nothing waits for them, as the
+    files are no longer read (the admin route unloads one export at a time and waits)."""
     triton = shared_triton(server)
-    models = []
-    for name in names:
-        try:
-            with open(os.path.join(server.repository, name, "1", "export.json"), encoding="utf-8") as handle:
-                manifest = json.load(handle)
-        except OSError:  # its export failed: nothing was installed
-            continue
-        models += [manifest[key] for key in EXPORT_MODELS if manifest.get(key)]
+    models = [model for name in names for model in export_models(server, name)]
     for model in models:
         triton.repository(f"/models/{model}/unload")
-    deadline = time.monotonic() + 120
-    while any((triton.states() or {}).get(model, set()) & {"READY", "LOADING", "UNLOADING"} for model in models):
-        assert time.monotonic() < deadline, f"{models} did not unload:\n" + server.log()[-3000:]
-        time.sleep(0.1)
     for model in models:
         shutil.rmtree(os.path.join(server.repository, model))
     if models:

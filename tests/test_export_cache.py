@@ -178,3 +178,33 @@ def test_random_or_downloaded_weights_are_never_cached(tmp_path):
         args = script.parse_args(["--open-clip", "ViT-S-32", "--pretrained", pretrained, "--name", "clip"])
         assert cache.key(args, args.pretrained) is None
 
+
+
+def test_a_copy_names_this_runs_model_and_checkpoint(tmp_path, capsys):
+    """The manifest's fields that say where the inputs were (the key holds only their content) name this run's
+    files: the proxy finds an open_clip export by its checkpoint's path (its seed admin routes), a default export by
+    its model."""
+    script = load_export_script()
+    staging = tmp_path / "staging"
+    (staging / "clip" / "1").mkdir(parents=True)
+    (staging / "clip" / "1" / "export.json").write_text(json.dumps(
+        {"id": "clip", "model": "open_clip:ViT-S-32", "pretrained": "/earlier/vit.pt", "kind": "clip"}))
+    meta = {"names": ["clip"], "repository": "/earlier/repository", "model": "open_clip:ViT-S-32",
+            "pretrained": "/earlier/vit.pt", "printout": "export: /earlier/vit.pt → /earlier/repository\n"}
+    args = script.parse_args(["--open-clip", "ViT-S-32", "--pretrained", "/now/vit.pt", "--name", "clip"])
+    (tmp_path / "work").mkdir()
+    copy = cache.restore(str(staging), meta, str(tmp_path / "work"), "/now/repository", args)
+    manifest = json.loads((tmp_path / "work" / "repository" / "clip" / "1" / "export.json").read_text())
+    assert copy == str(tmp_path / "work" / "repository")
+    assert (manifest["id"], manifest["model"], manifest["pretrained"]) == ("clip", "open_clip:ViT-S-32",
+                                                                          "/now/vit.pt")
+    assert capsys.readouterr().out == "export: /now/vit.pt → /now/repository\n"
+
+    (staging / "clip" / "1" / "export.json").write_text(json.dumps({"id": "/earlier/model", "model": "/earlier/model",
+                                                                    "kind": "embedding"}))
+    meta.update(model="/earlier/model", pretrained=None, printout="export: /earlier/model\n")
+    args = script.parse_args(["--model", "/now/model"])
+    cache.restore(str(staging), meta, str(tmp_path / "again"), "/now/repository", args)
+    manifest = json.loads((tmp_path / "again" / "repository" / "clip" / "1" / "export.json").read_text())
+    assert manifest["id"] == manifest["model"] == "/now/model"
+    assert capsys.readouterr().out == "export: /now/model\n"

@@ -118,7 +118,7 @@ class Printout(io.TextIOBase):
         return self.stream.isatty()
 
 
-def store(entry_key, staging, names, repository, model, printout):
+def store(entry_key, staging, names, repository, manifest, printout):
     """The staged export (export.json written) kept under `entry_key`, written aside and renamed into place, so a
     reader never sees half an entry and two writers of one key keep one."""
     root = folder()
@@ -127,8 +127,8 @@ def store(entry_key, staging, names, repository, model, printout):
     try:
         shutil.copytree(staging, os.path.join(scratch, "staging"))
         with open(os.path.join(scratch, META), "w", encoding="utf-8") as handle:
-            json.dump({"names": list(names), "repository": repository, "model": model, "printout": printout},
-                      handle)
+            json.dump({"names": list(names), "repository": repository, "model": manifest["model"],
+                       "pretrained": manifest.get("pretrained"), "printout": printout}, handle)
         os.rename(scratch, os.path.join(root, entry_key))
     except OSError:  # another writer of the same key won, or the disk is full: the export itself stands
         shutil.rmtree(scratch, ignore_errors=True)
@@ -169,16 +169,20 @@ def restore(staging, meta, workdir, repository, args):
     manifest_path = os.path.join(copy, meta["names"][0], "1", "export.json")
     with open(manifest_path, encoding="utf-8") as handle:
         manifest = json.load(handle)
+    # the fields that name where the inputs were (the key holds their content): this run's paths
+    renamed = {}
     if args.model is not None:  # None: an open_clip export, whose manifest names its architecture
         if manifest.get("id") == manifest["model"]:  # a default export's id is its model
             manifest["id"] = args.model
-        manifest["model"] = args.model
+        manifest["model"] = renamed[meta["model"]] = args.model
+    if args.open_clip:  # the checkpoint file the proxy finds this export by (its seed admin routes)
+        manifest["pretrained"] = renamed[meta["pretrained"]] = args.pretrained
     manifest["exported"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with open(manifest_path, "w", encoding="utf-8") as handle:
         json.dump(manifest, handle, indent=2)
     printout = meta["printout"].replace(meta["repository"], repository)
-    if meta["model"] and args.model:
-        printout = printout.replace(meta["model"], args.model)
+    for before, now in renamed.items():
+        printout = printout.replace(before, now) if before else printout
     sys.stdout.write(printout)
     return copy
 
