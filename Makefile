@@ -97,10 +97,18 @@ lint: setup
 test-unit: setup
 	$(PY) -m pytest -q -m "not serving and not heavy" tests
 
-# One pass: the serving tests run the Python models on the container's Python 3.10 ($(PY310_VENV), the container's
-# pins) when this machine has one, else on $(PY) (the header says which).
+# The serving tests run the Python models on the container's Python 3.10 ($(PY310_VENV), the container's pins) when
+# this machine has one, else on $(PY) (the header says which). Two passes: pytest-xdist spreads the modules over
+# TEST_WORKERS processes, a module to a process (its exports and servers stay together); then the modules marked
+# `serial`, whose checks measure time or load (admission, drains, faults...), run alone. pytest's 5 is "nothing
+# selected", which a TESTS subset may give one pass.
+TEST_WORKERS ?= 2
+TEST_PYTEST = MODEL_PYTHON=$$([ -x $(PY310_VENV)/bin/python ] && echo $(PY310_VENV)/bin/python) $(PY) -m pytest --durations=25
 test: setup tools py310 lint
-	MODEL_PYTHON=$$([ -x $(PY310_VENV)/bin/python ] && echo $(PY310_VENV)/bin/python) $(PY) -m pytest --durations=25 $(TESTS)
+	@rc=0; \
+	$(TEST_PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not serial" $(TESTS) || { s=$$?; [ $$s = 5 ] || rc=$$s; }; \
+	$(TEST_PYTEST) -p no:xdist -m serial $(TESTS) || { s=$$?; [ $$s = 5 ] || rc=$$s; }; \
+	exit $$rc
 
 bench: setup
 	$(PY) -m bench.run $(BENCH_ARGS)

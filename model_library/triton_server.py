@@ -116,15 +116,21 @@ class ProcessInfo(NamedTuple):
     pgrp: int
     exit_code: int  # a zombie's wait status (0 while it lives)
     argv: list | None  # [bytes]; empty for a zombie; None when not read
+    cpu_s: float = 0.0  # CPU time used (user + system), its own threads'
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def process_info(pid, proc="/proc"):
-    """ProcessInfo of `pid` without its argv (/proc/<pid>/stat fields 3, 4, 5 and 52); OSError when it is gone."""
+    """ProcessInfo of `pid` without its argv (/proc/<pid>/stat fields 3, 4, 5, 14, 15 and 52); OSError when it is
+    gone."""
     with open(f"{proc}/{pid}/stat", "rb") as handle:
         fields = handle.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold anything
     try:
         return ProcessInfo(fields[0].decode(), int(fields[1]), int(fields[2]),
-                           int(fields[49]) if len(fields) > 49 else 0, None)
+                           int(fields[49]) if len(fields) > 49 else 0, None,
+                           (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
     except (ValueError, IndexError):
         raise OSError(f"unreadable {proc}/{pid}/stat") from None
 

@@ -113,6 +113,8 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_terminal_summary(terminalreporter):
+    for text in suite_stats.reports():
+        terminalreporter.write_line("\n" + text)
     terminalreporter.section("exports and servers of this run")
     for line in suite_stats.summary():
         terminalreporter.write_line(line)

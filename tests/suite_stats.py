@@ -5,7 +5,7 @@ import json
 import os
 import tempfile
 
-from local_triton.run_stats import ENVIRONMENT
+from local_triton.run_stats import ENVIRONMENT, record
 
 
 def start():
@@ -16,13 +16,29 @@ def start():
         os.environ[ENVIRONMENT] = path
 
 
-def summary():
-    """The closing lines: exports by how each ended, servers started and their time to ready."""
+def report(lines):
+    """A table a test prints for the run's reader (parity figures, the hostile-input summary...): kept in the stats
+    file and printed at the end by the process that reports (pytest-xdist's workers print nowhere)."""
+    record("report", text="\n".join(lines))
+
+
+def reports():
+    return [event["text"] for event in _events() if event["event"] == "report"]
+
+
+def _events():
     path = os.environ.get(ENVIRONMENT)
     if not path or not os.path.exists(path):
         return []
     with open(path, encoding="utf-8") as handle:
-        events = [json.loads(line) for line in handle if line.strip()]
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def summary():
+    """The closing lines: exports by how each ended, servers started and their time to ready."""
+    events = _events()
+    if not events:
+        return []
     exports = {}
     for event in (e for e in events if e["event"] == "export"):
         count, seconds = exports.get(event["outcome"], (0, 0.0))

@@ -24,6 +24,8 @@ from conftest import import_python_model, proxy_settings
 from model_library.in_process import model_module
 from proxy_fakes import DIM, Card, error_of, make_client, prechecks, proxy_service
 
+pytestmark = pytest.mark.serial  # `make test` runs it alone: the gate's refusals under load
+
 route_helpers = model_module("proxy", "http_front.route_helpers")
 
 

@@ -27,6 +27,8 @@ from conftest import MODEL_PYTHON, PROJECT, build_m3, export, free_port, wait_fo
 from local_triton import readiness
 from model_library.in_process import import_python_model
 
+pytestmark = pytest.mark.serial  # `make test` runs it alone: drains and stops within their bounds
+
 BOUND_S = 30  # EXIT_TIMEOUT_S's default: the drain's bound, which the launcher's exit must keep
 
 

@@ -2,6 +2,10 @@
 exported with `--pooling cls --external-data`, served by tritonserver, vs a PyTorch reference computed here."""
 import json
 import os
+import shutil
+import stat
+import subprocess
+import tempfile
 
 import numpy as np
 import pytest
@@ -40,6 +44,36 @@ def test_external_data_layout(xlmr_repository):
     assert manifest["onnx"] == os.path.join("embedding", "1", "model.onnx", "model.onnx")
     assert manifest["pooling"] == "cls" and manifest["embedding_size"] == 32
     assert manifest["max_length"] == TINY_XLMR_MAX_LENGTH
+
+
+IMAGE_USER = 1000  # Dockerfile.triton's USER triton-server
+
+
+def test_an_external_data_export_is_readable_by_another_user(xlmr_repository):
+    """Issue 72: onnx writes the external data file 0600, and tritonserver often runs as another user than the
+    exporter (the image's triton-server; a repository synced to object storage). Every folder of each exported
+    model is 0755 and every file at least 0644 (the repository's own folder is the user's); as root, uid 1000
+    reads every file of a mode-keeping copy of the repository."""
+    models = [os.path.join(xlmr_repository, m) for m in os.listdir(xlmr_repository)]
+    for root, _, files in (walked for model in models for walked in os.walk(model)):
+        for path in [root, *(os.path.join(root, f) for f in files)]:
+            needed = 0o755 if os.path.isdir(path) else 0o644
+            assert stat.S_IMODE(os.stat(path).st_mode) & needed == needed, (path, oct(os.stat(path).st_mode))
+    if os.getuid() != 0:
+        return  # only root can run a process as another user; the modes above are what that user needs
+    scratch = tempfile.mkdtemp(prefix="triton-embed-uid-")
+    try:
+        os.chmod(scratch, 0o755)  # mkdtemp's 0700 would hide the copy from uid 1000 (pytest's tmp_path is 0700 too)
+        copy = shutil.copytree(xlmr_repository, os.path.join(scratch, "repository"))  # copytree keeps the modes
+        os.chmod(copy, 0o755)  # the repository's own folder (pytest's, 0700): the user's to open to the server
+        files = [os.path.join(root, f) for root, _, names in os.walk(copy) for f in names]
+        assert any(f.endswith("model.onnx.data") for f in files)
+        # cat, not Python: the venv's interpreter lives under this machine's /root, which uid 1000 cannot enter
+        result = subprocess.run(["cat", *files], user=IMAGE_USER, group=IMAGE_USER, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        assert result.returncode == 0, result.stderr[-2000:]
+    finally:
+        shutil.rmtree(scratch)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

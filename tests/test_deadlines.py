@@ -6,6 +6,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+pytestmark = pytest.mark.serial  # `make test` runs it alone: requests whose time runs out
+
 
 def text_input(texts):
     tensor = grpcclient.InferInput("text", [len(texts), 1], "BYTES")

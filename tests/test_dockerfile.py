@@ -125,3 +125,12 @@ def test_the_runtime_stage_holds_every_project_package_the_launcher_imports():
     runtime = re.split(r"\nFROM [^\n]* AS export", open(DOCKERFILE, encoding="utf-8").read(), flags=re.I)[0]
     copied = set(re.findall(r"^COPY\s+(\w+)/\s+/opt/triton-embed/\1/", runtime, flags=re.M))
     assert packages == {"local_triton", "model_library"} and packages <= copied, (packages, copied)
+
+
+def test_the_image_user_owns_the_repository_it_serves():
+    """Issue 72: the default target copies the repository exported in its build stage owned by the runtime stage's
+    USER (tritonserver runs as that user; export's own modes are tested in test_cls_path.py)."""
+    text = open(DOCKERFILE, encoding="utf-8").read()
+    user = re.search(r"^USER\s+(\S+)", text, flags=re.M).group(1)
+    copy = re.search(r"^COPY\s+--from=export\s+(.*?)\s*/models\s+/models\s*$", text, flags=re.M)
+    assert user == "triton-server" and copy and f"--chown={user}:{user}" in copy.group(1).split(), (user, copy)

@@ -14,6 +14,8 @@ import pytest
 from model_library.in_process import model_module
 from triton_clients import VARIED_TEXTS
 
+pytestmark = pytest.mark.serial  # `make test` runs it alone: light requests' latency beside heavy clients
+
 admission = model_module("proxy", "http_front.admission")
 
 HEAVY_CLIENTS = 3

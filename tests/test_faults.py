@@ -31,8 +31,11 @@ import httpx
 import numpy as np
 import pytest
 
+import suite_stats
 from conftest import MODEL_PYTHON, PROJECT, free_port, port_is_free, start_server, wait_for_proxy
 from local_triton import launch
+
+pytestmark = pytest.mark.serial  # `make test` runs it alone: recovery times after a killed process
 
 CLIENTS = 8
 REQUEST_TIMEOUT_S = 30.0  # a request that hangs shows up as "timeout"
@@ -653,10 +656,8 @@ class TestStrandedCalls:
 
 
 @pytest.mark.serving  # it reports what the serving tests above measured
-def test_zz_measurements(capsys):
+def test_zz_measurements():
     """The numbers the closing note of issue 9 needs, in one table."""
-    with capsys.disabled():
-        print("\nfault measurements:")
-        for case, measured in MEASURED.items():
-            print(f"  {case}: {json.dumps(measured)}")
+    suite_stats.report(["fault measurements:", *(f"  {case}: {json.dumps(measured)}"
+                                                 for case, measured in MEASURED.items())])
     assert MEASURED

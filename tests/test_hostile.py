@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+import suite_stats
 from conftest import start_server, stop_server, wait_for_proxy
 from local_triton import launch
 from triton_clients import raw_bytes_grpc
@@ -886,7 +887,7 @@ def test_sanity_numpy_bytes_tensor_layout():
 
 
 # ---------------------------------------------------------------- after everything
-def test_zz_server_still_serves_with_the_stubs_it_started_with(hostile, capsys):
+def test_zz_server_still_serves_with_the_stubs_it_started_with(hostile):
     assert_alive(hostile)
     assert live_stubs(hostile) == hostile.stubs, "a stub was replaced: one died during the suite"
     assert hostile.http.get("/health").text == "ok"
@@ -905,7 +906,6 @@ def test_zz_server_still_serves_with_the_stubs_it_started_with(hostile, capsys):
                                             for k in kinds))
     lines.append(f"  crashes of our processes: 0 (tritonserver pid {hostile.process.pid} and its "
                  f"{len(hostile.stubs)} stubs alive throughout)")
-    with capsys.disabled():
-        print("\n" + "\n".join(lines))
+    suite_stats.report(lines)
     assert sum(v for (s, k), v in OUTCOMES.items() if k == "5xx") == 0
     assert total >= 200, total

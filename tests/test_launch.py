@@ -12,6 +12,8 @@ import pytest
 
 from conftest import MODEL_PYTHON, PROJECT, free_port, port_is_free, wait_for_launched_proxy
 
+pytestmark = pytest.mark.serial  # `make test` runs it alone: SIGTERM drains within their bounds
+
 
 def launcher_until_ready(repository, tmp_path, *extra_args, env=None):
     """`python -m local_triton.launch` as `make serve` runs it, logging to tmp_path/launch.log, once it says ready.

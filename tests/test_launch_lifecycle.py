@@ -14,6 +14,8 @@ import pytest
 from conftest import MODEL_PYTHON, PROJECT, free_port, install_proxy, port_is_free
 from local_triton import launch, ports
 
+pytestmark = pytest.mark.serial  # `make test` runs it alone: stops and restarts within their bounds
+
 GONE_S = 10.0  # the bound: after kill -9 of the launcher, nothing of the server within this
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import suite_stats
 from conftest import M3_MAX_LENGTH, M3_TEXTS, PROJECT, build_m3, export, pbtxt, proxy_settings, serve_exports
 from triton_clients import PROTOCOLS, client, cosine, infer, outputs, text_input, url_for
 
@@ -76,7 +77,7 @@ def reference(flag_model):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def parity_report(request):
+def parity_report():
     yield
     if not FIGURES:
         return
@@ -92,9 +93,7 @@ def parity_report(request):
     if os.environ.get("M3_PARITY_JSON"):
         with open(os.environ["M3_PARITY_JSON"], "w", encoding="utf-8") as handle:
             json.dump(FIGURES, handle, indent=2)
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        print("\n".join(lines))
+    suite_stats.report(lines)
 
 
 # ---------------------------------------------------------------- comparing with FlagEmbedding

@@ -15,6 +15,8 @@ from tritonclient.utils import InferenceServerException
 from conftest import MINILM, free_port, install_proxy, port_is_free, start_server
 from local_triton import launch
 
+pytestmark = pytest.mark.serial  # `make test` runs it alone: the admission gate measures the server's rate
+
 TOLERANCE = 1e-6
 MAX_LENGTH = 256  # all-MiniLM-L6-v2's max tokens, as exported
 LONG_TEXT = "Paris is the capital of France. " * 80  # far over 256 tokens

@@ -20,6 +20,8 @@ from model_library import model_errors
 from model_library.in_process import model_module
 from proxy_fakes import CLIP, DIM, JPEG, PNG, b64, error_of, fake_vectors, make_client, proxy_service, settings
 
+pytestmark = pytest.mark.serial  # `make test` runs it alone: image fetch timeouts and slow senders
+
 admission = model_module("proxy", "http_front.admission")
 images = model_module("proxy", "http_front.images")
 registry = model_module("proxy", "http_front.registry")

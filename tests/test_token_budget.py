@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.serial  # `make test` runs it alone: 1000 passes that take a request in < 50 ms
+
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(PROJECT, "model_source", "embedding", "token_budget.c")
 # Triton's functions as the library calls them: no model config (the default budget, 16384), and a request whose

@@ -514,3 +514,20 @@ def install(staging, repository, names):
             remove(os.path.join(version, entry))
     for model in names:
         shutil.copytree(os.path.join(staging, model), os.path.join(repository, model), dirs_exist_ok=True)
+        readable_by_all(os.path.join(repository, model))
+
+
+def readable_by_all(folder):
+    """Folders 0755 and files 0644 (0755 where the owner may run them), whatever wrote them: onnx writes external
+    data 0600, and tritonserver often runs as another user than the exporter (the image's triton-server, uid 1000;
+    a repository synced to object storage or mounted into KServe)."""
+    os.chmod(folder, os.stat(folder).st_mode | 0o755)
+    for root, folders, files in os.walk(folder):
+        for name in folders:
+            path = os.path.join(root, name)
+            os.chmod(path, os.stat(path).st_mode | 0o755)
+        for name in files:
+            path = os.path.join(root, name)
+            mode = os.lstat(path).st_mode
+            if not os.path.islink(path):
+                os.chmod(path, mode | (0o755 if mode & 0o100 else 0o644))

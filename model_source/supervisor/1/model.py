@@ -19,7 +19,9 @@ exit timeout, and the orchestrator starts the container again.
 A hung stub counts as a dead one: it is killed (SIGKILL), and the round after recovers it as above. Hung is a stub
 stopped (state T: SIGSTOP, a debugger) for `stopped_s`, or a model whose requests wait (Triton's metric
 nv_inference_pending_request_count > 0) while it completes no execution (nv_inference_exec_count) for
-`hang_timeout_s`; of several such models at once, those that make no BLS calls go first (their callers only wait).
+`hang_timeout_s` of time the server was idle (while tritonserver and its stubs use a fifth of a core or more and no
+model completes anything, one long execution runs: the clock stops); of several such models at once, those that make no
+BLS calls go first (their callers only wait).
 
 Stubs that exit cleanly (code 0: an unload) and models that are not READY (loading, unloading, failed to load) are
 left to Triton. Everything goes through Triton's HTTP frontend, whose address and admin key are on tritonserver's
@@ -87,19 +89,52 @@ def model_work(triton, metrics_port):
     return work
 
 
+BUSY_CORES = 0.2  # the server's CPU use (cores) that makes a wait with nothing completed a long execution: an
+# idle server uses a few hundredths; a long run on 2 cores shared with other work got about half a core
+
+
+def server_cpu_s(server, own=None):
+    """CPU seconds tritonserver and its live stubs (but `own`, the supervisor's) have used. A long execution uses
+    them (the C++ onnxruntime backend in tritonserver's process, the Python stand-in in its stub); a hang does not."""
+    total = 0.0
+    for pid, info in process_table(lambda info: info.ppid == server and info.state != "Z", argv=False).items():
+        total += info.cpu_s if pid != own else 0.0
+    try:
+        return total + process_info(server).cpu_s
+    except OSError:
+        return total
+
+
 class HangClock:
     """When each model last made progress: a model hangs when requests wait for it and it completes no execution
-    for `timeout_s`."""
+    for `timeout_s` of time the server was idle. The clock stops while the server uses BUSY_CORES or more and no
+    model completes an execution: one long execution is running (issue 72: one 8,000-token text on 2 cores holds the
+    rate limiter every model shares, so every other model's requests wait and nothing completes for minutes)."""
 
     def __init__(self, timeout_s):
         self.timeout_s, self.last = timeout_s, {}  # model -> (executions, when they last changed or nothing waited)
+        self.updated = None
+        self.waiting_since = {}  # model -> when its requests began to wait with nothing completed (wall time)
+        self.long_waits = []  # models the last update found waiting timeout_s or more, the server busy (logged once)
 
-    def update(self, work, now):
-        hung = []
+    def update(self, work, now, cores=0.0):
+        """Models hung now. `work`: model_work(); `cores`: the server's CPU use since the last update."""
+        elapsed, self.updated = (0.0 if self.updated is None else now - self.updated), now
+        completed = any(model in self.last and self.last[model][0] != executions
+                        for model, (_, executions) in work.items())
+        busy = cores >= BUSY_CORES and not completed
+        hung, self.long_waits = [], []
         for model, (pending, executions) in work.items():
             seen = self.last.get(model)
             if seen is None or pending == 0 or executions != seen[0]:
                 self.last[model] = (executions, now)
+                self.waiting_since.pop(model, None)
+                continue
+            since = self.waiting_since.setdefault(model, seen[1])
+            if busy:  # its wait does not count: the clock moves on with now
+                self.last[model] = (executions, seen[1] + elapsed)
+                if now - since >= self.timeout_s and now - elapsed - since < self.timeout_s:
+                    self.long_waits.append(model)  # crossed timeout_s of waiting at this update
             elif now - seen[1] >= self.timeout_s:
                 hung.append(model)
         return hung
@@ -125,6 +160,7 @@ class TritonPythonModel:
         self.metrics_port = 0 if flags.get("allow-metrics") == "false" else int(flags.get("metrics-port") or 8002)
         self.stopped_since = {}  # stub pid -> when it was first seen stopped
         self.progress = HangClock(self.settings["hang_timeout_s"])
+        self.cpu_seen = (0.0, None)  # (the server's CPU seconds, when read)
         self.scraped = 0.0  # when Triton's metrics were last read
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="supervisor", daemon=True)
@@ -174,13 +210,22 @@ class TritonPythonModel:
         # Triton's metrics: read a tenth of hang_timeout_s apart, not every round (each read renders every metric)
         scraped = now - self.scraped >= self.settings["hang_timeout_s"] / 10
         self.scraped = now if scraped else self.scraped
-        hung = self.progress.update(model_work(self.triton, self.metrics_port), now) if scraped else []
+        hung = self.progress.update(model_work(self.triton, self.metrics_port), now, self.cores(now)) if scraped else []
+        for model in self.progress.long_waits if scraped else ():
+            log(f"'{model}' has had requests waiting for {self.settings['hang_timeout_s']:g} s with no execution "
+                f"completed while the server works: a long execution, not a hang")
         callers = self.bls_callers() if hung else set()  # (reads the exports' files: only when needed)
         for model in sorted(hung, key=lambda m: m in callers)[:1]:  # a callee first: its callers only wait for it
             self.progress.reset(now)
             self.kill_hung(model, alive.get(model, []), f"had requests waiting and completed no execution for "
                                                         f"{self.settings['hang_timeout_s']:g} s")
         self.check_proxy()
+
+    def cores(self, now):
+        """The server's CPU use, in cores, since the last call (0 at the first)."""
+        used, (before, then) = server_cpu_s(self.server, os.getpid()), self.cpu_seen
+        self.cpu_seen = (used, now)
+        return (used - before) / (now - then) if then is not None and now > then else 0.0
 
     def kill_hung(self, model, pids, why):
         """A hung stub is killed: the next round finds it dead and recovers it like any dead stub."""

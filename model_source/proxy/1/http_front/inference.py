@@ -145,7 +145,10 @@ class Inference:
             self.loop.call_soon_threadsafe(abort)
         for _, call in calls:  # one still queued for a BLS thread never runs: only the running ones are stranded
             call.cancel()
-        return [call for _, call in calls if not call.cancelled()]
+        stranded = [call for _, call in calls if not call.cancelled()]
+        for call in stranded:  # waiting on a dead stub, not running work: no reason for /health to say busy
+            self.calls_started.pop(call, None)
+        return stranded
 
     # ---------------------------------------------------------------- inference
     async def embed(self, card, texts, outputs, param, parameters=None):
@@ -393,6 +396,7 @@ class Inference:
                 waiting.set_result(call.result())
 
         def returned(call):  # on the BLS thread (or on the readiness thread, which cancels a queued call)
+            self.calls_started.pop(call, None)
             if not loop.is_closed():
                 loop.call_soon_threadsafe(settle, call)
 
@@ -401,6 +405,7 @@ class Inference:
                 waiting.set_exception(Timeout(f"inference did not finish within {self.settings.request_timeout_s:g} "
                                               f"s (setting request_timeout_s)", ErrorKind.INFERENCE_TIMEOUT))
         call = self.executor.submit(request.exec)  # (its own future: cancellable while it waits for a thread)
+        self.calls_started[call] = time.monotonic()  # (/health: a call running past the deadline is a busy server)
         call.add_done_callback(returned)
         timer, entry = loop.call_later(left_s, expire), (card.models, waiting, call)
         self.inflight.add(entry)

@@ -5,6 +5,7 @@ answers are inference.py's dataclasses (Embeddings, ImageEmbeddings, RerankResul
 Measured, Token), re-exported here for the routes' fakes. Errors are errors.py's kinds; pb_utils is handed in (tests
 import this file)."""
 import threading
+import time
 
 from .admin import Admin
 from .errors import InvalidInput, Timeout, Unavailable
@@ -38,6 +39,7 @@ class Service(Inference, Admin, ModelReadiness):
         self.max_documents = {}  # rerank model -> its parameter max_documents (Triton's config), kept while it is ready
         self.measuring = 0  # BLS calls of measure() in flight (questions to the tokenizer outside admission)
         self.inflight = set()  # (models, the future its request awaits, BLS call) of each call in flight
+        self.calls_started = {}  # BLS call -> when it was sent, until it returns (whether or not anyone still waits)
         self.loop = None  # the HTTP server's event loop, known from the first call
         self.admin_lock = threading.Lock()
         self.triton_started = False  # set by the readiness thread once Triton's start-up is over
@@ -57,7 +59,16 @@ class Service(Inference, Admin, ModelReadiness):
         return sorted(self.registry.scan().values(), key=lambda c: c.id)
 
     def health(self):
-        return self.registry.health()
+        """The registry's answer, or busy: a model call still running past request_timeout_s means one long
+        execution holds the models (issue 72: an 8,000-token text on 2 cores holds the rate limiter every model
+        shares), so new work would only wait; /health says so (503) while /health/live stays 200."""
+        health = self.registry.health()
+        started = min(list(self.calls_started.values()), default=None)  # (a copy: BLS threads remove theirs)
+        running_s = 0.0 if started is None else time.monotonic() - started
+        if health.ok and running_s > self.settings.request_timeout_s:
+            return Health(False, f"busy: a model call has run for {running_s:.0f} s, past request_timeout_s "
+                                 f"({self.settings.request_timeout_s:g} s); new requests would wait for it")
+        return health
 
     def live(self):
         return self.registry.live()
