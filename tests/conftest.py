@@ -101,7 +101,19 @@ def _calls(function, pattern, item, seen):
     return False
 
 
+# The modules that take minutes (seconds of the last full run, issue 66), first: pytest-xdist hands modules to its
+# workers in collection order, and one of these started last would run alone at the end of the pass.
+LONGEST_MODULES = ("test_bench", "test_models", "test_export", "test_model_families", "test_bulk_embed",
+                   "test_named_exports", "test_clip", "test_ragged_batch")
+
+
+def module_rank(item):
+    name = item.module.__name__ if getattr(item, "module", None) else ""
+    return LONGEST_MODULES.index(name) if name in LONGEST_MODULES else len(LONGEST_MODULES)
+
+
 def pytest_collection_modifyitems(items):
+    items.sort(key=module_rank)  # stable: the order within a module and among the others stays
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         fixtures = [d.func for defs in (info.name2fixturedefs.values() if info else ()) for d in defs]

@@ -28,8 +28,6 @@ from tritonclient.utils import InferenceServerException
 from conftest import PROJECT, free_port, proxy_settings
 from triton_clients import VARIED_TEXTS, infer
 
-pytestmark = pytest.mark.serial  # `make test` runs it alone: a burst's 429s for the refusal panel
-
 MONITORING = os.path.join(PROJECT, "deploy", "monitoring")
 DASHBOARD = os.path.join(MONITORING, "triton-embed-dashboard.json")
 RULE = os.path.join(MONITORING, "prometheusrule.yaml")
