@@ -102,8 +102,8 @@ test-unit: setup
 # TEST_WORKERS processes, a module to a process (its exports and servers stay together); then the modules marked
 # `serial`, whose checks measure time or load (admission, drains, faults...), run alone. pytest's 5 is "nothing
 # selected", which a TESTS subset may give one pass.
-# 3 on 2 cores: the workers wait on servers much of the time (2 used 1.3 cores of 2).
-TEST_WORKERS ?= 3
+# 2 on 2 cores: 3 took as long (the exports are CPU-bound) and start more servers and fixtures.
+TEST_WORKERS ?= 2
 TEST_PYTEST = MODEL_PYTHON=$$([ -x $(PY310_VENV)/bin/python ] && echo $(PY310_VENV)/bin/python) $(PY) -m pytest --durations=25
 test: setup tools py310 lint
 	@rc=0; \

@@ -4,6 +4,7 @@ Every input comes from the repository (tests/fixtures) or from pip packages the 
 (set by `make test` for its second pass) runs the Python models on another interpreter's venv, e.g. Python 3.10
 with the container's pins; tests that go through a server carry the `serving` mark, which selects that pass.
 """
+import atexit
 import contextlib
 import functools
 import inspect
@@ -16,6 +17,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -103,8 +106,8 @@ def _calls(function, pattern, item, seen):
 
 # The modules that take minutes (seconds of the last full run, issue 66), first: pytest-xdist hands modules to its
 # workers in collection order, and one of these started last would run alone at the end of the pass.
-LONGEST_MODULES = ("test_bench", "test_models", "test_export", "test_model_families", "test_bulk_embed",
-                   "test_named_exports", "test_clip", "test_ragged_batch")
+LONGEST_MODULES = ("test_bench_scripts", "test_bench", "test_models", "test_model_families", "test_export",
+                   "test_bulk_embed", "test_named_exports", "test_clip", "test_ragged_batch")
 
 
 def module_rank(item):
@@ -176,11 +179,50 @@ def port_is_free(port):
 
 
 def export(repository, *args):
-    """Run build/export.py as a user would; fail the test with its output if it fails."""
-    result = subprocess.run([sys.executable, os.path.join(PROJECT, "build", "export.py"),
-                             "--repository", str(repository), *args], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    """Run build/export.py as a user would (in a fork of export_zygote.py's process: the same run without its
+    imports); fail the test with its output if it fails."""
+    code, stdout, stderr = run_exporter(["--repository", str(repository), *(str(arg) for arg in args)])
+    assert code == 0, stdout + stderr
+    return stdout
+
+
+class ExportZygote:
+    """This test process's tests/export_zygote.py: started at the first export, ended with the process. Exports run
+    one at a time through it; should it be gone, an export runs as a plain subprocess."""
+
+    def __init__(self):
+        self.process, self.lock = None, threading.Lock()
+
+    def run(self, argv):
+        script = os.path.join(PROJECT, "build", "export.py")
+        with self.lock, tempfile.TemporaryDirectory(prefix="triton-embed-export-") as folder:
+            request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(),
+                       "stdout": os.path.join(folder, "stdout"), "stderr": os.path.join(folder, "stderr")}
+            answer = self.ask(script, request)
+            if answer is None:
+                result = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True)
+                return result.returncode, result.stdout, result.stderr
+            with open(request["stdout"], encoding="utf-8", errors="replace") as out, \
+                    open(request["stderr"], encoding="utf-8", errors="replace") as err:
+                return answer["code"], out.read(), err.read()
+
+    def ask(self, script, request):
+        try:
+            if self.process is None or self.process.poll() is not None:
+                self.process = subprocess.Popen([sys.executable, os.path.join(PROJECT, "tests", "export_zygote.py"),
+                                                 script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                atexit.register(self.process.kill)
+                if not self.process.stdout.readline():
+                    return None
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+            return json.loads(line) if line else None
+        except (OSError, ValueError):
+            return None
+
+
+run_exporter = ExportZygote().run
 
 
 @dataclass
