@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import string
 import subprocess
 import tempfile
@@ -521,13 +522,10 @@ def readable_by_all(folder):
     """Folders 0755 and files 0644 (0755 where the owner may run them), whatever wrote them: onnx writes external
     data 0600, and tritonserver often runs as another user than the exporter (the image's triton-server, uid 1000;
     a repository synced to object storage or mounted into KServe)."""
-    os.chmod(folder, os.stat(folder).st_mode | 0o755)
-    for root, folders, files in os.walk(folder):
-        for name in folders:
-            path = os.path.join(root, name)
-            os.chmod(path, os.stat(path).st_mode | 0o755)
+    for root, _, files in os.walk(folder):  # root: the folder itself, then each folder under it
+        os.chmod(root, os.stat(root).st_mode | 0o755)
         for name in files:
             path = os.path.join(root, name)
             mode = os.lstat(path).st_mode
-            if not os.path.islink(path):
-                os.chmod(path, mode | (0o755 if mode & 0o100 else 0o644))
+            if not stat.S_ISLNK(mode):
+                os.chmod(path, mode | (0o755 if mode & stat.S_IXUSR else 0o644))
