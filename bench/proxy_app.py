@@ -26,7 +26,8 @@ from model_library.in_process import model_module
 
 # the proxy's modules, imported as its model.py imports them inside Triton (model_library/in_process.py)
 NotFound = model_module("proxy", "http_front.errors").NotFound
-ErrorKind = model_module("proxy", "model_errors").ErrorKind
+from model_library.model_errors import ErrorKind  # noqa: E402
+
 proxy_service = model_module("proxy", "http_front.service")  # its answers' dataclasses
 HttpGuard = model_module("proxy", "http_front.guard").HttpGuard
 proxy_app = model_module("proxy", "http_front.app")

@@ -1,9 +1,8 @@
-"""The models' library, as everything outside Triton imports it: `from model_library import model_errors` (the
-launcher, the bulk client, the bench, the tests; `make setup` installs the project in editable mode).
+"""The models' library, one package imported the same way everywhere: `from model_library import model_errors`.
 
-Inside Triton there is no such package: build/export.py copies these files beside each Python model's model.py
-(MODEL_CODE in build/exporting/repository.py), where the model imports them top-level (`import model_errors`).
-So these files import each other top-level too (model_common.py imports model_errors) and never `model_library.`:
-they must work as copies beside a model. in_process.py (never installed) runs a model's code outside Triton, with
-the library's top-level names importable as they are beside a model.
+Inside Triton, build/export.py installs this package whole (but in_process.py) into each Python model's version
+folder (LIBRARY in build/exporting/repository.py), which Triton's stub puts on sys.path: a mounted repository runs
+with nothing beside it. Outside Triton (the launcher, the bulk client, the bench, the tests) it is the checkout's
+folder (`make setup` installs the project in editable mode). So no model edits sys.path, and a process holds one
+module object per file.
 """

@@ -2,15 +2,12 @@
 model.py with a stand-in triton_python_backend_utils) and model_module (a module of a model's folder, e.g. the
 proxy's http_front.app).
 
-The one place outside the model folders that edits sys.path (beside_a_model). Inside Triton, a model's folder of the
-serving repository holds its code and export's copies of this library, and its model.py puts that folder on sys.path:
-its modules import the library top-level (`import model_errors`), the proxy its package (`from http_front import
-app`). Outside Triton the same code needs the same names: the model's folder in model_source/ (which holds no copies
-of the library) and this library's folder. Everything else imports the project's packages (`from model_library
-import model_errors`: the editable install, pyproject.toml).
+Inside Triton, a model's version folder is on sys.path (the stub puts it there): its own modules import top-level
+(`import grouping`, `from http_front import app`) and the library as a package (`from model_library import
+model_errors`, export's copy beside them). Outside Triton the library is the checkout's package, and beside_a_model
+puts the model's source folder on sys.path as the stub does; the one place that edits sys.path.
 
-Not installed into the serving repository (export installs model_common.py, model_errors.py, model_outputs.py,
-request_rules.py, tracing.py and triton_server.py beside the models)."""
+Never installed into the serving repository."""
 import contextlib
 import importlib
 import importlib.util
@@ -20,14 +17,14 @@ import types
 
 MODEL_LIBRARY = os.path.dirname(os.path.abspath(__file__))
 MODEL_SOURCE = os.path.join(os.path.dirname(MODEL_LIBRARY), "model_source")
+COMMON = "model_library.model_common"
 
 
-def beside_a_model(folder=None):
+def beside_a_model(folder):
     """sys.path as a model's code sees it inside Triton: `folder` (a model's code folder, e.g. model_source/proxy/1)
-    and this library ahead of everything else, as the model's own insert puts its folder first in Triton."""
-    for path in (MODEL_LIBRARY, folder):
-        if path and path not in sys.path:
-            sys.path.insert(0, path)
+    on it, so its own modules import top-level."""
+    if folder not in sys.path:
+        sys.path.append(folder)
 
 
 @contextlib.contextmanager
@@ -48,6 +45,15 @@ def model_module(model, name):
         return importlib.import_module(name)
 
 
+def forget_model_common():
+    """The next `from model_library import model_common` imports it afresh (binding the stand-in of the moment): out
+    of sys.modules and off the package, where `from ... import` would find it first."""
+    sys.modules.pop(COMMON, None)
+    package = sys.modules.get("model_library")
+    if package is not None and hasattr(package, "model_common"):
+        delattr(package, "model_common")
+
+
 def import_python_model(path, module_name, **fake_attributes):
     """A Python model's code (the file at `path`) imported with a stand-in triton_python_backend_utils holding
     `fake_attributes`, which leaves sys.modules again afterwards (benchmarks and unit tests run the models' own code
@@ -56,17 +62,16 @@ def import_python_model(path, module_name, **fake_attributes):
     fake.__dict__.update(fake_attributes)
     saved = sys.modules.get("triton_python_backend_utils")
     sys.modules["triton_python_backend_utils"] = fake
-    # the models' library (export installs it beside model.py), found here for the checkout's code; model_common
-    # imported afresh, so that it binds this fake
-    beside_a_model()
-    sys.modules.pop("model_common", None)
+    # model_common imported afresh, so that it binds this fake
+    beside_a_model(os.path.dirname(os.path.abspath(path)))
+    forget_model_common()
     try:
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
         with no_bytecode():
             spec.loader.exec_module(module)
     finally:
-        sys.modules.pop("model_common", None)
+        forget_model_common()
         if saved is None:
             del sys.modules["triton_python_backend_utils"]
         else:

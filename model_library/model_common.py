@@ -23,12 +23,11 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
-import model_errors
 import numpy as np
-import request_rules
-import tracing
 import triton_python_backend_utils as pb_utils
-from model_errors import ErrorKind
+
+from model_library import model_errors, request_rules, tracing
+from model_library.model_errors import ErrorKind
 
 
 class MalformedBytes(bytes):

@@ -11,7 +11,7 @@ import json
 import math
 import unicodedata
 
-from model_errors import ErrorKind
+from model_library.model_errors import ErrorKind
 
 NO_CONTENT = "has no content (only whitespace, control or zero-width characters)"
 # A text with a visible character is embedded even when every token it gives is special (a lone combining mark:

@@ -266,7 +266,7 @@ def bls_call(infer, admit_request):
     admission (admit_request(), at its first admitted call) gets a span of its own before it. Off: infer."""
     if not ENABLED:
         return infer
-    from model_outputs import NUM_TOKENS  # (beside the proxy, as this file)
+    from model_library.model_outputs import NUM_TOKENS
 
     @functools.wraps(infer)
     async def traced(self, card, model, inputs, names, rows, parameters=None, admit=True):

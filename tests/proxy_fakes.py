@@ -10,10 +10,12 @@ from types import SimpleNamespace
 import numpy as np
 from fastapi.testclient import TestClient
 
-from model_library import model_errors
+from model_library import (
+    model_errors,
+    request_rules,  # noqa: E402
+)
 from model_library.in_process import model_module
 
-request_rules = model_module("proxy", "request_rules")  # imported as the proxy imports it (it imports model_errors)
 errors = model_module("proxy", "http_front.errors")
 prechecks = model_module("proxy", "http_front.prechecks")
 proxy_app = model_module("proxy", "http_front.app")

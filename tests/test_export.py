@@ -261,12 +261,9 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
     listed = {os.path.relpath(path, PROJECT) for kind in MODEL_CODE for pattern, _ in MODEL_CODE[kind]
               for path in glob.glob(os.path.join(PROJECT, pattern))}
     code = {p for p in tracked if p.endswith(".py") or p.endswith("/config.pbtxt") or p.endswith("warmup/text")}
-    # the package's own files, outside Triton only (model_library/__init__.py: the package; in_process.py: model code
-    # run in tests and bench): never installed
-    code -= {"model_library/__init__.py", "model_library/in_process.py"}
-    installed = ("model_common.py", "model_errors.py", "model_outputs.py", "request_rules.py", "tracing.py",
-                 "triton_server.py")  # the library's copies
-    assert code == listed - {p for p in listed if p not in tracked and p.endswith(installed)}
+    # in_process.py (model code run in tests and bench): outside Triton only, never installed
+    code -= {"model_library/in_process.py"}
+    assert code == listed
     checkout = tmp_path / "checkout"
     for path in tracked:
         os.makedirs(checkout / os.path.dirname(path), exist_ok=True)
@@ -284,12 +281,12 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
                  for f in files}
         assert names == {os.path.relpath(p, tmp_path / kind) for p in copied} and copied, kind
         assert not any(n.endswith((".json", ".pyc")) or n.startswith("configs") for n in names), (kind, names)
-        assert ("1/model_common.py" in names) == (kind not in ("proxy", "supervisor")), kind
-        assert ("1/model_errors.py" in names) == (kind != "supervisor"), kind  # the proxy reads the error contract
-        assert ("1/model_outputs.py" in names) == (kind != "supervisor"), kind  # and the output vocabulary
-        assert ("1/request_rules.py" in names) == (kind != "supervisor"), kind  # and the prechecks' rules
-        assert ("1/tracing.py" in names) == (kind != "supervisor"), kind  # and the traces
-        assert ("1/triton_server.py" in names) == (kind in ("proxy", "supervisor")), kind
+        # the library whole, as a package beside model.py; no module of it loose in the version folder
+        library = {f"1/model_library/{module}.py" for module in ("__init__", "model_common", "model_errors",
+                                                                  "model_outputs", "request_rules", "tracing",
+                                                                  "triton_server")}
+        assert library <= names and not {n for n in names if n.startswith("1/model_library/")} - library, kind
+        assert not {n for n in names if os.path.dirname(n) == "1"} & {"1/" + os.path.basename(n) for n in library}
 
 
 # ---------------------------------------------------------------- embedding_unnormalized: the pooled vector before L2

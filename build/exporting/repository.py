@@ -44,17 +44,12 @@ COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8
 # (prompts.json, text_cleaning.json, vectors.json, the library's copies...) into the checkout's folders, and a copy of
 # those into another export served the default's prompts (issue 40).
 # {kind: [(source under the project, destination in the model's folder)]}
-# the models' library (model_library/): the error contract (model_errors.py: plain Python, the proxy reads it
-# too), the output vocabulary (model_outputs.py: the proxy's too), the request rules that need no tokens
-# (request_rules.py: the proxy's prechecks too), the traces (tracing.py: the proxy's too) and what every inference
-# model shares (model_common.py), installed beside each one's model.py
-ERROR_CONTRACT = (os.path.join("model_library", "model_errors.py"), "1/")
-OUTPUT_VOCABULARY = (os.path.join("model_library", "model_outputs.py"), "1/")
-REQUEST_RULES = (os.path.join("model_library", "request_rules.py"), "1/")  # the models' and the proxy's prechecks
-TRACING = (os.path.join("model_library", "tracing.py"), "1/")  # OpenTelemetry traces (off unless the OTEL_* say)
-LIBRARY = [(os.path.join("model_library", "model_common.py"), "1/"), ERROR_CONTRACT, OUTPUT_VOCABULARY,
-           REQUEST_RULES, TRACING]
-TRITON_SERVER = (os.path.join("model_library", "triton_server.py"), "1/")  # Triton's HTTP API, flags, processes
+# The models' library, installed whole as the package model_library/ in each Python model's version folder, which
+# Triton's stub puts on sys.path: every model imports it as everything outside Triton does (`from model_library
+# import model_errors`). in_process.py (running a model's code outside Triton) is never installed.
+LIBRARY_MODULES = ("__init__", "model_common", "model_errors", "model_outputs", "request_rules", "tracing",
+                   "triton_server")
+LIBRARY = [(os.path.join("model_library", f"{module}.py"), "1/model_library/") for module in LIBRARY_MODULES]
 MODEL_CODE = {
     "tokenizer": [("model_source/tokenizer/config.pbtxt", "config.pbtxt"),
                   ("model_source/tokenizer/1/model.py", "1/"), ("model_source/tokenizer/1/grouping.py", "1/"),
@@ -66,9 +61,9 @@ MODEL_CODE = {
     "image_preprocess": [("model_source/tokenizer/image_preprocess.py", "1/model.py"), *LIBRARY],
     "proxy": [("model_source/proxy/config.pbtxt", "config.pbtxt"), ("model_source/proxy/1/model.py", "1/"),
               ("model_source/proxy/1/http_front/*.py", "1/http_front/"),
-              ERROR_CONTRACT, OUTPUT_VOCABULARY, REQUEST_RULES, TRACING, TRITON_SERVER],
+              *LIBRARY],
     "supervisor": [("model_source/supervisor/config.pbtxt", "config.pbtxt"),
-                   ("model_source/supervisor/1/model.py", "1/"), TRITON_SERVER],
+                   ("model_source/supervisor/1/model.py", "1/"), *LIBRARY],
 }
 
 
@@ -83,7 +78,7 @@ def templates_digest():
     digest = hashlib.sha256(json.dumps(GPU, sort_keys=True).encode() + b"\0")
     sources = glob.glob(os.path.join(SOURCE_REPOSITORY, "*", "*.template")) + [
         os.path.join(SOURCE_REPOSITORY, "embedding", "token_budget.c"), *(os.path.join(PROJECT, source)
-                                                                          for source, _ in (*LIBRARY, TRITON_SERVER)),
+                                                                          for source, _ in LIBRARY),
         os.path.join(PROJECT, GRAPH_CODE), os.path.join(PROJECT, PIPELINE_CODE)]
     for path in sorted(sources):
         digest.update(os.path.relpath(path, SOURCE_REPOSITORY).encode() + b"\0")

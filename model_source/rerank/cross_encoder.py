@@ -9,18 +9,18 @@ parameter `query`: the tokenizer pairs it with every document). Its errors name 
 read once here.
 """
 import json
-import os
 import sys
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import model_common  # noqa: E402  (installed beside this file by build/export.py)
-import model_errors  # noqa: E402  (the same)
-import request_rules  # noqa: E402  (the same)
-from model_outputs import LOGITS, NUM_TOKENS, QUERY_TRUNCATED, SCORES, TRUNCATED  # noqa: E402  (the same)
+from model_library import (
+    model_common,
+    model_errors,
+    request_rules,
+)
+from model_library.model_outputs import LOGITS, NUM_TOKENS, QUERY_TRUNCATED, SCORES, TRUNCATED
 
 OUTPUTS = [LOGITS, SCORES, NUM_TOKENS, TRUNCATED, QUERY_TRUNCATED]
 

@@ -35,9 +35,8 @@ import triton_python_backend_utils as pb_utils
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import model_common  # noqa: E402  (installed beside this file by build/export.py)
-from model_outputs import PIXEL_VALUES  # noqa: E402  (the same)
+from model_library import model_common
+from model_library.model_outputs import PIXEL_VALUES
 
 RESAMPLING = {mode.name.lower(): mode for mode in Image.Resampling}
 BOMB = (Image.DecompressionBombError, Image.DecompressionBombWarning)

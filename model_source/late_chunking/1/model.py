@@ -18,7 +18,6 @@ naming the limit), not windowed: windows would give the tokens of each a differe
 Bad spans are refused naming the span. Settings: config.pbtxt, read once here.
 """
 import json
-import os
 import re
 import sys
 
@@ -26,10 +25,11 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import model_common  # noqa: E402  (installed beside this file by build/export.py)
-import model_errors  # noqa: E402  (the same)
-from model_outputs import (  # noqa: E402  (the same)
+from model_library import (
+    model_common,
+    model_errors,
+)
+from model_library.model_outputs import (
     ATTENTION_MASK,
     CHUNK_SPANS,
     DENSE,

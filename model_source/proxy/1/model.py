@@ -30,14 +30,14 @@ from types import SimpleNamespace
 import triton_python_backend_utils as pb_utils
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the modules beside this file win any name clash
-from http_front.app import create_server_app  # noqa: E402
-from http_front.metrics import Metrics  # noqa: E402
-from http_front.readiness import Readiness  # noqa: E402
-from http_front.registry import Registry  # noqa: E402
-from http_front.server import Server  # noqa: E402
-from http_front.service import Service  # noqa: E402
-from triton_server import TritonHttp, secret  # noqa: E402
+from http_front.app import create_server_app
+from http_front.metrics import Metrics
+from http_front.readiness import Readiness
+from http_front.registry import Registry
+from http_front.server import Server
+from http_front.service import Service
+
+from model_library.triton_server import TritonHttp, secret
 
 
 def boolean(value):

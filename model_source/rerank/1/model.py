@@ -14,19 +14,19 @@ The texts are embedded by the export's BLS model (length groups); its errors nam
 query (row 0) or `documents[i - 1]`. Settings: config.pbtxt, read once here.
 """
 import json
-import os
 import sys
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import model_common  # noqa: E402  (installed beside this file by build/export.py)
-import model_errors  # noqa: E402  (the same)
-import model_outputs  # noqa: E402  (the same)
-import request_rules  # noqa: E402  (the same)
-from model_outputs import (  # noqa: E402  (the same)
+from model_library import (
+    model_common,
+    model_errors,
+    model_outputs,
+    request_rules,
+)
+from model_library.model_outputs import (
     COLBERT_LENGTH,
     COLBERT_VECTORS,
     DENSE,

@@ -40,9 +40,7 @@ import time
 import triton_python_backend_utils as pb_utils
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# installed beside this file by build/export.py
-from triton_server import TritonHttp, process_info, process_table, server_flags  # noqa: E402
+from model_library.triton_server import TritonHttp, process_info, process_table, server_flags
 
 STUB = b"triton_python_backend_stub"
 SETTINGS = {"interval_s": "SUPERVISOR_INTERVAL_S", "recovery_timeout_s": "SUPERVISOR_RECOVERY_TIMEOUT_S",

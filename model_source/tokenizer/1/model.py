@@ -47,11 +47,13 @@ import triton_python_backend_utils as pb_utils
 from tokenizers import Tokenizer
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import model_common  # noqa: E402  (installed beside this file by build/export.py)
-import request_rules  # noqa: E402  (the same)
-from model_errors import ErrorKind  # noqa: E402  (the same)
-from model_outputs import (  # noqa: E402  (the same)
+from grouping import pad_width, plan_groups, round_up
+from model_library import (
+    model_common,
+    request_rules,
+)
+from model_library.model_errors import ErrorKind
+from model_library.model_outputs import (
     ATTENTION_MASK,
     BYTE_OFFSETS,
     DECODED,
@@ -64,8 +66,6 @@ from model_outputs import (  # noqa: E402  (the same)
     TOKEN_TEXT,
     TRUNCATED,
 )
-
-from grouping import pad_width, plan_groups, round_up  # noqa: E402
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 InvalidInput = model_common.InvalidInput  # a request's error about one field (model_errors.py's contract)

@@ -4,7 +4,7 @@ import asyncio
 import os
 import time
 
-from model_errors import ErrorKind
+from model_library.model_errors import ErrorKind
 
 from .errors import ApiError, NotFound, Unavailable
 

@@ -8,10 +8,11 @@ through FastAPI. The app's state: settings, service, metrics (create_app).
 """
 from typing import Protocol
 
-import tracing
 from fastapi import APIRouter, FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.staticfiles import StaticFiles
+
+from model_library import tracing
 
 from . import http_errors, routes_admin, routes_cohere, routes_openai, routes_seed, routes_server, routes_tei
 from .direct import DirectRoutes

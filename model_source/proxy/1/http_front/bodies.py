@@ -12,8 +12,9 @@ import time
 
 import orjson
 from fastapi.exceptions import RequestValidationError
-from model_errors import ErrorKind
 from pydantic import ValidationError
+
+from model_library.model_errors import ErrorKind
 
 from .errors import ApiError
 

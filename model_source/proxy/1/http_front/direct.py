@@ -18,9 +18,10 @@ import typing
 from fastapi import Request, params
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from model_errors import ErrorKind
 from pydantic import BaseModel, TypeAdapter
 from starlette.responses import PlainTextResponse, Response
+
+from model_library.model_errors import ErrorKind
 
 from . import bodies
 from .errors import status

@@ -9,11 +9,11 @@ message is composed then (it leads with the field), and every dialect's body car
 (bulk_embed's HTTP door) reads the kind and the field, never the prose."""
 from typing import NamedTuple
 
-import model_errors
 import orjson
-import tracing
-from model_errors import ErrorKind
 from starlette.responses import Response
+
+from model_library import model_errors, tracing
+from model_library.model_errors import ErrorKind
 
 MAX_MESSAGE_CHARS = 1000  # an error that quotes a client's value (a 1 MB model id) is cut: no 1 MB error back
 INVALID, AUTH, TIMEOUT, BUSY, DOWN, FAULT = ("invalid_request_error", "authentication_error", "timeout_error",

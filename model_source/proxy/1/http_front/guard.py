@@ -1,7 +1,7 @@
 """The proxy's gate in front of the routes (HttpGuard)."""
 import asyncio
 
-from model_errors import ErrorKind
+from model_library.model_errors import ErrorKind
 
 from . import admission, bodies, dialects
 from .errors import ApiError, response

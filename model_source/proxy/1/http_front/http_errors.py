@@ -3,8 +3,9 @@ every error answered in the shape of the dialect its path speaks (dialects.shape
 import re
 
 from fastapi.exceptions import RequestValidationError
-from model_errors import ErrorKind
 from starlette.exceptions import HTTPException
+
+from model_library.model_errors import ErrorKind
 
 from . import dialects
 from .errors import ApiError, response, status

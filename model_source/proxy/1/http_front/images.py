@@ -22,7 +22,7 @@ import threading
 import time
 from urllib.parse import unquote_to_bytes, urljoin, urlsplit
 
-from model_errors import ErrorKind
+from model_library.model_errors import ErrorKind
 
 from .errors import ApiError
 

@@ -10,12 +10,11 @@ import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-import model_errors
-import model_outputs
 import numpy as np
-import tracing
-from model_errors import ErrorKind
-from model_outputs import (
+
+from model_library import model_errors, model_outputs, tracing
+from model_library.model_errors import ErrorKind
+from model_library.model_outputs import (
     CHUNK_SPANS,
     DECODED,
     DENSE,

@@ -2,10 +2,11 @@
 per-model nv_* metrics are on Triton's metrics port."""
 import time
 
-from model_errors import ErrorKind
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from starlette.routing import Match
+
+from model_library.model_errors import ErrorKind
 
 from .errors import status
 

@@ -12,7 +12,9 @@ are `query` and `documents[i]`.
 
 What needs the tokens (a text over the max length with truncate false) stays the tokenizer's alone: the routes ask
 it (Service.measure) for a request the gate refused (route_helpers.cut_while_busy). Plain Python: no Triton import."""
-import request_rules  # the models' own rules (model_library/request_rules.py, installed beside this file)
+from model_library import (
+    request_rules,  # the models' own rules (model_library/request_rules.py, installed beside this file)
+)
 
 from .errors import InvalidInput
 

@@ -20,7 +20,7 @@ import os
 import socket
 import threading
 
-from model_errors import ErrorKind
+from model_library.model_errors import ErrorKind
 
 
 def answers_as(triton, server_id):

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from model_errors import ErrorKind
+from model_library.model_errors import ErrorKind
 
 from .errors import NotFound, Unavailable
 

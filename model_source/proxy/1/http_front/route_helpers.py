@@ -9,14 +9,14 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import model_errors
-import model_outputs
 import numpy as np
 import orjson
 from fastapi import Depends, Request
 from fastapi.routing import APIRoute
-from model_errors import ErrorKind
 from starlette.responses import Response
+
+from model_library import model_errors, model_outputs
+from model_library.model_errors import ErrorKind
 
 from . import bodies, errors, schemas
 from .errors import ApiError, NotAdmitted, rename_field

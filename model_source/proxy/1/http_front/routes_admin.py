@@ -2,7 +2,8 @@
 this router's paths): POST /v1/models/{id}/load, /unload, and the seed API's CLIP admin routes POST
 /load_clip_model, /unload_clip_model, /delete_clip_model. Errors in OpenAI's shape."""
 from fastapi import Depends, Request
-from model_errors import ErrorKind
+
+from model_library.model_errors import ErrorKind
 
 from . import dialects, schemas
 from . import route_helpers as shared

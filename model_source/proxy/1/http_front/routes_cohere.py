@@ -6,7 +6,8 @@ Errors in Cohere's shape (its `message`, OpenAI's error object beside it); its f
 import uuid
 
 from fastapi import Request
-from model_errors import ErrorKind
+
+from model_library.model_errors import ErrorKind
 
 from . import dialects, schemas
 from . import route_helpers as shared

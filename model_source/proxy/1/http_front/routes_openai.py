@@ -4,7 +4,8 @@ POST /v1/encode, and late chunking's POST /v1/chunk_embeddings. Errors in OpenAI
 import os
 
 from fastapi import Request
-from model_errors import ErrorKind
+
+from model_library.model_errors import ErrorKind
 
 from . import dialects, images, schemas
 from . import route_helpers as shared

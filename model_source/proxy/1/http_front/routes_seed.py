@@ -5,7 +5,8 @@ import time
 
 import numpy as np
 from fastapi import Query, Request
-from model_errors import ErrorKind
+
+from model_library.model_errors import ErrorKind
 
 from . import dialects, images, schemas
 from . import route_helpers as shared

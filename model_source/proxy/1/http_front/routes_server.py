@@ -1,8 +1,9 @@
 """The server's own routes, in no API's dialect and behind no key: GET /health (ready), /health/live (the probes)
 and GET /metrics (Prometheus)."""
 from fastapi import Request
-from model_errors import ErrorKind
 from starlette.responses import PlainTextResponse, Response
+
+from model_library.model_errors import ErrorKind
 
 from . import dialects
 from .errors import status

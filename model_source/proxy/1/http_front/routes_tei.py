@@ -10,11 +10,12 @@ fields (`texts`, `inputs.sentences`). `truncate` is false unless asked on every 
 --auto-truncate false, as /info says). TEI serves one model; here a body's `model` picks an export, else the default
 one."""
 
-import model_errors
 import numpy as np
 from fastapi import Request
-from model_errors import ErrorKind
 from pydantic import TypeAdapter
+
+from model_library import model_errors
+from model_library.model_errors import ErrorKind
 
 from . import bodies, dialects, schemas
 from . import route_helpers as shared
