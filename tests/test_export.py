@@ -259,7 +259,7 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
     tracked = subprocess.run(["git", "-C", PROJECT, "ls-files", "model_source", "model_library"],
                              capture_output=True, text=True, check=True).stdout.split()
     listed = {os.path.relpath(path, PROJECT) for kind in MODEL_CODE for pattern, _ in MODEL_CODE[kind]
-              for path in glob.glob(os.path.join(PROJECT, pattern))}
+              for path in glob.glob(os.path.join(PROJECT, pattern), recursive=True)}
     code = {p for p in tracked if p.endswith(".py") or p.endswith("/config.pbtxt") or p.endswith("warmup/text")}
     # in_process.py (model code run in tests and bench): outside Triton only, never installed
     code -= {"model_library/in_process.py"}

@@ -60,7 +60,7 @@ MODEL_CODE = {
     "late_chunking": [("model_source/late_chunking/1/model.py", "1/"), *LIBRARY],
     "image_preprocess": [("model_source/tokenizer/image_preprocess.py", "1/model.py"), *LIBRARY],
     "proxy": [("model_source/proxy/config.pbtxt", "config.pbtxt"), ("model_source/proxy/1/model.py", "1/"),
-              ("model_source/proxy/1/http_front/*.py", "1/http_front/"),
+              ("model_source/proxy/1/http_front/**/*.py", "1/http_front/"),
               *LIBRARY],
     "supervisor": [("model_source/supervisor/config.pbtxt", "config.pbtxt"),
                    ("model_source/supervisor/1/model.py", "1/"), *LIBRARY],
@@ -112,13 +112,15 @@ def copy_model_code(kind, model_dir, project=PROJECT, keep_config=False):
     stays (the proxy's and supervisor's of a repository outside the project: their settings are the user's)."""
     copied = []
     for pattern, destination in MODEL_CODE[kind]:
-        sources = sorted(glob.glob(os.path.join(project, pattern)))
+        sources = sorted(glob.glob(os.path.join(project, pattern), recursive=True))
         if not sources:
             fail(f"{pattern} is missing from the checkout")
+        # a package's files (`**`) keep their place under its folder; others go into `destination` by name
+        base = os.path.join(project, pattern.split("**")[0]) if "**" in pattern else None
         for source in sources:
             target = os.path.join(model_dir, destination)
             if destination.endswith("/"):
-                target = os.path.join(target, os.path.basename(source))
+                target = os.path.join(target, os.path.relpath(source, base) if base else os.path.basename(source))
             if keep_config and destination == "config.pbtxt" and os.path.exists(target):
                 continue
             # an unchanged file keeps its mtime: Triton's polling reloads none
