@@ -12,6 +12,9 @@ PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # joins the name to its own checkout's folder, as it may run from a copy).
 SERVING_REPOSITORY_NAME = "model_repository"
 SERVING_REPOSITORY = os.path.join(PROJECT, SERVING_REPOSITORY_NAME)
+# The models' source (tracked): one folder per Triton model, its code and config templates; export reads it
+MODEL_SOURCE_NAME = "model_source"
+MODEL_SOURCE = os.path.join(PROJECT, MODEL_SOURCE_NAME)
 
 
 def setting(name, default, env=None):
