@@ -27,8 +27,8 @@ def third_party_imports():
     library = glob.glob(os.path.join(PROJECT, "model_library", "*.py"))  # export installs it beside each model.py
     for path in glob.glob(os.path.join(PROJECT, "model_source", "**", "*.py"), recursive=True) + library:
         beside = glob.glob(os.path.join(os.path.dirname(path), "*"))  # modules and packages (the proxy's http_front)
-        local = {os.path.splitext(os.path.basename(p))[0] for p in beside + library
-                 if p.endswith(".py") or os.path.isfile(os.path.join(p, "__init__.py"))}
+        local = {os.path.splitext(os.path.basename(p))[0] for p in beside
+                 if p.endswith(".py") or os.path.isfile(os.path.join(p, "__init__.py"))} | {"model_library"}
         with open(path, encoding="utf-8") as handle:
             tree = ast.parse(handle.read(), path)
         for node in ast.walk(tree):
