@@ -1,6 +1,6 @@
 """An OTLP/HTTP trace receiver (POST /v1/traces) that decodes the real messages with opentelemetry-proto: protobuf
 (the OpenTelemetry SDKs', model_library/tracing.py's) and OTLP/JSON (Triton 24.07's exporter sends JSON, ids in hex).
-tests/test_tracing.py asserts on what it keeps; bench/tracing_cost.py counts each server's spans with it."""
+tests/test_tracing.py asserts on what it keeps; bench/studies/tracing_cost.py counts each server's spans with it."""
 import base64
 import gzip
 import threading

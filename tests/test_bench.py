@@ -88,7 +88,7 @@ def test_storage_corpus_and_scores():
     equal bit counts."""
     import numpy as np
 
-    from bench import storage
+    from bench.studies import storage
 
     packages = ("sentence_transformers", "datasets")  # two of the PACKAGES: quick
     first, again = storage.build_corpus(20, 100, packages=packages), storage.build_corpus(20, 100, packages=packages)
@@ -127,9 +127,10 @@ def test_multilingual_corpus_is_deterministic_and_mixed(minilm_repository):
 
 
 def test_proxy_app_benchmark_measures_both_apps():
-    """bench/proxy_app.py: every workload answered as expected by both apps (it exits otherwise) and a ratio each,
+    """bench/studies/proxy_app.py: every workload answered as expected by both apps (it exits otherwise) and a ratio
+    each,
     with an idle gap before each request."""
-    result = subprocess.run([sys.executable, "-m", "bench.proxy_app", "--requests", "20", "--rounds", "1",
+    result = subprocess.run([sys.executable, "-m", "bench.studies.proxy_app", "--requests", "20", "--rounds", "1",
                              "--gap-ms", "1"],
                             cwd=PROJECT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -33,13 +33,14 @@ def test_gpu_script_pipeline_runs_on_cpu(tmp_path):
 
 
 def test_storage_benchmark_on_a_slice(tmp_path):
-    """bench/storage.py end to end on 25 queries and 150 passages (from two packages' docstrings) at two widths: the
+    """bench/studies/storage.py end to end on 25 queries and 150 passages (from two packages' docstrings) at two
+    widths: the
     export with a Matryoshka width, the server, every output, recall and bytes per option, the serving-cost rounds,
     the table and the plot."""
     work, output = tmp_path / "work", tmp_path / "out"
     packages = ("sentence_transformers", "datasets")  # two of the PACKAGES: quick to read
     result = subprocess.run(
-        [sys.executable, "-m", "bench.storage", "--queries", "25", "--passages", "150", "--widths", "384,64",
+        [sys.executable, "-m", "bench.studies.storage", "--queries", "25", "--passages", "150", "--widths", "384,64",
          "--packages", ",".join(packages), "--cost-texts", "32", "--cost-rounds", "1", "--short",
          "--work-dir", str(work), "--output", str(output)],
         cwd=PROJECT, capture_output=True, text=True, timeout=900)

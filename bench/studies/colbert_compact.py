@@ -1,8 +1,8 @@
 """Compact ColBERT (issue 17, item 4): bytes per passage for each pool factor and type, and how well MaxSim keeps
 its ranking against the full float vectors, through the real tritonserver (`ensemble_bls`).
 
-The model is bge-m3's *shape* (hidden 1024, the XLM-R tokenizer, random sparse and ColBERT heads: bench.m3_cost's
-build_model) with one random layer. Vector counts, hence bytes, are what bge-m3 gives for the same texts (they depend
+The model is bge-m3's *shape* (hidden 1024, the XLM-R tokenizer, random sparse and ColBERT heads:
+bench.studies.m3_cost's build_model) with one random layer. Vector counts, hence bytes, are what bge-m3 gives for the same texts (they depend
 only on the tokens); the ranking figures are a sanity check of the compression on random vectors, not a retrieval
 quality measure (that needs the real model and relevance labels, e.g. the paper's BEIR runs).
 
@@ -13,7 +13,7 @@ Compressed passages are scored as stored: fp16 cast back, int8 / 127, binary as 
 asymmetric score: float query, binary passage). Per query: Spearman's rho of all passages' scores and the overlap of
 the top 10 with the full float ranking; mean over queries.
 
-    python -m bench.colbert_compact [--passages 100 --queries 20 --work-dir DIR]   (~3 min on 2 busy cores)
+    python -m bench.studies.colbert_compact [--passages 100 --queries 20 --work-dir DIR]   (~3 min on 2 busy cores)
 """
 import argparse
 import os
@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from bench import common, corpus
-from bench.m3_cost import build_model, tokenizer_folder
+from bench.studies.m3_cost import build_model, tokenizer_folder
 
 NAME = "m3c"
 MAX_LENGTH = 512

@@ -1,7 +1,7 @@
 """First-request latency on a freshly started server, with and without the exports' warm-up (issue 12).
 
-    python -m bench.warm_start                      # 3 fresh starts each way -> docs/warm-start.md
-    python -m bench.warm_start --starts 1 --output /tmp/warm.md
+    python -m bench.studies.warm_start                      # 3 fresh starts each way -> docs/warm-start.md
+    python -m bench.studies.warm_start --starts 1 --output /tmp/warm.md
 
 For each start: a scratch copy of the export (model_repository/ if it holds one, else all-MiniLM-L6-v2 exported
 into bench/results/repository, as bench.run does), either as exported or with every `model_warmup` block removed
@@ -22,7 +22,7 @@ import urllib.request
 
 from bench import common
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT = common.PROJECT
 
 SHORT = "how do I reset my password"
 LONG = " ".join(["The committee reviewed the proposal in detail and asked for a revised budget before the vote."] * 12)
@@ -67,7 +67,7 @@ def one_start(source, warm, work_dir):
 
 def markdown(runs, argv):
     lines = ["# First request after start, with and without warm-up", "",
-             f"`python -m bench.warm_start {' '.join(argv)}` on {platform.machine()}, {os.cpu_count()} cores; "
+             f"`python -m bench.studies.warm_start {' '.join(argv)}` on {platform.machine()}, {os.cpu_count()} cores; "
              "tritonserver 2.48 started fresh for every row; one request at a time through the ensemble over KServe "
              "HTTP. Cold: the same export with its `model_warmup` blocks (tokenizer and encoder) removed. Steady: "
              "median of the 20 requests that follow. Times in ms; ready: seconds from start to /v2/health/ready.", "",

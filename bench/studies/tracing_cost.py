@@ -10,7 +10,7 @@ The receiver (bench/otlp_receiver.py) decodes what it gets (opentelemetry-proto)
 (`service.name`), so a row whose server sent nothing when it should have (or sent spans with tracing off) is caught,
 not measured as free.
 
-    python -m bench.tracing_cost [--seconds 20] [--rounds 3] [--clients 4] [--repository DIR] [--write-docs]
+    python -m bench.studies.tracing_cost [--seconds 20] [--rounds 3] [--clients 4] [--repository DIR] [--write-docs]
 """
 import argparse
 import json
@@ -42,7 +42,7 @@ def service_name(mode):
 def markdown(summary, args, queries, machine):
     base = summary["off"]
     lines = [HEADING.rstrip("\n"), "",
-             f"`python -m bench.tracing_cost --seconds {args.seconds:g} --rounds {args.rounds} --clients "
+             f"`python -m bench.studies.tracing_cost --seconds {args.seconds:g} --rounds {args.rounds} --clients "
              f"{args.clients}` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {machine}). Workload: queries, "
              f"one text per request to `POST /v1/embeddings` ({len(queries)} multilingual queries, "
              f"{min(q['tokens'] for q in queries)}-{max(q['tokens'] for q in queries)} tokens), {args.clients} wrk "

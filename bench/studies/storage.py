@@ -2,9 +2,10 @@
 (float32, int8, uint8, binary, ubinary) at each Matryoshka width, against float32 at full width; and what each
 option costs to serve (texts/s relative to float32), all through the real tritonserver's `ensemble_bls`.
 
-    python -m bench.storage                                  # 1,000 queries, 10,000 passages -> docs/storage.md
-    python -m bench.storage --queries 50 --passages 300 --output /tmp/storage   # a quick look
-    python -m bench.storage --queries 25 --passages 150 --packages sentence_transformers,datasets --short  # a smoke
+    python -m bench.studies.storage                                  # 1,000 queries, 10,000 passages -> docs/storage.md
+    python -m bench.studies.storage --queries 50 --passages 300 --output /tmp/storage   # a quick look
+    # a smoke:
+    python -m bench.studies.storage --queries 25 --passages 150 --packages sentence_transformers,datasets --short
 
 Steps:
   1. corpus (offline, deterministic): docstrings of the Python packages the project's requirements install
@@ -42,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from bench import common
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT = common.PROJECT
 
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # Installed by requirements.txt (matplotlib, datasets, sentence-transformers directly; numpy, scipy, scikit-learn,
@@ -56,7 +57,7 @@ OUTPUTS = {"float32": "embedding", "int8": "embedding_int8", "uint8": "embedding
 K = 10
 RESCORE = 40
 SEED = 17
-TABLE_BEGIN, TABLE_END = "<!-- storage table: bench/storage.py writes it -->", "<!-- end of storage table -->"
+TABLE_BEGIN, TABLE_END = "<!-- storage table: bench/studies/storage.py writes it -->", "<!-- end of storage table -->"
 
 _START = time.monotonic()
 

@@ -14,8 +14,8 @@ fixed token lengths at a few batch sizes:
   - end to end, as a cross-check: the dense and all-outputs model.onnx run alternately, round after round, so that
     other load on the machine hits both alike; the median of the per-round ratios.
 
-    python -m bench.m3_cost                                  # markdown to stdout (~10 min on 2 busy cores)
-    python -m bench.m3_cost --output docs/m3-cost.md --work-dir /tmp/m3cost --layers 2,4 --batch-sizes 1,4
+    python -m bench.studies.m3_cost                                  # markdown to stdout (~10 min on 2 busy cores)
+    python -m bench.studies.m3_cost --output docs/m3-cost.md --work-dir /tmp/m3cost --layers 2,4 --batch-sizes 1,4
 """
 import argparse
 import json
@@ -206,7 +206,7 @@ def pct(x):
 def markdown(run):
     layers = run["layers"]
     lines = ["# What bge-m3's sparse and ColBERT outputs cost the encoder", "",
-             f"`python -m bench.m3_cost {' '.join(run['argv'])}` on {run['machine']}; onnxruntime {run['ort']} "
+             f"`python -m bench.studies.m3_cost {' '.join(run['argv'])}` on {run['machine']}; onnxruntime {run['ort']} "
              f"in-process on CPU, intra-op threads: {run['threads'] or 'all cores'}. A random XLM-R of bge-m3's shape "
              f"(hidden 1024, 16 heads, FFN 4096, vocabulary 250,002) with {' and '.join(map(str, layers))} layers "
              f"and random bge-m3 heads, exported by build/export.py with `--outputs dense` and with all three "

@@ -10,7 +10,7 @@ the two apps; the ratio is FastAPI's time over the direct one's (above 1: direct
 Triton computes (~11 ms for a query on 2 cores): only the request's own CPU is counted, but it then runs on a core
 that went idle (cold caches). On this machine that alone makes the same code ~3x dearer (bench/TUNING.md).
 
-    python -m bench.proxy_app [--requests 2000] [--rounds 3] [--width 1024] [--gap-ms 11]
+    python -m bench.studies.proxy_app [--requests 2000] [--rounds 3] [--width 1024] [--gap-ms 11]
 """
 import argparse
 import asyncio

@@ -3,7 +3,8 @@
 One request = the same 8 texts. Both clients keep their connection open; after a warm-up, requests alternate
 gRPC and proxy (so drift on a noisy machine hits both alike) and the p50/p90 of each are compared.
 
-    python bench/proxy_overhead.py --grpc 127.0.0.1:8001 --proxy http://127.0.0.1:8080 [--requests 200] [--model NAME]
+    python -m bench.studies.proxy_overhead --grpc 127.0.0.1:8001 --proxy http://127.0.0.1:8080 \
+        [--requests 200] [--model NAME]
 """
 import argparse
 import http.client as httplib

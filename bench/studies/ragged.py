@@ -1,6 +1,6 @@
 """Ragged batching against width groups, on this machine's CPU (issue 51): which one an export should ship with.
 
-    .venv/bin/python -m bench.ragged [--model M] [--rounds 2] [--onnxruntime-backend FOLDER|none] [--short]
+    .venv/bin/python -m bench.studies.ragged [--model M] [--rounds 2] [--onnxruntime-backend FOLDER|none] [--short]
 
 Three exports of one model in one scratch repository, served by one tritonserver (Triton's C++ onnxruntime backend
 when ONNXRUNTIME_BACKEND or --onnxruntime-backend names it, else the stand-in):
@@ -37,9 +37,9 @@ def progress(message):
 
 def build_repository(model, scratch):
     """The three exports; pow2's tokenizer gets pad_to_power_of_two through the config module."""
-    common.run_export(model, scratch, who="bench.ragged")
-    common.run_export(model, scratch, "--name", "pow2", who="bench.ragged")
-    common.run_export(model, scratch, "--name", "ragged", "--ragged-batch", who="bench.ragged")
+    common.run_export(model, scratch, who="bench.studies.ragged")
+    common.run_export(model, scratch, "--name", "pow2", who="bench.studies.ragged")
+    common.run_export(model, scratch, "--name", "ragged", "--ragged-batch", who="bench.studies.ragged")
     path = os.path.join(scratch, "pow2_tokenizer", "config.pbtxt")
     common.pbtxt.write(path, common.pbtxt.with_parameters(common.pbtxt.read(path), {"pad_to_power_of_two": "true"}))
 
