@@ -81,6 +81,14 @@ def config_parameters(args):
     return config, {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
 
 
+def start_model(args):
+    """What every Python model's initialize() does first: the decoder installed before the first request is loaded,
+    its spans named after it (tracing.py); returns (its config, its version folder)."""
+    install_decoder()
+    tracing.name_model(args.get("model_name"))
+    return json.loads(args["model_config"]), os.path.join(args["model_repository"], args["model_version"])
+
+
 def install_decoder():
     """Call first in initialize(): the stub looks the decoder up for each request it loads."""
     pb_utils.deserialize_bytes_tensor = deserialize_bytes_tensor
@@ -216,8 +224,7 @@ class RequestModel:
     answer(request, self.work). A model that runs its requests side by side overrides execute()."""
 
     def initialize(self, args):
-        install_decoder()
-        tracing.name_model(args.get("model_name"))
+        start_model(args)
         self.config, self.parameters = config_parameters(args)
         self.setup(args)
 

@@ -123,10 +123,7 @@ def _parameter(config, key):
 
 class TritonPythonModel:
     def initialize(self, args):
-        model_common.install_decoder()  # before the first request is loaded
-        model_common.tracing.name_model(args.get("model_name"))  # the name of its spans (traced: tracing.py)
-        config = json.loads(args["model_config"])
-        here = os.path.join(args["model_repository"], args["model_version"])
+        config, here = model_common.start_model(args)
         with open(os.path.join(here, "preprocess.json"), encoding="utf-8") as handle:
             preprocess = json.load(handle)
         try:

@@ -85,10 +85,7 @@ def _parameter(config, key):
 
 class TritonPythonModel:
     def initialize(self, args):
-        model_common.install_decoder()  # before the first request is loaded
-        model_common.tracing.name_model(args.get("model_name"))  # the name of its spans (traced: tracing.py)
-        config = json.loads(args["model_config"])
-        here = os.path.join(args["model_repository"], args["model_version"])
+        config, here = model_common.start_model(args)
         self.tokenizer = Tokenizer.from_file(os.path.join(here, "tokenizer.json"))
         if self.tokenizer.padding is None or self.tokenizer.truncation is None:
             raise pb_utils.TritonModelException("tokenizer.json lacks padding or truncation: re-run build/export.py")
