@@ -1,8 +1,9 @@
 """Shared fixtures: real exports into temporary repositories, served by the real tritonserver 2.48.0.
 
 Every input comes from the repository (tests/fixtures) or from pip packages the project installs. MODEL_PYTHON
-(set by `make test` for its second pass) runs the Python models on another interpreter's venv, e.g. Python 3.10
-with the container's pins; tests that go through a server carry the `serving` mark, which selects that pass.
+(`make test` sets it when .venv-py310 exists) runs the Python models on another interpreter's venv, Python 3.10
+with the container's pins; tests that go through a server carry the `serving` mark (`make test-unit` leaves them
+out). `make test` runs two passes: the modules spread over pytest-xdist workers, then those marked `serial` alone.
 """
 import atexit
 import contextlib
