@@ -27,6 +27,7 @@ import threading
 import time
 
 from bench import common
+from local_triton.settings import MODEL_SOURCE
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,7 +35,7 @@ ARCHITECTURE = "ViT-B-32"
 NAME = "clip"
 SEED = 19
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
-PREPROCESS_CODE = os.path.join(PROJECT, "model_source", "tokenizer", "image_preprocess.py")
+PREPROCESS_CODE = os.path.join(MODEL_SOURCE, "tokenizer", "image_preprocess.py")
 WORKLOAD = "256×256 JPEG (quality 90) photo-like images: seeded colour gradients, filled shapes, light noise"
 # slowest_requests: a served window lasts at least this many of the slowest warm-up requests (load's docstring)
 FULL = {"images": 64, "concurrency": (1, 4, 16), "per_request": (1, 8), "seconds": 8.0, "slowest_requests": 3,

@@ -34,6 +34,7 @@ import suite_stats
 # proxy_fakes) through pytest's own rootdir handling.
 from exporting import pbtxt  # noqa: F401 (the tests' config reader: the project's one)
 from local_triton import launch
+from local_triton.settings import MODEL_SOURCE
 from model_library.in_process import import_python_model as import_model_code
 from triton_clients import VARIED_TEXTS
 
@@ -143,7 +144,7 @@ def pytest_report_header():
 def import_python_model(model, path=None, **fake_attributes):
     """model_source/<model>/1/model.py (or the file at `path`, relative to the project) imported with a fake
     triton_python_backend_utils (unit tests), which is taken out of sys.modules again afterwards."""
-    path = os.path.join(PROJECT, *(path.split("/") if path else ("model_source", model, "1", "model.py")))
+    path = os.path.join(PROJECT, *path.split("/")) if path else os.path.join(MODEL_SOURCE, model, "1", "model.py")
     return import_model_code(path, f"{model}_model_under_test", **fake_attributes)
 
 

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from conftest import PROJECT, import_python_model
+from conftest import import_python_model
 from exporting import image_config
 from exporting.clip import import_open_clip
+from local_triton.settings import MODEL_SOURCE
 
 TOLERANCE = 1e-5
 
@@ -307,7 +308,7 @@ def test_hostile_rows_fail_their_request_only(module, images, threads, tmp_path)
 
 
 def test_config_template_declares_what_the_model_reads():
-    with open(os.path.join(PROJECT, "model_source", "tokenizer", "image.pbtxt.template"), encoding="utf-8") as f:
+    with open(os.path.join(MODEL_SOURCE, "tokenizer", "image.pbtxt.template"), encoding="utf-8") as f:
         template = f.read()
     for key in ("max_image_bytes", "max_image_pixels", "decode_threads"):
         assert f'key: "{key}"' in template

@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from conftest import PROJECT, pbtxt
+from local_triton.settings import MODEL_SOURCE
 
-TOKENIZER = os.path.join(PROJECT, "model_source", "tokenizer", "config.pbtxt")
+TOKENIZER = os.path.join(MODEL_SOURCE, "tokenizer", "config.pbtxt")
 
 
 def test_a_config_that_does_not_parse_names_its_file(tmp_path):

@@ -9,8 +9,9 @@ import stat
 import numpy as np
 import pytest
 
-from conftest import PROJECT, start_server, stop_server, wait_for_proxy
+from conftest import start_server, stop_server, wait_for_proxy
 from local_triton import launch
+from local_triton.settings import MODEL_SOURCE
 from triton_clients import infer
 
 
@@ -144,7 +145,7 @@ def test_the_gpu_configs_hold_the_gpu_tables_values_whatever_the_cpu_config_says
     other values changes none of them."""
     from exporting import pbtxt, repository
 
-    cpu = pbtxt.read(os.path.join(PROJECT, "model_source", "tokenizer", "config.pbtxt"))
+    cpu = pbtxt.read(os.path.join(MODEL_SOURCE, "tokenizer", "config.pbtxt"))
     other = pbtxt.with_max_queue_size(pbtxt.with_instance_count(cpu, 3), 7)
     other = pbtxt.with_parameters(other, dict.fromkeys(repository.GPU_TOKENIZER, "3"))
     assert pbtxt.instance_count(other) == 3 and pbtxt.max_queue_size(other) == 7

@@ -42,6 +42,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from bench import common
+from local_triton.settings import MODEL_SOURCE
 
 PROJECT = common.PROJECT
 
@@ -306,7 +307,7 @@ def postprocess_cost(repository, widths, rows=32, repeats=200):
     import numpy as np
 
     module = common.import_python_model(
-        os.path.join(PROJECT, "model_source", "ensemble_bls", "1", "model.py"), "storage_bls_model")
+        os.path.join(MODEL_SOURCE, "ensemble_bls", "1", "model.py"), "storage_bls_model")
     model = module.TritonPythonModel.__new__(module.TritonPythonModel)
     model.ranges = {w: ranges_of(repository, w) for w in widths}
     full = max(widths)
