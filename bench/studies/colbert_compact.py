@@ -3,8 +3,9 @@ its ranking against the full float vectors, through the real tritonserver (`ense
 
 The model is bge-m3's *shape* (hidden 1024, the XLM-R tokenizer, random sparse and ColBERT heads:
 bench.studies.m3_cost's build_model) with one random layer. Vector counts, hence bytes, are what bge-m3 gives for
-the same texts (they depend only on the tokens); the ranking figures are a sanity check of the compression on random vectors, not a retrieval
-quality measure (that needs the real model and relevance labels, e.g. the paper's BEIR runs).
+the same texts (they depend only on the tokens); the ranking figures are a sanity check of the compression on random
+vectors, not a retrieval quality measure (that needs the real model and relevance labels, e.g. the paper's BEIR
+runs).
 
 Passages: ~100 passages of 200-500 tokens (bench/corpus.py, real English prose); queries: 20 sentences of 5-30
 tokens, scored against every passage: MaxSim = sum over query vectors of the best dot product with the passage's
