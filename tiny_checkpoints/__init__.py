@@ -541,6 +541,25 @@ def build_qwen3_reranker(folder, seed=109, chat_template=True):
     return folder
 
 
+def build_electra_reranker(folder, seed=111):
+    """cross-encoder/ms-marco-electra-base: ElectraForSequenceClassification (num_labels 1: one logit, CrossEncoder's
+    sigmoid), ELECTRA's uncased WordPiece (BERT's vocabulary: MiniLM's files, tokenizer_class ElectraTokenizer),
+    pairs as [CLS] A [SEP] B [SEP] with token types; max 512."""
+    import torch
+    from transformers import ElectraConfig, ElectraForSequenceClassification
+
+    folder = _folder(folder)
+    torch.manual_seed(seed)
+    config = ElectraConfig(vocab_size=30522, embedding_size=HIDDEN, hidden_size=HIDDEN, num_hidden_layers=2,
+                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=512, num_labels=1)
+    model = ElectraForSequenceClassification(config)
+    _scale(model, 0.3)
+    _save_model(model, folder)
+    _copy_minilm_tokenizer(folder)
+    _patch_json(os.path.join(folder, "tokenizer_config.json"), tokenizer_class="ElectraTokenizer", model_max_length=512)
+    return folder
+
+
 def build_static_embedding(folder, seed=110, dimension=HIDDEN):
     """sentence-transformers/static-retrieval-mrl-en-v1: one StaticEmbedding module (0_StaticEmbedding: tokenizer.json
     and model.safetensors with embedding.weight, the mean of token vectors), bert-base-uncased's tokenizer (MiniLM's
@@ -588,6 +607,8 @@ FAMILIES = {
     "static_embedding": Family(build_static_embedding, "SentenceTransformer",
                                "sentence-transformers/static-retrieval-mrl-en-v1", "static", own_max_length=True),
     "splade": Family(build_splade, "SparseEncoder", "naver/splade-v3", "splade"),
+    "electra_reranker": Family(build_electra_reranker, "CrossEncoder", "cross-encoder/ms-marco-electra-base",
+                               "electra"),
     "qwen3_reranker": Family(build_qwen3_reranker, "CrossEncoder", "tomaarsen/Qwen3-Reranker-0.6B-seq-cls", "qr",
                              checked_in="tests/test_decoder_reranker.py"),
 }

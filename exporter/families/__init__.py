@@ -27,6 +27,7 @@ CROSS_ENCODERS = {
     "xlm-roberta": cross_encoder,  # <s> A </s></s> B </s>, no token types (bge-reranker-v2-m3)
     "roberta": cross_encoder,
     "bert": cross_encoder,  # [CLS] A [SEP] B [SEP], token types (ms-marco-MiniLM-L-6-v2)
+    "electra": cross_encoder,  # BERT's layout (cross-encoder/ms-marco-electra-base)
     # decoders the TorchScript exporter traces as Qwen3 does (Qwen3-Reranker-seq-cls)
     **dict.fromkeys(("qwen3", "qwen2", "llama", "mistral", "ministral", "gemma", "gemma2", "gemma3_text"),
                     decoder_reranker),
