@@ -39,7 +39,7 @@ def public_families(outputs, with_dense=WITH_DENSE):
 
 
 def graph_families(outputs):
-    """The families of build_encoder's graph, in its outputs' order: the public ones, then the encoder-only ones."""
+    """The output families of an embedding graph, in its outputs' order: the public ones, then the encoder-only ones."""
     return [*public_families(outputs), *ENCODER_ONLY]
 
 
