@@ -1,4 +1,4 @@
-"""Tiny, seeded, random-weight stand-ins for the embedding model families the project serves.
+"""Tiny, seeded, random-weight stand-ins for the model families the project serves (embedders and rerankers).
 
 Each `build_<family>(folder)` writes a folder laid out like the real Hugging Face checkpoint it stands for (config
 class and `architectures`, tokenizer class and special tokens, padding side, whether the tokenizer appends EOS, the
