@@ -4,7 +4,8 @@ configs, the models' code copied in). build/export.py is its command (the flags)
 
     run.py             the order of the steps: the repository, --skip-if-exported, the cache, the family's export
     families/          a module per model family (encoder, SPLADE, static, cross-encoder, decoder reranker, CLIP),
-                       registered in one table (families/__init__.py) that pipeline.py, reference.py and run.py read
+                       registered in one table (families/__init__.py) that pipeline.py and run.py read (reference.py
+                       loads the reference class a row names)
     embedding.py       a text embedding export (the five models, late chunking) over the family's graph
     source.py          where the Hugging Face model is and what it says of itself (max length, outputs)
     pipeline.py        what a sentence-transformers folder computes (modules.json), read once
