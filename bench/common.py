@@ -11,8 +11,8 @@ import sys
 import time
 import urllib.request
 
-from exporting import pbtxt
-from exporting.repository import refresh_code, templates_digest
+from exporter import pbtxt
+from exporter.repository import refresh_code, templates_digest
 from local_triton import launch
 from local_triton.settings import SERVING_REPOSITORY
 from model_library.in_process import import_python_model  # noqa: F401 (bench's scripts call common.import_python_model)

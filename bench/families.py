@@ -1,7 +1,7 @@
 """Step 14 of `make bench`: a decoder embedder and a static embedder against their own in-process ceilings in one
 run (issue 56). Random (seeded) weights: the speed of a model of that shape, not its quality.
 
-The two folders come from tests/model_families.py (laid out as the real checkpoints, so export takes them by the
+The two folders come from tiny_checkpoints/ (laid out as the real checkpoints, so export takes them by the
 same path): `qwen3`, Qwen3-Embedding's layout (last-token pooling, EOS appended) re-drawn at DECODER's size, and
 `static`, static-retrieval-mrl-en-v1's layout (StaticEmbedding: mean of token rows) at its real size, 1024 wide over
 BERT's 30,522-token vocabulary. Both are exported by name into one scratch repository and served by one tritonserver.
@@ -21,7 +21,6 @@ The ratio served / ceiling is printed per model and workload.
     (also a step of python -m bench.run: --no-families leaves it out)
 """
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -33,7 +32,6 @@ from bench import baselines, common
 from bench import corpus as corpus_lib
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAMILIES_CODE = os.path.join(PROJECT, "tests", "model_families.py")
 
 # Qwen3-Embedding-0.6B (hidden 1024, 28 layers, 16 heads of 128 over 8 KV heads, MLP 3x) scaled to what 2 shared
 # cores measure within the step's minutes: 4 layers of 256 (4 heads of 64 over 2 KV heads, MLP 3x). At 384 wide,
@@ -53,11 +51,10 @@ SHORT = {"texts": {"queries": 64, "passages": 64}, "levels": (2,), "seconds": 0.
 
 # ---------------------------------------------------------------- the folders and their export
 def model_families():
-    """tests/model_families.py, loaded by its path (tests/ is no package; bench keeps off sys.path)."""
-    spec = importlib.util.spec_from_file_location("model_families", FAMILIES_CODE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """tiny_checkpoints/: the builders of the tiny checkpoints the tests build theirs from too."""
+    import tiny_checkpoints
+
+    return tiny_checkpoints
 
 
 def build_decoder(folder, size, families):
@@ -327,7 +324,7 @@ def section(result):
             f"bench/families.py ({result['mode']} run, {result['date']}, {result['elapsed_s'] / 60:.1f} min with "
             f"both exports; {result['machine']}, shared with the load generator: its client threads run on the "
             f"same cores as the server; 1-minute load average {load}). Random seeded weights from "
-            "tests/model_families.py's folders: `qwen3`, "
+            "tiny_checkpoints' folders: `qwen3`, "
             f"Qwen3-Embedding's layout (last-token pooling, EOS appended; its 2,000-piece BPE) at {decoder}; "
             f"`static`, static-retrieval-mrl-en-v1's layout ({result['static_dimension']} wide over BERT's 30,522 "
             f"tokens). Both exported by name (max length {result['max_length']}) into one repository and served by "

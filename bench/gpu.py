@@ -92,7 +92,7 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
     for the run (gpu_encoders.export_torchscript, of the same raggedness). ragged: the encoder takes ragged batches
     (the `ragged` arm). Returns (the repository path, the tokenizer model's parameters as
     written)."""
-    from exporting import repository as export_repository  # (the editable install; PYTHONPATH=build on the GPU machine)
+    from exporter import repository as export_repository  # (the editable install; PYTHONPATH=. on the GPU machine)
 
     repository = os.path.join(work_dir, "repository")
     shutil.rmtree(repository, ignore_errors=True)
@@ -347,7 +347,7 @@ def parse_args(argv):
                         dict(zip(GROUPING, fields[3:])))
                        for fields in (c.split(":") for c in args.matrix.split(","))]
     else:
-        from exporting.repository import GPU_TOKENIZER  # (the editable install; PYTHONPATH=build on the GPU machine)
+        from exporter.repository import GPU_TOKENIZER  # (the editable install; PYTHONPATH=. on the GPU machine)
 
         args.matrix = [("on", 1, 16384, {})] if args.short else \
             [("off", 1, 16384, dict(GPU_TOKENIZER)), ("off", 1, 16384, {}), ("on", 1, 16384, {})]

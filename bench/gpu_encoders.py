@@ -202,7 +202,7 @@ def write_encoder(encoder, encoder_dir, shape, device, max_batch_tokens, torchsc
     run exports once for all its servers); without it the module is exported into the folder. ragged: the encoder
     takes Triton's ragged batches (the python one: RAGGED_PYTHON_MODEL as model.py, the stand-in's beside it as
     stand_in.py; the torchscript one: ragged_encoder)."""
-    from exporting import repository as export_repository  # (the editable install; PYTHONPATH=build on the GPU machine)
+    from exporter import repository as export_repository  # (the editable install; PYTHONPATH=. on the GPU machine)
 
     if encoder == "python":
         common.copy_model(STAND_IN, encoder_dir)

@@ -122,7 +122,7 @@ def build_model(work_dir, architecture=ARCHITECTURE, seed=SEED):
     """(model, preprocess, tokenizer, checkpoint): seeded random weights, saved as the checkpoint the export takes."""
     import torch
 
-    from exporting.clip import import_open_clip
+    from exporter.families.clip import import_open_clip
 
     open_clip = import_open_clip()
     torch.manual_seed(seed)

@@ -82,7 +82,7 @@ def ceiling(folder, onnx_path, texts, seconds):
     import onnxruntime as ort
     from transformers import AutoTokenizer
 
-    from exporting.cross_encoder import pair_ids
+    from exporter.families.cross_encoder import pair_ids
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     rows = sorted((pair_ids(tokenizer, QUERY, t, MAX_LENGTH) for t in texts), key=len)

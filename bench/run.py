@@ -96,7 +96,7 @@ def make_scratch(source, work_dir, manifest, device, pytorch_baseline=True):
 def add_pytorch_baseline(scratch, manifest, device):
     """The same Hugging Face folder in a Python-backend PyTorch model (bench/models/pytorch_baseline), its config
     rendered from the template there."""
-    from exporting.source import resolve_model
+    from exporter.source import resolve_model
     source = os.path.join(PROJECT, "bench", "models", "pytorch_baseline")
     target = os.path.join(scratch, "pytorch_baseline")
     common.copy_model(source, target, "*.template")

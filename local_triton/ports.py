@@ -130,7 +130,7 @@ def describe(found):
 
 def _proxy_parameter(path, key):
     """A `parameters { key: "<key>" value: { string_value: "..." } }` line of the proxy's config.pbtxt, or None.
-    Read here, not through Triton's ModelConfig (build/exporting/pbtxt.py): the launcher runs in the tritonserver
+    Read here, not through Triton's ModelConfig (exporter/pbtxt.py): the launcher runs in the tritonserver
     image, which has neither protobuf nor tritonclient's model_config_pb2. It only reads (never edits), a file the
     project writes one parameter a line (model_source/proxy/config.pbtxt); comment lines are skipped."""
     try:

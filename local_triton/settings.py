@@ -8,13 +8,23 @@ from model_library.triton_server import secret  # the proxy's reading of the key
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The serving repository: what build/export.py writes (the models' code and configs from model_source/, their
-# artifacts) and what Triton serves, git-ignored. The one place its folder is named: every tool's default (export
-# joins the name to its own checkout's folder, as it may run from a copy).
+# artifacts) and what Triton serves, git-ignored. The one place its folder is named and joined to a checkout: every
+# tool's default; export joins it to its own checkout's folder (it may run from a copy: serving_repository(project)).
 SERVING_REPOSITORY_NAME = "model_repository"
-SERVING_REPOSITORY = os.path.join(PROJECT, SERVING_REPOSITORY_NAME)
 # The models' source (tracked): one folder per Triton model, its code and config templates; export reads it
 MODEL_SOURCE_NAME = "model_source"
-MODEL_SOURCE = os.path.join(PROJECT, MODEL_SOURCE_NAME)
+
+
+def serving_repository(project=PROJECT):
+    return os.path.join(project, SERVING_REPOSITORY_NAME)
+
+
+def model_source(project=PROJECT):
+    return os.path.join(project, MODEL_SOURCE_NAME)
+
+
+SERVING_REPOSITORY = serving_repository()
+MODEL_SOURCE = model_source()
 
 
 def setting(name, default, env=None):

@@ -2,7 +2,7 @@
 kill a stub; the per-request error every model answers with, in the error contract of model_errors.py (a kind and
 a field); the BLS call, which carries the request's deadline and passes a step's error on in that contract.
 
-build/export.py installs this file beside each Python model's model.py (MODEL_CODE in build/exporting/repository.py)
+build/export.py installs this file beside each Python model's model.py (MODEL_CODE in exporter/repository.py)
 and counts it in the export digest, so a mounted repository runs with nothing beside it. Import it as
 `import model_common`; it needs only numpy, the backend's triton_python_backend_utils, model_errors.py,
 request_rules.py and tracing.py (installed beside it).

@@ -6,7 +6,7 @@ A kind is what a client asks for (export.json's `outputs`, the HTTP front's embe
 --outputs); its tensors are what the ensembles, the BLS model and the encoder return. build/export.py installs this
 file beside every Python model that names outputs (ensemble_bls, rerank, the proxy); the tools outside Triton import
 it from model_library/. The encoder graph's own table (names with Triton types and dims) is
-build/exporting/graph.py's OUTPUT_TENSORS, which export checks against this one."""
+exporter/graph.py's OUTPUT_TENSORS, which export checks against this one."""
 DENSE = "embedding"
 UNNORMALIZED = "embedding_unnormalized"  # the pooled vector before its L2 step (TEI's normalize: false)
 TOKEN_EMBEDDINGS = "token_embeddings"  # the encoder's last hidden state (late chunking, TEI's /embed_all)

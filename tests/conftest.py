@@ -29,17 +29,17 @@ import pytest
 
 import suite_stats
 
-# The project's packages (exporting, local_triton, model_library...) come from its editable install (make setup), a
+# The project's packages (exporter, local_triton, model_library...) come from its editable install (make setup), a
 # model's own modules through model_library/in_process.py, and this folder's helpers (conftest, triton_clients,
 # proxy_fakes) through pytest's own rootdir handling.
-from exporting import pbtxt  # noqa: F401 (the tests' config reader: the project's one)
+from exporter import pbtxt  # noqa: F401 (the tests' config reader: the project's one)
 from local_triton import launch
 from local_triton.settings import MODEL_SOURCE
 from model_library.in_process import import_python_model as import_model_code
 from triton_clients import VARIED_TEXTS
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The export cache (build/exporting/cache.py) for every export the suite runs, in this process's subprocesses: the
+# The export cache (exporter/cache.py) for every export the suite runs, in this process's subprocesses: the
 # same tiny models are exported by many fixtures and by the bench, and a second run in this clone finds them all.
 # `TRITON_EMBED_EXPORT_CACHE= make test` runs every export in full. The tests about the cache use their own folder.
 os.environ.setdefault("TRITON_EMBED_EXPORT_CACHE", os.path.join(PROJECT, ".cache", "exports"))
@@ -151,7 +151,7 @@ def import_python_model(model, path=None, **fake_attributes):
 def install_proxy(repository):
     """The proxy model in `repository` as export installs it (its code and the library's modules beside it), and
     not a copy of the checkout's folder, which may hold an export's generated files."""
-    from exporting.repository import copy_model_code
+    from exporter.repository import copy_model_code
 
     copy_model_code("proxy", os.path.join(repository, "proxy"))
 

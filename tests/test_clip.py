@@ -21,7 +21,7 @@ import tritonclient.http as httpclient
 from PIL import Image
 
 from conftest import PROJECT, SHARED_ADMIN_KEY, proxy_settings, serve_exports
-from exporting.clip import import_open_clip
+from exporter.families.clip import import_open_clip
 from triton_clients import PROTOCOLS, client, url_for
 
 ARCHITECTURE = "ViT-S-32"
@@ -157,7 +157,7 @@ def test_export_refuses_what_it_cannot_serve(tmp_path, hf_clip_dir):
 def test_exported_tokenizer_is_open_clips(open_clip_model):
     """The fast tokenizer built from open_clip's vocabulary and merges gives open_clip.tokenize's ids on texts
     that open_clip's cleaning leaves as they are (the tokenizer model applies the cleaning: tested through Triton)."""
-    from exporting.clip import fast_tokenizer_of
+    from exporter.families.clip import fast_tokenizer_of
 
     _, _, simple, _ = open_clip_model
     fast = fast_tokenizer_of(simple)

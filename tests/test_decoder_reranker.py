@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from model_families import build_qwen3_reranker
 
 from conftest import PROJECT, serve_exports
+from tiny_checkpoints import build_qwen3_reranker
 from triton_clients import PROTOCOLS, bytes_input, client, post, rerank
 
 TOLERANCE = 1e-4

@@ -1,14 +1,17 @@
 """Dockerfile.triton installs (pinned) every third-party package the Python models under model_source/ import:
-in the tritonserver container nothing else puts them there."""
+in the tritonserver container nothing else puts them there; and its build context (.dockerignore) holds what it
+copies, never an export."""
 import ast
 import glob
 import os
 import re
+import subprocess
 import sys
 
 import pytest
 
 from conftest import PROJECT
+from local_triton.settings import SERVING_REPOSITORY_NAME
 
 DOCKERFILE = os.path.join(PROJECT, "Dockerfile.triton")
 PROVIDED = {"triton_python_backend_utils"}  # the Python backend provides it
@@ -134,3 +137,63 @@ def test_the_image_user_owns_the_repository_it_serves():
     user = re.search(r"^USER\s+(\S+)", text, flags=re.M).group(1)
     copy = re.search(r"^COPY\s+--from=export\s+(.*?)\s*/models\s+/models\s*$", text, flags=re.M)
     assert user == "triton-server" and copy and f"--chown={user}:{user}" in copy.group(1).split(), (user, copy)
+
+
+def dockerignore_patterns(text):
+    """[(exception, regex)] of a .dockerignore, as Docker reads it: `#` lines skipped, each pattern cleaned (no
+    leading /), `*` and `?` within one path element, `**` any number of them, `!` an exception."""
+    patterns = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        exception = line.startswith("!")
+        pattern = os.path.normpath(line[1:].strip() if exception else line).lstrip("/")
+        regex = re.sub(r"\\\*\\\*/|\\\*\\\*|\\\*|\\\?", lambda m: {r"\*\*/": "(?:.*/)?", r"\*\*": ".*", r"\*": "[^/]*",
+                                                                 r"\?": "[^/]"}[m.group()], re.escape(pattern))
+        patterns.append((exception, re.compile(regex + "$")))
+    return patterns
+
+
+def in_context(path, patterns):
+    """Whether Docker sends `path` (relative to the context) in the build context: the last pattern that matches it
+    or one of its folders decides."""
+    parts = path.split("/")
+    folders = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    excluded = False
+    for exception, regex in patterns:
+        if any(regex.match(folder) for folder in folders):
+            excluded = not exception
+    return not excluded
+
+
+def test_dockerignore_reading_on_a_sample():
+    patterns = dockerignore_patterns("# a comment\n*\n!src\n**/*.onnx\n/cache\n")
+    assert in_context("src/a.py", patterns) and in_context("src/deep/b.txt", patterns)
+    assert not in_context("src/deep/model.onnx", patterns) and not in_context("src/model.onnx/model.onnx.data",
+                                                                               patterns)
+    assert not in_context("other/a.py", patterns) and not in_context("cache", patterns)
+
+
+def test_the_build_context_holds_what_the_image_copies_and_never_an_export():
+    """Issue 67: .dockerignore keeps the image's build context to what Dockerfile.triton copies (every COPY source
+    and the tracked files under it are sent), and never sends the serving repository, a named export's ONNX weights
+    wherever an export wrote them in the checkout, the export cache, venvs or results."""
+    patterns = dockerignore_patterns(open(os.path.join(PROJECT, ".dockerignore"), encoding="utf-8").read())
+    text = re.sub(r"\\\n", " ", open(DOCKERFILE, encoding="utf-8").read())
+    sources = [words[-2] for words in (line.split() for line in text.splitlines() if line.startswith("COPY "))
+               if not any(word.startswith("--from") for word in words)]
+    assert {"build/export.py", "exporter/", "model_source/", "model_library/"} <= set(sources), sources
+    tracked = subprocess.run(["git", "-C", PROJECT, "ls-files", "-z", *sources], capture_output=True,
+                             check=True).stdout.decode().split("\0")
+    assert len(tracked) > len(sources)
+    sent = [path for path in filter(None, tracked) if not path.endswith(".onnx")]
+    assert all(in_context(path.rstrip("/"), patterns) for path in sources + sent), \
+        [path for path in sources + sent if not in_context(path.rstrip("/"), patterns)]
+    serving = SERVING_REPOSITORY_NAME
+    never = [f"{serving}/embedding/1/model.onnx", f"{serving}/e5-small_embedding/1/model.onnx",
+             f"{serving}/e5-small_embedding/1/model.onnx/model.onnx.data", f"{serving}/e5-small/1/export.json",
+             "exports/e5-small_embedding/1/model.onnx", "model_source/embedding/1/model.onnx",
+             "model_source/e5-small_embedding/1/model.onnx", ".cache/exports/0a1b/staging/embedding/1/model.onnx",
+             ".venv/bin/python", "bench/results/families/results.json", "exporter/__pycache__/run.cpython-311.pyc"]
+    assert not [path for path in never if in_context(path, patterns)]

@@ -56,7 +56,8 @@ def test_source_folders_hold_nothing_generated(minilm_repository, tmp_path):
     leaves every file of the source as it was and adds none; .gitignore ignores the serving repository (the launcher's
     default, SERVING_REPOSITORY) as one folder and has no rule reaching inside model_source/; what the export wrote
     would be ignored there as a whole."""
-    from exporting.repository import SERVING_REPOSITORY, SOURCE_REPOSITORY
+    from exporter.repository import MODEL_SOURCE as SOURCE_REPOSITORY
+    from local_triton.settings import SERVING_REPOSITORY
 
     before = _source_files()
     repository = tmp_path / "repository"
@@ -252,7 +253,7 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
     """MODEL_CODE (what export copies from the checkout into a model's folder) covers every tracked Python file and
     config of the Python models, and copying it from a checkout planted with every kind of generated file copies
     none of them (issue 40: a named export got the default export's prompts.json)."""
-    from exporting.repository import MODEL_CODE, copy_model_code
+    from exporter.repository import MODEL_CODE, copy_model_code
 
     tracked = subprocess.run(["git", "-C", PROJECT, "ls-files", "model_source", "model_library"],
                              capture_output=True, text=True, check=True).stdout.split()
@@ -374,8 +375,9 @@ def test_unnormalized_output_of_the_bge_m3_layout_is_flagembeddings_dense(tmp_pa
     from FlagEmbedding import BGEM3FlagModel
     from transformers import AutoModel, AutoTokenizer
 
-    from exporting.graph import build_encoder, declared_dims, export_onnx, finalize_onnx, load_head, output_names
-    from exporting.parity import parity_check
+    from exporter.families.encoder import build_encoder, load_head
+    from exporter.graph import declared_dims, export_onnx, finalize_onnx, output_names
+    from exporter.parity import parity_check
 
     folder = tiny_xlmr(tmp_path / "m3", xlmr_tokenizer_dir, seed=33, heads=True)
     outputs, max_length = ["dense", "sparse", "colbert"], 64
@@ -399,23 +401,36 @@ def test_unnormalized_output_of_the_bge_m3_layout_is_flagembeddings_dense(tmp_pa
 
 
 def test_the_export_digest_covers_the_graph(monkeypatch, tmp_path):
-    """`make serve` re-exports an export made from another build/exporting/graph.py (--skip-if-exported compares
-    export.json's digest): an older export lacks the graph's newer outputs (embedding_unnormalized)."""
-    from exporting import graph, repository
+    """`make serve` re-exports an export made from another exporter/graph.py or family module (--skip-if-exported
+    compares export.json's digest): an older export lacks the graph's newer outputs (embedding_unnormalized)."""
+    import glob
 
-    assert os.path.samefile(os.path.join(PROJECT, repository.GRAPH_CODE), graph.__file__)
-    copy = tmp_path / "graph.py"
-    copy.write_bytes(open(graph.__file__, "rb").read())
-    monkeypatch.setattr(repository, "GRAPH_CODE", str(copy))
+    from exporter import families, graph, repository
+
+    covered = {os.path.realpath(path) for pattern in repository.GRAPH_CODE
+               for path in glob.glob(os.path.join(PROJECT, pattern))}
+    modules = [graph, *(module for table in (families.EMBEDDERS, families.CROSS_ENCODERS, families.MULTIMODAL)
+                        for module in table.values())]
+    assert {os.path.realpath(module.__file__) for module in modules} <= covered
+    copies = []
+    for module in (graph, families.encoder):
+        copy = tmp_path / os.path.basename(module.__file__)
+        copy.write_bytes(open(module.__file__, "rb").read())
+        copies.append(copy)
+    monkeypatch.setattr(repository, "GRAPH_CODE", tuple(str(copy) for copy in copies))
     same = repository.templates_digest()
-    copy.write_bytes(open(graph.__file__, "rb").read() + b"\n# another graph\n")
-    assert repository.templates_digest() != same
+    for copy in copies:
+        original = copy.read_bytes()
+        copy.write_bytes(original + b"\n# another graph\n")
+        assert repository.templates_digest() != same, copy.name
+        copy.write_bytes(original)
+    assert repository.templates_digest() == same
 
 
 def test_the_graph_returns_the_output_vocabularys_tensors():
     """graph.OUTPUT_TENSORS (the encoder's outputs, with their Triton types) and model_library/model_outputs.py (the
     names the models and tools use) name the same tensors for every family the graph has."""
-    from exporting.graph import OUTPUT_TENSORS
+    from exporter.graph import OUTPUT_TENSORS
     from model_library import model_outputs
 
     for family, tensors in OUTPUT_TENSORS.items():
@@ -423,16 +438,17 @@ def test_the_graph_returns_the_output_vocabularys_tensors():
 
 
 def test_the_reference_check_refuses_a_graph_that_is_not_the_references(tmp_path, minilm_model_dir):
-    """build/exporting/reference.py, the check that keeps wrong vectors from being installed: a model's finished
+    """exporter/reference.py, the check that keeps wrong vectors from being installed: a model's finished
     graph, with the tokenizer.json export writes, passes against its own folder's SentenceTransformer; against
     another folder of the same layout (other weights) it stops the export naming the text and the cosine, and a
     tokenizer.json that cuts elsewhere stops it naming the ids."""
     from transformers import AutoTokenizer
 
-    from exporting.graph import build_encoder, declared_dims, export_onnx, finalize_onnx
-    from exporting.pipeline import read_pipeline
-    from exporting.reference import check_dense, load_reference
-    from exporting.repository import write_tokenizer
+    from exporter.families.encoder import build_encoder
+    from exporter.graph import declared_dims, export_onnx, finalize_onnx
+    from exporter.pipeline import read_pipeline
+    from exporter.reference import check_dense, load_reference
+    from exporter.repository import write_tokenizer
 
     own, other = (tiny_sentence_transformer(tmp_path / name, minilm_model_dir, seed=seed)
                   for name, seed in (("own", 1), ("other", 2)))

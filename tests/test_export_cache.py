@@ -1,4 +1,4 @@
-"""The export cache (build/exporting/cache.py, on in the suite): an identical export is a copy of the first, installed
+"""The export cache (exporter/cache.py, on in the suite): an identical export is a copy of the first, installed
 as the exporter installs it; any input that decides an export's bytes changed misses; random weights and failed
 exports are never kept. These tests use their own cache folder, never the suite's."""
 import filecmp
@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import PROJECT, tiny_sentence_transformer
-from exporting import cache
+from exporter import cache
 
 EXPORT = os.path.join(PROJECT, "build", "export.py")
 
@@ -167,7 +167,7 @@ def test_any_changed_input_misses_and_nothing_else_does(tmp_path, monkeypatch, p
             patched.setattr(cache, "_version", lambda name, package=package: "0.0" if name == package else "1")
             changed[f"{package}'s version"] = key()
 
-    assert len(changed) >= 20, sorted(changed)  # 11 options, 3 model, 1 corpus, 5 code, 3 package changes
+    assert len(changed) >= 20, sorted(changed)  # 11 options, 3 model, 1 corpus, 6 code, 3 package changes
     assert base not in changed.values(), [name for name, value in changed.items() if value == base]
     assert len(set(changed.values())) == len(changed), "two different changes gave one key"
 

@@ -209,7 +209,7 @@ PROXY_CASES = [
         ("load a traversal id", "POST", "/v1/models/..%2f..%2fetc/load", {"Authorization": f"Bearer {ADMIN_KEY}"},
          404),  # an id is looked up among the exports, never used as a path
         ("load an unknown id", "POST", "/v1/models/nope/load", {"Authorization": f"Bearer {ADMIN_KEY}"}, 404),
-        # files are removed by build/remove_export.py, never over HTTP
+        # files are removed by exporter/remove_export.py, never over HTTP
         ("delete the served model", "DELETE", "/v1/models/ensemble", {"Authorization": f"Bearer {ADMIN_KEY}"}, 405)]],
 ]
 

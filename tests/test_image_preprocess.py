@@ -1,7 +1,7 @@
 """The image preprocessing model (model_source/tokenizer/image_preprocess.py) through its real initialize and
 execute with a fake triton_python_backend_utils: pixels equal (1e-5) to open_clip's preprocess and transformers'
 CLIPImageProcessor (PIL backend) on images of every kind, its preprocess.json written by
-build/exporting/image_config.py; hostile rows refused with their cause while the other requests get their pixels."""
+exporter/image_config.py; hostile rows refused with their cause while the other requests get their pixels."""
 import io
 import json
 import os
@@ -13,8 +13,8 @@ import pytest
 from PIL import Image, ImageOps
 
 from conftest import import_python_model
-from exporting import image_config
-from exporting.clip import import_open_clip
+from exporter import image_config
+from exporter.families.clip import import_open_clip
 from local_triton.settings import MODEL_SOURCE
 
 TOLERANCE = 1e-5

@@ -1,10 +1,12 @@
 """The model families of docs/models.md (issue 56), served exactly: each a tiny random folder laid out as its real
-checkpoint (tests/model_families.py), exported by name beside the default MiniLM export, all served by one
-tritonserver, and checked through both doors (KServe gRPC to NAME_bls, the HTTP front) against sentence-transformers'
-own class for the folder (SentenceTransformer, SparseEncoder) on texts in many scripts, one cut at the max length:
-cosine >= 0.9999, sparse weights within 1e-3, the same token ids. Prompts, Matryoshka widths, a quantized type and
-`normalize: false` are checked where the families have them; a folder the graph would serve wrongly is refused at
-export (tests/test_export.py's reference check tests the check itself). The tritonserver is the suite's shared one."""
+checkpoint (tiny_checkpoints.FAMILIES: every row but those another module checks, so a family added there is checked
+here with no edit), exported by name beside the default MiniLM export, all served by one tritonserver, and checked
+through both doors (KServe gRPC to NAME_bls or NAME_rerank, the HTTP front) against sentence-transformers' own class
+for the folder (SentenceTransformer, SparseEncoder, CrossEncoder) on texts in many scripts, one cut at the max
+length: cosine >= 0.9999, sparse weights within 1e-3, scores within 1e-5, the same token ids. Prompts, Matryoshka
+widths, a quantized type and `normalize: false` are checked where the families have them; a folder the graph would
+serve wrongly is refused at export (tests/test_export.py's reference check tests the check itself). The tritonserver
+is the suite's shared one."""
 import json
 import os
 import subprocess
@@ -13,36 +15,42 @@ import urllib.request
 
 import numpy as np
 import pytest
-from model_families import FAMILIES
 
 from conftest import PROJECT, serve_exports
-from triton_clients import VARIED_TEXTS, client, outputs, text_input
+from tiny_checkpoints import FAMILIES
+from triton_clients import PROTOCOLS, VARIED_TEXTS, client, outputs, rerank, text_input
 
 MAX_LENGTH = 96
-# {export name: family}: names as a user would give them
-EXPORTS = {"labse": "labse", "mpnet": "mpnet", "modernbert": "modernbert", "qwen3": "qwen3_embedding",
-           "gte-qwen2": "gte_qwen2", "e5-mistral": "e5_mistral", "gemma": "embeddinggemma",
-           "static": "static_embedding", "splade": "splade"}
-DENSE = [name for name, family in EXPORTS.items() if FAMILIES[family][1] == "SentenceTransformer"]
+# {export name: family}: names as a user would give them (the rows another module serves and checks left out)
+EXPORTS = {family.export_name: key for key, family in FAMILIES.items() if family.checked_in is None}
+DENSE = [name for name, family in EXPORTS.items() if FAMILIES[family].reference == "SentenceTransformer"]
+EMBEDDERS = [name for name, family in EXPORTS.items() if FAMILIES[family].reference != "CrossEncoder"]
+RERANKERS = [name for name, family in EXPORTS.items() if FAMILIES[family].reference == "CrossEncoder"]
 # a prompt each family's folder names (sentence-transformers' prompt_name), where it has one that is not empty
-PROMPTS = {"qwen3": "query", "gte-qwen2": "query", "e5-mistral": "web_search_query", "gemma": "Retrieval-query"}
+PROMPTS = {name: FAMILIES[family].prompt for name, family in EXPORTS.items() if FAMILIES[family].prompt}
+SCORE_TOLERANCE = 1e-5
+QUERY = "What is the capital of France?"
 # many scripts and lengths, and one text longer than MAX_LENGTH tokens (cut by both sides at the same token)
 TEXTS = [VARIED_TEXTS[i] for i in (0, 2, 3, 7, 13, 14, 19, 21, 27, 30, 33, 49)] + [VARIED_TEXTS[-2]]
 
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    return {name: FAMILIES[family][0](str(tmp_path_factory.mktemp(name))) for name, family in EXPORTS.items()}
+    return {name: FAMILIES[family].build(str(tmp_path_factory.mktemp(name))) for name, family in EXPORTS.items()}
 
 
 @pytest.fixture(scope="module")
 def references(folders):
-    from sentence_transformers import SentenceTransformer, SparseEncoder
+    import sentence_transformers
 
     loaded = {}
     for name, folder in folders.items():
-        reference = (SparseEncoder if name == "splade" else SentenceTransformer)(folder, device="cpu")
-        if name != "static":  # a StaticEmbedding's length is its tokenizer's
+        family = FAMILIES[EXPORTS[name]]
+        if family.reference == "CrossEncoder":  # cut at the export's --max-length
+            loaded[name] = sentence_transformers.CrossEncoder(folder, max_length=MAX_LENGTH, device="cpu")
+            continue
+        reference = getattr(sentence_transformers, family.reference)(folder, device="cpu")
+        if not family.own_max_length:  # a StaticEmbedding's length is its tokenizer's
             reference.max_seq_length = MAX_LENGTH  # the export's --max-length
         loaded[name] = reference
     return loaded
@@ -54,8 +62,8 @@ def served(folders, server):
     exports = {}
     for name, folder in folders.items():
         # a static embedding's max length is its tokenizer's own; Qwen3-Embedding is trained for Matryoshka widths
-        extra = {"static": [], "qwen3": ["--max-length", str(MAX_LENGTH), "--matryoshka-dims", "16"]}.get(
-            name, ["--max-length", str(MAX_LENGTH)])
+        family = FAMILIES[EXPORTS[name]]
+        extra = [*([] if family.own_max_length else ["--max-length", str(MAX_LENGTH)]), *family.export_args]
         exports[name] = ["--model", folder, *extra]
     with serve_exports(server, exports):
         yield server
@@ -102,7 +110,7 @@ def test_each_dense_family_embeds_as_sentence_transformers_through_both_doors(se
 def test_token_ids_are_the_references(served, references):
     """TEI's /tokenize (the tokenizer model's ids, special tokens and the prompt's included) against the ids the
     reference feeds its model: a decoder's appended EOS, Gemma's BOS, a static embedding's none."""
-    for name in EXPORTS:
+    for name in EMBEDDERS:
         texts = TEXTS[:-1]  # /tokenize does not truncate
         answer = post(served, "/tokenize", {"model": name, "inputs": texts, "add_special_tokens": True})
         served_ids = [[token["id"] for token in row] for row in answer]
@@ -114,6 +122,23 @@ def test_token_ids_are_the_references(served, references):
             want = [[t for t, m in zip(row, mask) if m] for row, mask in
                     zip(features["input_ids"].tolist(), features["attention_mask"].tolist())]
         assert served_ids == want, name
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_each_cross_encoder_family_scores_as_cross_encoder_through_both_doors(served, references, protocol):
+    """KServe (NAME_rerank: a query and its documents) and the HTTP front (/v1/rerank by export name) against
+    CrossEncoder.predict of the folder, in the same order: pairs in many scripts, one document cut at the max
+    length."""
+    for name in RERANKERS:
+        want = references[name].predict([(QUERY, text) for text in TEXTS])
+        got = rerank(protocol, served, QUERY, TEXTS, model=f"{name}_rerank")
+        assert np.abs(got["scores"] - want).max() <= SCORE_TOLERANCE and np.ptp(want) > 1e-3, (name, got, want)
+        assert got["truncated"].any(), name  # the long text, cut as CrossEncoder cuts it
+        answer = post(served, "/v1/rerank", {"model": name, "query": QUERY, "documents": TEXTS})
+        order = list(np.argsort(-want))
+        assert [result["index"] for result in answer["results"]] == order, name
+        scores = np.array([result["relevance_score"] for result in answer["results"]])
+        assert np.abs(scores - want[order]).max() <= SCORE_TOLERANCE, name
 
 
 def test_splade_serves_the_sparse_encoders_weights_through_both_doors(served, references):
@@ -194,7 +219,7 @@ def test_modules_the_graph_does_not_build_are_refused_in_one_line(tmp_path):
     """A module after pooling that the export does not build (here sentence-transformers' LayerNorm), pooling that
     leaves the prompt out, and --pooling against the folder's own are refused, naming the module or setting: none is
     exported to serve other vectors than sentence-transformers gives."""
-    folder = FAMILIES["labse"][0](str(tmp_path / "labse"))
+    folder = FAMILIES["labse"].build(str(tmp_path / "labse"))
     with open(os.path.join(folder, "modules.json"), encoding="utf-8") as handle:
         modules = json.load(handle)
     layer_norm = dict(modules[-1], type="sentence_transformers.models.LayerNorm", path="4_LayerNorm")
@@ -202,7 +227,7 @@ def test_modules_the_graph_does_not_build_are_refused_in_one_line(tmp_path):
         json.dump([*modules[:-1], layer_norm, modules[-1]], handle)
     assert "module LayerNorm (4_LayerNorm)" in refused(tmp_path / "a", folder)
 
-    qwen = FAMILIES["qwen3_embedding"][0](str(tmp_path / "qwen"))
+    qwen = FAMILIES["qwen3_embedding"].build(str(tmp_path / "qwen"))
     assert "--pooling mean" in refused(tmp_path / "b", qwen, "--pooling", "mean")
     pooling = os.path.join(qwen, "1_Pooling", "config.json")
     with open(pooling, encoding="utf-8") as handle:
@@ -216,7 +241,7 @@ def test_a_folder_whose_served_tokens_would_differ_is_refused_by_the_reference_c
     """A folder that passes every rule read from its files, but whose tokenizer_config.json cuts long texts from the
     left (truncation_side), which transformers applies and the served tokenizer.json does not: the reference check
     finds the long text's ids differ and the export exits non-zero naming it, before anything is installed."""
-    folder = FAMILIES["labse"][0](str(tmp_path / "labse"))
+    folder = FAMILIES["labse"].build(str(tmp_path / "labse"))
     config_path = os.path.join(folder, "tokenizer_config.json")
     with open(config_path, encoding="utf-8") as handle:
         config = json.load(handle)

@@ -1,6 +1,6 @@
 """Several embedding models in one server (issue 11), through the real tritonserver and the proxy: all-MiniLM-L6-v2
 (the default export) beside a tiny random XLM-R exported with --name; routing by `model`, interleaved concurrent
-requests, load / unload at run time with memory measured from /proc, build/remove_export.py, broken exports, admin
+requests, load / unload at run time with memory measured from /proc, exporter/remove_export.py, broken exports, admin
 keys, the official OpenAI SDK, and LOAD_MODELS.
 
 The load/unload timings and the RSS before/after the cycles are printed (pytest -s shows them)."""
@@ -75,10 +75,11 @@ def admin_ok(client, action, model):
 
 
 def remove_export(server, repository, name):
-    """build/remove_export.py against the running server: (exit code, its output)."""
-    result = subprocess.run([sys.executable, os.path.join(PROJECT, "build", "remove_export.py"), name,
+    """`python -m exporter.remove_export` against the running server: (exit code, its output)."""
+    result = subprocess.run([sys.executable, "-m", "exporter.remove_export", name,
                              "--repository", str(repository), "--triton", f"http://{server.http_url}"],
-                            capture_output=True, text=True, timeout=60, env={**os.environ, "ADMIN_API_KEY": ADMIN_KEY})
+                            capture_output=True, text=True, timeout=60, cwd=PROJECT,
+                            env={**os.environ, "ADMIN_API_KEY": ADMIN_KEY})
     return result.returncode, result.stdout + result.stderr
 
 

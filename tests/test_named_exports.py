@@ -44,9 +44,9 @@ LAYOUTS = {
 
 
 def tracked_copy(target):
-    """The checkout's tracked build/, model_library/ and model_source/ files copied to `target` (what a fresh clone
-    holds)."""
-    listed = subprocess.run(["git", "-C", PROJECT, "ls-files", "-z", "build", "model_source",
+    """The checkout's tracked build/, exporter/, model_library/ and model_source/ files copied to `target` (what a
+    fresh clone holds)."""
+    listed = subprocess.run(["git", "-C", PROJECT, "ls-files", "-z", "build", "exporter", "model_source",
                              "model_library"],
                             capture_output=True, check=True).stdout.decode().split("\0")
     for path in filter(None, listed):

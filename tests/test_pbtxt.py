@@ -1,4 +1,4 @@
-"""build/exporting/pbtxt.py: config.pbtxt through Triton's own ModelConfig. Parse errors name the file; fields are
+"""exporter/pbtxt.py: config.pbtxt through Triton's own ModelConfig. Parse errors name the file; fields are
 read and edited on the message (a copy, in the form given); what it writes Triton's schema reads back the same; it
 needs protobuf and model_config_pb2 only, never grpc (bench/gpu.py's GPU machines lack it)."""
 import os
@@ -58,11 +58,11 @@ def test_it_loads_without_grpc():
     """model_config_pb2 from its file, without tritonclient/grpc/__init__.py (which imports grpc); a later
     `import tritonclient.grpc` still gets the same module."""
     code = ("import sys; sys.modules['grpc'] = None\n"
-            "from exporting import pbtxt\n"
+            "from exporter import pbtxt\n"
             "assert pbtxt.read('model_source/tokenizer/config.pbtxt').max_batch_size == 256\n"
             "assert 'tritonclient.grpc' not in sys.modules, sorted(sys.modules)\n")
     subprocess.run([sys.executable, "-c", code], cwd=PROJECT, check=True)
-    code = ("from exporting import pbtxt\n"
+    code = ("from exporter import pbtxt\n"
             "from tritonclient.grpc import model_config_pb2\n"
             "assert model_config_pb2 is pbtxt.model_config_pb2\n")
     subprocess.run([sys.executable, "-c", code], cwd=PROJECT, check=True)

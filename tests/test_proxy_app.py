@@ -294,7 +294,7 @@ def test_admin_routes_are_off_without_an_admin_key_and_never_open_to_the_api_key
                                                                           "seconds": 0.5}
     assert client.post("/v1/models/fake-m3/unload", headers=admin).json()["status"] == "unloaded"
     assert client.service.admin == [("load", "fake-m3"), ("unload", "fake-m3")]
-    error_of(client.delete("/v1/models/fake-m3", headers=admin), 405)  # files go with build/remove_export.py
+    error_of(client.delete("/v1/models/fake-m3", headers=admin), 405)  # files go with exporter/remove_export.py
     # A hub id's '/' is part of the id (it is looked up among the exports, never used as a path)
     assert client.post("/v1/models/org/model-x/load", headers=admin).json()["id"] == "org/model-x"
 

@@ -86,7 +86,7 @@ def test_clip_admin_routes_load_unload_and_keep_files():
     assert (unloaded["status"], unloaded["model"]) == ("unloaded", "fake-clip")
     deleted = client.post("/delete_clip_model", json={"model_name": "ViT-B-32"}, headers=ADMIN).json()
     assert deleted["status"] == "unloaded" and deleted["files_kept"] is True
-    assert "python build/remove_export.py fake-clip" in deleted["message"]
+    assert "python -m exporter.remove_export fake-clip" in deleted["message"]
     assert client.service.admin == [("load", "fake-clip"), ("load", "fake-clip"), ("unload", "fake-clip"),
                                     ("unload", "fake-clip")]
 

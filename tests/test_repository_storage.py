@@ -106,7 +106,7 @@ def test_tokenizer_gpu_variants_group_lengths_coarser(minilm_repository):
     config.pbtxt with coarser length groups (docs/benchmarks-gpu.md: runs of 3 rows -> 222 on an H100; one request's
     32 mixed texts in 1 run instead of ~6) and the GPU table's instance count and queue bound, and nothing else
     changed."""
-    from exporting.repository import GPU, GPU_TOKENIZER
+    from exporter.repository import GPU, GPU_TOKENIZER
 
     cpu = parse(os.path.join(minilm_repository, "tokenizer", "config.pbtxt"))
     assert set(GPU_TOKENIZER) == {"pad_to_multiple_of", "pad_to_power_of_two", "batch_overhead_tokens",
@@ -128,7 +128,7 @@ def test_rerank_gpu_variants_keep_256_texts_per_call(minilm_repository):
     """rerank/configs/{gpu,gpu-trt}.pbtxt: the CPU config's 32 texts per call (a 1-text request waits behind one
     call's encoder runs, issue 59) would cut a GPU's runs to 32 rows: the GPU variants keep 256, nothing else
     changed."""
-    from exporting.repository import GPU
+    from exporter.repository import GPU
 
     cpu = parse(os.path.join(minilm_repository, "rerank", "config.pbtxt"))
     assert cpu.parameters["texts_per_call"].string_value == "32"
@@ -143,7 +143,7 @@ def test_the_gpu_configs_hold_the_gpu_tables_values_whatever_the_cpu_config_says
     """Issue 51: the CPU tokenizer's second instance (a CPU fix) reached the GPU config and halved passages on an
     H200. The GPU configs take instance counts, queue bound and grouping from the GPU table alone: a CPU config with
     other values changes none of them."""
-    from exporting import pbtxt, repository
+    from exporter import pbtxt, repository
 
     cpu = pbtxt.read(os.path.join(MODEL_SOURCE, "tokenizer", "config.pbtxt"))
     other = pbtxt.with_max_queue_size(pbtxt.with_instance_count(cpu, 3), 7)
@@ -167,7 +167,7 @@ def test_the_gpu_configs_hold_the_gpu_tables_values_whatever_the_cpu_config_says
 def test_the_export_digest_covers_the_tokenizers_gpu_grouping(monkeypatch):
     """A repository exported with other GPU_TOKENIZER values is exported again by `make serve` (--skip-if-exported
     compares this digest), so new GPU configs reach it."""
-    from exporting import repository
+    from exporter import repository
 
     before = repository.templates_digest()
     assert repository.templates_digest() == before

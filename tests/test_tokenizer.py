@@ -353,8 +353,8 @@ def test_gpu_grouping_keeps_a_requests_mixed_texts_in_one_run():
     16 queries and 16 passages into several encoder runs (cheaper where a run costs its padded tokens), the GPU
     configs' (GPU_TOKENIZER) keep them in one, which took ensemble_bls from 285-323 to 1,425-1,875 texts/s on an
     H100 (docs/benchmarks-gpu.md, runs 4-6)."""
-    from exporting import pbtxt
-    from exporting.repository import GPU_TOKENIZER
+    from exporter import pbtxt
+    from exporter.repository import GPU_TOKENIZER
 
     rng = random.Random(7)
     lengths = [[rng.randint(5, 20)] for _ in range(16)] + [[rng.randint(100, 250)] for _ in range(16)]

@@ -16,7 +16,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from conftest import serve_exports, tiny_sentence_transformer
-from exporting.vectors import CALIBRATION_CORPUS
+from exporter.vectors import CALIBRATION_CORPUS
 from triton_clients import PROTOCOLS, VARIED_TEXTS, client, outputs, text_input, url_for
 
 TYPES = ("int8", "uint8", "binary", "ubinary")

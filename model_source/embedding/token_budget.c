@@ -8,11 +8,11 @@
  *
  * A batch's size is its rows x its widest request's width: what the encoder pads it to. Without ragged batching every
  * request of a batch has one width, and that is the sum of rows x width; with it (an export made with
- * --ragged-batch: build/exporting/graph.py, add_ragged_inputs) the graph pads every row to the widest. The first request of a batch is always taken: this
+ * --ragged-batch: exporter/graph.py, add_ragged_inputs) the graph pads every row to the widest. The first request of a batch is always taken: this
  * library cannot refuse a request. Triton core r24.07 (dynamic_batch_scheduler.cc, CustomBatchIncl) only logs an
  * error returned here and goes on with should_include as set; should_include = false for a batch's first request
  * leaves it at the head of the queue, re-asked in a busy loop, and stalls the model until the request's timeout.
- * A request over the budget is refused by the encoder graph instead (build/exporting/graph.py, add_token_guard),
+ * A request over the budget is refused by the encoder graph instead (exporter/graph.py, add_token_guard),
  * which holds in the C++ onnxruntime backend too; the tokenizer never sends one.
  *
  * A batch keeps growing after Triton has queued it for the instance (the encoder has no queue policy, so the batcher

@@ -1,7 +1,7 @@
 """Image preprocessing step of a CLIP export: `image` (one encoded image per row: JPEG, PNG, WebP, GIF (its first
 frame), anything else Pillow opens but EPS) -> pixel_values [3, H, W] float32, the image tower's input.
 
-The transform is the model's own, described by preprocess.json beside this file (build/exporting/image_config.py
+The transform is the model's own, described by preprocess.json beside this file (exporter/image_config.py
 writes it from open_clip's preprocess or transformers' CLIPImageProcessor, PIL backend) and reproduced with the same
 Pillow operations in the same order, so the pixels are the library's:
   1. EXIF orientation applied (ImageOps.exif_transpose): the image as its viewer shows it.

@@ -215,7 +215,7 @@ class TritonPythonModel:
         return encodings, query_cut
 
     def template_pairs(self, queries, passages):
-        """CrossEncoder's rule for a chat template (build/exporting/cross_encoder.py, pair_ids): the rendered text
+        """CrossEncoder's rule for a chat template (exporter/families/cross_encoder.py, pair_ids): the rendered text
         cut at max_length, and when cut its tail written back over the last tokens, so the classifier still reads
         the template's last token. A query is cut when the kept tokens end inside it."""
         prefix, between, suffix, tail = (self.template[k] for k in ("prefix", "between", "suffix", "suffix_ids"))

@@ -34,7 +34,7 @@ async def load(request: Request, model_id: str):
 @router.post("/v1/models/{model_id:path}/unload", **ADMIN)
 async def unload(request: Request, model_id: str):
     """Admin: unload a model; its in-flight requests finish first. Needs ADMIN_API_KEY. Its files are removed with
-    `python build/remove_export.py NAME`, not over HTTP."""
+    `python -m exporter.remove_export NAME`, not over HTTP."""
     return await admin(request, model_id, "unload")
 
 
@@ -61,7 +61,7 @@ async def clip_admin(request, body, action, delete=False):
     card = clip_export(request, body)
     seconds = await getattr(request.app.state.service, action)(card.id)
     kept = {"files_kept": True, "message": f"unloaded; files are never removed over HTTP: remove them with `python "
-                                           f"build/remove_export.py {card.name}`"} if delete else {}
+                                           f"-m exporter.remove_export {card.name}`"} if delete else {}
     return shared.json_response({"status": f"{action}ed", "model": card.id, "model_name": body.model_name,
                                  "pretrained": card.pretrained, "seconds": round(seconds, 3), **kept})
 

@@ -1,6 +1,6 @@
 """Remove an export's models from the model repository: the files build/export.py wrote for NAME.
 
-    python build/remove_export.py NAME [--repository model_repository] [--triton http://127.0.0.1:8000]
+    python -m exporter.remove_export NAME [--repository model_repository] [--triton http://127.0.0.1:8000]
 
 Refused while Triton holds any of its models (loaded, loading or unloading: unload it first with
 `POST /v1/models/NAME/unload`), asked through Triton's repository API with ADMIN_API_KEY (or ADMIN_API_KEY_FILE)
@@ -17,10 +17,8 @@ import sys
 import urllib.error
 import urllib.request
 
-from local_triton.settings import SERVING_REPOSITORY_NAME
+from local_triton.settings import SERVING_REPOSITORY
 from model_library.triton_server import secret  # ADMIN_API_KEY or ADMIN_API_KEY_FILE, as the launcher reads it
-
-PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MODEL_KEYS = ("name", "tokenizer_model", "encoder_model", "bls_model", "rerank_model", "chunks_model",
               "image_model", "image_preprocess_model", "image_encoder_model")  # the last three: CLIP exports
@@ -58,7 +56,7 @@ def held_by_triton(url, models):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("name")
-    parser.add_argument("--repository", default=os.path.join(PROJECT, SERVING_REPOSITORY_NAME))
+    parser.add_argument("--repository", default=SERVING_REPOSITORY)
     parser.add_argument("--triton", default=f"http://127.0.0.1:{os.environ.get('HTTP_PORT') or 8000}",
                         help="Triton's HTTP address, asked whether the models are loaded")
     args = parser.parse_args(argv)

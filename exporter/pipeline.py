@@ -1,17 +1,19 @@
-"""What a model folder computes, as its sentence-transformers files say (modules.json), read once here: the graph
-(graph.build_encoder) builds that pipeline, and the reference check (reference.py) compares the export with
-sentence-transformers' own class for the folder.
+"""What a model folder computes, as its sentence-transformers files say (modules.json), read once here: the family
+of the folder (families.EMBEDDERS, by its first module) builds that pipeline into the graph, and the reference check
+(reference.py) compares the export with the sentence-transformers class the family names.
 
     Transformer → Pooling (any mode sentence-transformers defines, or several, concatenated) → Dense ... → Normalize
-    MLMTransformer → SpladePooling                                           (SparseEncoder: SPLADE, sparse.py)
-    StaticEmbedding [→ Normalize]                                            (static embeddings, static.py)
+                                                                   (families/encoder.py)
+    MLMTransformer → SpladePooling                                 (SparseEncoder: SPLADE, families/splade.py)
+    StaticEmbedding [→ Normalize]                                  (static embeddings, families/static.py)
 
 A module this export does not build is refused in one line naming it: left out of the graph, it would give vectors
 that are not the model's (a Dense module after pooling once was, silently). A folder without sentence-transformers
-files is a transformers encoder with the pooling --pooling states (CLS when none)."""
+files is a transformers encoder (families/encoder.py) with the pooling --pooling states (CLS when none)."""
 from dataclasses import dataclass, field
 
 from . import fail, read_json
+from .families import EMBEDDERS
 
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # sentence-transformers < 5 wrote one boolean per mode; the order is its order of concatenation
@@ -19,8 +21,6 @@ LEGACY_POOLING_KEYS = {"pooling_mode_cls_token": "cls", "pooling_mode_max_tokens
                        "pooling_mode_mean_tokens": "mean", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
                        "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 SENTENCE_EMBEDDING = "sentence_embedding"  # the feature Dense and Normalize act on after pooling
-KNOWN = {"dense": ("Transformer", "Pooling", "Dense", "Normalize"), "splade": ("MLMTransformer", "SpladePooling"),
-         "static": ("StaticEmbedding", "Normalize")}
 
 
 @dataclass
@@ -32,6 +32,11 @@ class Pipeline:
     include_prompt: bool = True
     dense_modules: list = field(default_factory=list)  # indexes of the Dense modules after pooling, in order
     normalized: bool = False  # a Normalize module ends it: sentence-transformers' vectors are unit length
+
+    @property
+    def family(self):
+        """The family module that builds it (families.EMBEDDERS)."""
+        return next(family for family in EMBEDDERS.values() if self.kind == family.KIND)
 
     @property
     def projects(self):
@@ -65,21 +70,24 @@ def read_pipeline(folder, pooling_flag=None):
                                                                                      "SentenceTransformer")
     names = [name for name, _ in modules]
     first = names[0] if names else None
-    kind = {"Transformer": "dense", "MLMTransformer": "splade", "StaticEmbedding": "static"}.get(first)
-    if kind is None:
-        fail(f"modules.json: the first module is {first or 'missing'}; this export builds Transformer, "
-             "MLMTransformer (SPLADE) and StaticEmbedding pipelines")
+    family = EMBEDDERS.get(first)
+    if family is None:
+        titles = [module.TITLE for module in EMBEDDERS.values()]
+        fail(f"modules.json: the first module is {first or 'missing'}; this export builds {', '.join(titles[:-1])} "
+             f"and {titles[-1]} pipelines")
     for name, path in modules:
-        if name not in KNOWN[kind]:
+        if name not in family.MODULES:
             fail(f"modules.json: module {name} ({path or '.'}) is not one this export builds into the graph "
-                 f"(after {first}: {', '.join(KNOWN[kind][1:])}); exporting without it would serve other vectors")
+                 f"(after {first}: {', '.join(family.MODULES[1:])}); exporting without it would serve other vectors")
+    kind = family.KIND
     if kind != "dense":
         if pooling_flag:
             fail(f"--pooling: this folder is a {model_type} ({' → '.join(names)}), which has no pooling to choose")
-        expected = list(KNOWN["splade"]) if kind == "splade" else ["StaticEmbedding"] + ["Normalize"] * (len(names) > 1)
+        required = [name for name in family.MODULES if name != "Normalize"]  # Normalize: optional, last
+        expected = required + ["Normalize"] * ("Normalize" in family.MODULES and len(names) > len(required))
         if names != expected:
             fail(f"modules.json: {' → '.join(names)}; this export builds {' → '.join(expected)}")
-        reference = "SparseEncoder" if kind == "splade" else "SentenceTransformer"
+        reference = family.REFERENCE
         if model_type != reference:
             fail(f"modules.json: {' → '.join(names)} is a {reference}, but config_sentence_transformers.json says "
                  f"{model_type}")
@@ -108,6 +116,6 @@ def read_pipeline(folder, pooling_flag=None):
                      f"that act on the pooled {SENTENCE_EMBEDDING} only")
         if name == "Normalize" and index != len(modules) - 1:
             fail(f"modules.json: Normalize ({path}) before other modules; this export builds it last only")
-    return Pipeline(kind="dense", reference="SentenceTransformer", modules=names, pooling=modes,
+    return Pipeline(kind="dense", reference=family.REFERENCE, modules=names, pooling=modes,
                     include_prompt=bool(pooling_config.get("include_prompt", True)),
                     dense_modules=[i for i, name in enumerate(names) if name == "Dense"], normalized=normalized)

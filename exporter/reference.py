@@ -1,6 +1,7 @@
 """The reference check: the export as it will serve (the tokenizer.json and prompts the tokenizer model reads, the
 finished ONNX graph) against the reference implementation of the folder, sentence-transformers' own class for it
-(SentenceTransformer, SparseEncoder), on texts of mixed lengths (one truncated), under every prompt the folder has.
+(the one its family names in families.EMBEDDERS: SentenceTransformer, SparseEncoder), on texts of mixed lengths
+(one truncated), under every prompt the folder has.
 A folder without sentence-transformers files is compared with transformers plus the pooling export was told
 (sentence-transformers' Transformer and Pooling modules over the folder: its tokenizer, its model, its pooling).
 
@@ -24,8 +25,9 @@ UNBUILT_SETTINGS = ("do_lower_case", "query_length", "document_length", "query_e
 def load_reference(folder, pipeline, max_length):
     """The reference object for the folder (its model is the one the graph wraps: loaded once), its max length set
     to the export's (so both cut the long text at the same token)."""
+    import sentence_transformers
     import torch
-    from sentence_transformers import SentenceTransformer, SparseEncoder
+    from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
     from . import read_json
@@ -36,10 +38,8 @@ def load_reference(folder, pipeline, max_length):
         fail(f"sentence_bert_config.json: {', '.join(f'{k}={settings[k]!r}' for k in unbuilt)} changes the texts "
              "before the model and this export does not build it")
     kwargs = {**MODEL_KWARGS, "dtype": torch.float32}
-    if pipeline.reference == "SparseEncoder":
-        model = SparseEncoder(folder, device="cpu", model_kwargs=kwargs)
-    elif pipeline.reference == "SentenceTransformer":
-        model = SentenceTransformer(folder, device="cpu", model_kwargs=kwargs)
+    if pipeline.reference is not None:  # the class the folder's family names (pipeline.py read it)
+        model = getattr(sentence_transformers, pipeline.reference)(folder, device="cpu", model_kwargs=kwargs)
     else:
         transformer = Transformer(folder, model_kwargs=kwargs)
         size = transformer.auto_model.config.hidden_size

@@ -13,14 +13,16 @@ import string
 import subprocess
 import tempfile
 
-from local_triton.settings import SERVING_REPOSITORY_NAME
+from local_triton.settings import model_source, serving_repository
 
 from . import fail, pbtxt, read_json
 from .graph import ENCODER_ONLY, OUTPUT_TENSORS, RAGGED_LENGTHS, WITH_DENSE, public_families, token_guard_message
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SOURCE_REPOSITORY = os.path.join(PROJECT, "model_source")  # the models' code and config templates (tracked)
-SERVING_REPOSITORY = os.path.join(PROJECT, SERVING_REPOSITORY_NAME)  # export's default: what Triton serves
+# The checkout this exporter is in: export may run from a copy of the checkout, and reads that copy's models' source
+# and writes its serving repository by default (local_triton.settings names and joins both)
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL_SOURCE = model_source(PROJECT)  # the models' code and config templates (tracked)
+
 RESERVED_NAMES = {"tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "late_chunking", "proxy",
                   "supervisor"}
 STEP_SUFFIXES = ("_tokenizer", "_embedding", "_bls", "_rerank", "_chunks", "_image", "_image_preprocess")
@@ -30,9 +32,10 @@ TEXT_INPUT = '  { name: "text", data_type: TYPE_STRING, dims: [ 1 ] }'
 PAIR_INPUTS = TEXT_INPUT + ',\n  { name: "query", data_type: TYPE_STRING, dims: [ 1 ], optional: true }'
 # The outputs whose dimension is the vector's width: the BLS model's are as wide as the request's `dimensions`
 WIDTH_OUTPUTS = ("embedding", "embedding_unnormalized")
-# The graph the encoder runs (its outputs, pooling and normalization): part of the export digest
-GRAPH_CODE = os.path.join("build", "exporting", "graph.py")
-PIPELINE_CODE = os.path.join("build", "exporting", "pipeline.py")  # which modules of a folder the graph builds
+# The code of the graph the encoder runs (its outputs; each family's module: pooling, normalization, what it wraps;
+# pipeline.py: which modules of a folder it builds): part of the export digest
+GRAPH_CODE = (os.path.join("exporter", "graph.py"), os.path.join("exporter", "pipeline.py"),
+              os.path.join("exporter", "families", "*.py"))
 # The BLS model's quantized forms of `embedding` (sentence_transformers.quantization.quantize_embeddings' precisions)
 QUANTIZED_OUTPUTS = [("embedding_int8", "TYPE_INT8"), ("embedding_uint8", "TYPE_UINT8"),
                      ("embedding_binary", "TYPE_INT8"), ("embedding_ubinary", "TYPE_UINT8")]
@@ -70,18 +73,18 @@ MODEL_CODE = {
 def templates_digest():
     """sha256 of every config template export renders (model_source/*/*.template), of the encoder's batching
     strategy it compiles (token_budget.c), of the models' library it installs (model_library/), of the GPU table
-    (GPU, the tokenizer's grouping GPU_TOKENIZER in it) and of the graph it exports (build/exporting/graph.py: the
-    encoder's outputs, e.g. `embedding_unnormalized`, which an older export lacks; pipeline.py: which of a folder's
-    modules it builds, e.g. a Dense module an older export dropped): an export made from other ones is
-    stale, and
+    (GPU, the tokenizer's grouping GPU_TOKENIZER in it) and of the graph it exports (GRAPH_CODE: graph.py, the
+    encoder's outputs, e.g. `embedding_unnormalized`, which an older export lacks; the family modules, what each
+    family's graph computes; pipeline.py: which of a folder's modules it builds, e.g. a Dense module an older export
+    dropped): an export made from other ones is stale, and
     --skip-if-exported redoes it (else a changed config, strategy, library or graph never reaches it)."""
     digest = hashlib.sha256(json.dumps(GPU, sort_keys=True).encode() + b"\0")
-    sources = glob.glob(os.path.join(SOURCE_REPOSITORY, "*", "*.template")) + [
-        os.path.join(SOURCE_REPOSITORY, "embedding", "token_budget.c"), *(os.path.join(PROJECT, source)
-                                                                          for source, _ in LIBRARY),
-        os.path.join(PROJECT, GRAPH_CODE), os.path.join(PROJECT, PIPELINE_CODE)]
+    sources = glob.glob(os.path.join(MODEL_SOURCE, "*", "*.template")) + [
+        os.path.join(MODEL_SOURCE, "embedding", "token_budget.c"), *(os.path.join(PROJECT, source)
+                                                                     for source, _ in LIBRARY),
+        *(path for pattern in GRAPH_CODE for path in glob.glob(os.path.join(PROJECT, pattern)))]
     for path in sorted(sources):
-        digest.update(os.path.relpath(path, SOURCE_REPOSITORY).encode() + b"\0")
+        digest.update(os.path.relpath(path, MODEL_SOURCE).encode() + b"\0")
         with open(path, "rb") as handle:
             digest.update(handle.read() + b"\0")
     return digest.hexdigest()
@@ -164,7 +167,7 @@ def write_chunks_config(staging, names, chunks, hidden_size):
     _, tokenizer, encoder, _, _ = names
     os.makedirs(os.path.join(staging, chunks, "1"), exist_ok=True)
     with open(os.path.join(staging, chunks, "config.pbtxt"), "w", encoding="utf-8") as handle:
-        handle.write(render(os.path.join(SOURCE_REPOSITORY, "late_chunking", "config.pbtxt.template"),
+        handle.write(render(os.path.join(MODEL_SOURCE, "late_chunking", "config.pbtxt.template"),
                             tokenizer=tokenizer, encoder=encoder, dim=hidden_size))
     copy_model_code("late_chunking", os.path.join(staging, chunks))
 
@@ -234,14 +237,14 @@ def write_configs(staging, names, outputs, sizes, warmup, max_length, encoder_on
     values = {"outputs": ",\n".join(encoder_lines), "short_tokens": warmup[0], "long_tokens": warmup[1],
               "max_batch_tokens": budget, "encoder_inputs": encoder_inputs(ragged)}
     with open(os.path.join(encoder_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
-        handle.write(render(os.path.join(SOURCE_REPOSITORY, "embedding", "config.pbtxt.template"), **values))
+        handle.write(render(os.path.join(MODEL_SOURCE, "embedding", "config.pbtxt.template"), **values))
     write_gpu_configs(encoder_dir, values, max_length, int(budget), ragged)
     public = lines + ['  { name: "num_tokens", data_type: TYPE_INT32, dims: [ 1 ] }',
                       '  { name: "truncated", data_type: TYPE_BOOL, dims: [ 1 ] }']
     maps = [f'      output_map {{ key: "{n}", value: "{n}" }}' for n, _, _ in declarations]
     os.makedirs(os.path.join(staging, ensemble, "1"), exist_ok=True)
     with open(os.path.join(staging, ensemble, "config.pbtxt"), "w", encoding="utf-8") as handle:
-        handle.write(render(os.path.join(SOURCE_REPOSITORY, "ensemble", "config.pbtxt.template"),
+        handle.write(render(os.path.join(MODEL_SOURCE, "ensemble", "config.pbtxt.template"),
                             tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(public),
                             output_maps="\n".join(maps)))
     os.makedirs(os.path.join(staging, bls, "1"), exist_ok=True)
@@ -258,13 +261,13 @@ def write_configs(staging, names, outputs, sizes, warmup, max_length, encoder_on
     bls_outputs += [f'  {{ name: "{n}", data_type: {t}, dims: [ {triton_dims(d, sizes)} ] }}'
                     for family in encoder_only for n, t, d in OUTPUT_TENSORS[family]]
     with open(os.path.join(staging, bls, "config.pbtxt"), "w", encoding="utf-8") as handle:
-        handle.write(render(os.path.join(SOURCE_REPOSITORY, "ensemble_bls", "config.pbtxt.template"),
+        handle.write(render(os.path.join(MODEL_SOURCE, "ensemble_bls", "config.pbtxt.template"),
                             tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(bls_outputs),
                             inputs=TEXT_INPUT, sparse_width=sparse_width))
     if rerank is not None:
         os.makedirs(os.path.join(staging, rerank, "1"), exist_ok=True)
         with open(os.path.join(staging, rerank, "config.pbtxt"), "w", encoding="utf-8") as handle:
-            handle.write(render(os.path.join(SOURCE_REPOSITORY, "rerank", "config.pbtxt.template"), bls=bls,
+            handle.write(render(os.path.join(MODEL_SOURCE, "rerank", "config.pbtxt.template"), bls=bls,
                                 served=",".join(outputs)))
         write_rerank_gpu_configs(os.path.join(staging, rerank))
     # The tokenizer's config names no model and no per-model value: a named export uses it as it is.
@@ -359,7 +362,7 @@ def write_clip_image_configs(staging, name, height, width, dim):
     for model, template, fill in renders:
         os.makedirs(os.path.join(staging, model, "1"), exist_ok=True)
         with open(os.path.join(staging, model, "config.pbtxt"), "w", encoding="utf-8") as handle:
-            handle.write(render(os.path.join(SOURCE_REPOSITORY, template), **fill))
+            handle.write(render(os.path.join(MODEL_SOURCE, template), **fill))
     copy_model_code("image_preprocess", os.path.join(staging, preprocess))
 
 
@@ -385,7 +388,7 @@ def write_cross_encoder_configs(staging, names, labels, warmup, max_length):
     for model, template, fill in renders:
         os.makedirs(os.path.join(staging, model, "1"), exist_ok=True)
         with open(os.path.join(staging, model, "config.pbtxt"), "w", encoding="utf-8") as handle:
-            handle.write(render(os.path.join(SOURCE_REPOSITORY, template), **fill))
+            handle.write(render(os.path.join(MODEL_SOURCE, template), **fill))
     write_gpu_configs(os.path.join(staging, encoder), values, max_length, int(budget))
     write_rerank_gpu_configs(os.path.join(staging, rerank))
     copy_tokenizer(staging, tokenizer)
@@ -405,7 +408,7 @@ def write_gpu_configs(encoder_dir, values, max_length, max_batch_tokens, ragged=
     os.makedirs(os.path.join(encoder_dir, "configs"), exist_ok=True)
     for variant, extra in (("gpu", {}), ("gpu-trt", {"rows": rows, **shapes}))[:1 if ragged else 2]:
         with open(os.path.join(encoder_dir, "configs", f"{variant}.pbtxt"), "w", encoding="utf-8") as handle:
-            handle.write(render(os.path.join(SOURCE_REPOSITORY, "embedding", f"{variant}.pbtxt.template"),
+            handle.write(render(os.path.join(MODEL_SOURCE, "embedding", f"{variant}.pbtxt.template"),
                                 **{**values, "encoder_inputs": encoder_inputs(ragged)}, **extra,
                                 gpu_instances=GPU["encoder"]["instances"]))
 
@@ -413,7 +416,7 @@ def write_gpu_configs(encoder_dir, values, max_length, max_batch_tokens, ragged=
 def tokenizer_parameter(key):
     """A parameter of the tracked tokenizer config (the home of settings the encoder shares)."""
     try:
-        value = pbtxt.parameter(os.path.join(SOURCE_REPOSITORY, "tokenizer", "config.pbtxt"), key)
+        value = pbtxt.parameter(os.path.join(MODEL_SOURCE, "tokenizer", "config.pbtxt"), key)
     except pbtxt.ConfigError as error:
         fail(str(error))
     if value is None:
@@ -425,7 +428,7 @@ def build_batch_strategy(encoder_dir):
     """Compile the encoder's token-budget batching strategy (token_budget.c) into batchstrategy.so. Returns whether
     it was built: without a C compiler the export still works, with batches bounded by rows only."""
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
-    source = os.path.join(SOURCE_REPOSITORY, "embedding", "token_budget.c")
+    source = os.path.join(MODEL_SOURCE, "embedding", "token_budget.c")
     if compiler is None:
         print("export: warning: no C compiler (cc/gcc), so no batchstrategy.so: encoder batches are bounded by "
               "max_batch_size rows, not by max_batch_tokens, and a direct call to the encoder is not refused")
@@ -485,7 +488,7 @@ def write_tokenizer(hf_tokenizer, max_length, tokenizer_dir):
 def ensure_proxy(repository):
     """The proxy and supervisor models (config + code) in the repository, their code as model_source/'s now; a
     repository outside the project keeps a config.pbtxt it has (its settings are the user's)."""
-    ours = os.path.abspath(repository) == SERVING_REPOSITORY
+    ours = os.path.abspath(repository) == serving_repository(PROJECT)
     for model in ("proxy", "supervisor"):
         copy_model_code(model, os.path.join(repository, model), keep_config=not ours)
 

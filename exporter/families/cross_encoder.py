@@ -1,38 +1,34 @@
-"""Cross-encoders (sequence-classification models: bge-reranker-v2-m3, ms-marco-MiniLM, Qwen3-Reranker-seq-cls...):
-what the model's config says it is, the graph (a (query, passage) pair's token ids in, `logits` and `scores` out),
-and the parity check against sentence-transformers' CrossEncoder.predict (and FlagEmbedding's
-FlagReranker.compute_score for the XLM-R / BERT families).
+"""The cross-encoder family: sequence-classification models (bge-reranker-v2-m3, ms-marco-MiniLM, ms-marco-electra,
+and the decoder rerankers of decoder_reranker.py): a (query, passage) pair's token ids in, `logits` and `scores` out;
+the graph, the export (the five models over pairs), and the parity check against sentence-transformers'
+CrossEncoder.predict (and FlagEmbedding's FlagReranker.compute_score for the encoder families). Which model types
+are cross-encoders, and which of them decoders: families.CROSS_ENCODERS.
 
 Pairs are tokenized by the Triton tokenizer model with FlagReranker's rule: the query alone cut to
 query_max_length (3/4 of max_length), then the passage cut so the pair fits max_length ('only_second'). For a query
-shorter than the passage that is also CrossEncoder's rule ('longest_first' cuts the longer part first).
-
-A decoder reranker whose folder has a chat template (Qwen3-Reranker) is fed by CrossEncoder (sentence-transformers
->= 5.4) the template rendered over the roles query and document, tokenized as one text without special tokens, cut
-at max_length from the right, and then, when cut, the template's tail token ids written back over the last tokens
-(Transformer._restore_chat_template_suffix). The tokenizer model has no jinja2: the template is rendered here once
-with markers into fixed text (prefix, between, suffix; pair_template.json beside tokenizer.json) and the tokenizer
-model builds prefix + query + between + document + suffix itself, with the same cut and tail."""
-import json
+shorter than the passage that is also CrossEncoder's rule ('longest_first' cuts the longer part first). The pair
+layouts of the encoder families: XLM-R / RoBERTa (<s> A </s></s> B </s>, no token types) and BERT's, which ELECTRA
+shares ([CLS] A [SEP] B [SEP], token type 1 from the first [SEP] on, computed in the graph: uses_token_types)."""
 import os
+import tempfile
+import time
 
-from . import fail
+from .. import fail
+from ..graph import OPSET, finalize_onnx
+from ..install import install_export
+from ..repository import (
+    build_batch_strategy,
+    model_names,
+    token_guard,
+    warmup_lengths,
+    write_cross_encoder_configs,
+    write_tokenizer,
+    write_warmup,
+)
+from ..source import detect_max_length
+from .decoder_reranker import pair_template, write_pair_template
 
-KINDS = ("embedding", "cross-encoder")
-# The families whose pair layout is checked here: XLM-R / RoBERTa (<s> A </s></s> B </s>, no token types) and
-# BERT ([CLS] A [SEP] B [SEP], token type 1 from the first [SEP] on, computed in the graph).
-CROSS_ENCODER_TYPES = ("xlm-roberta", "roberta", "bert")
-# Decoders transformers classifies at the last token that is not config.pad_token_id (GenericForSequenceClassification);
-# the dense ones the TorchScript exporter traces as Qwen3 does.
-DECODER_TYPES = ("qwen3", "qwen2", "llama", "mistral", "ministral", "gemma", "gemma2", "gemma3_text")
-PAIR_TEMPLATE = "pair_template.json"  # beside tokenizer.json in NAME_tokenizer/1
-# Markers a template renders in place of the texts (private-use characters: no real text holds them), and texts it
-# must carry through unchanged (spaces at the ends, case, markup, braces, quotes) to be served as fixed text.
-QUERY_MARK, DOCUMENT_MARK = "\ue000query\ue001", "\ue000document\ue001"
-TEMPLATE_PROBES = [("  What is <b>X</b>?  ", "\n Doc {{ x }} & 'single' \"double\"\t"), ("UPPER lower", "ünï 日本 🚀")]
-# Heads whose output an embedding export would silently drop: refused instead of served wrongly.
-DROPPED_HEADS = ("ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice", "ForCausalLM",
-                 "ForConditionalGeneration", "ForMaskedLM")
+DECODER = False  # an encoder: its classifier reads the first token
 PARITY_QUERIES = ["what is the capital of France?", "q", "Triton Inference Server", "日本の首都は?"]
 PARITY_PASSAGES = [
     "Paris is the capital and most populous city of France.",
@@ -42,29 +38,8 @@ PARITY_PASSAGES = [
 ]
 
 
-def detect_kind(config, sentence_transformers_folder=False):
-    """'cross-encoder' for a sequence-classification model of a supported family, 'embedding' for an encoder;
-    anything else stops the export with one line (it would be served as something it is not). A sentence-
-    transformers folder is an embedder whatever head its config names (Qwen3-Embedding's says Qwen3ForCausalLM,
-    all-mpnet-base-v2's MPNetForMaskedLM): sentence-transformers loads its base model, and so does the export."""
-    architectures = list(getattr(config, "architectures", None) or [])
-    for architecture in architectures:
-        if architecture.endswith("ForSequenceClassification"):
-            if config.model_type not in CROSS_ENCODER_TYPES + DECODER_TYPES:
-                fail(f"{architecture} is a cross-encoder of a family this export does not check "
-                     f"({config.model_type}); supported: {', '.join(CROSS_ENCODER_TYPES + DECODER_TYPES)}")
-            if config.model_type in DECODER_TYPES:
-                if getattr(config, "pad_token_id", None) is None:
-                    fail(f"{architecture} has no pad_token_id in its config: transformers (and CrossEncoder) "
-                         f"cannot find a decoder's last token in a padded batch without it")
-                if getattr(config, "use_bidirectional_attention", False):
-                    fail(f"{architecture} with use_bidirectional_attention is not a decoder reranker this export "
-                         f"traces")
-            return "cross-encoder"
-        if architecture.endswith(DROPPED_HEADS) and not sentence_transformers_folder:
-            fail(f"{architecture} has a head that an embedding export would drop; this export serves encoders "
-                 f"(embeddings) and sequence-classification cross-encoders only")
-    return "embedding"
+def check_config(config, architecture):
+    """Nothing in an encoder's config keeps it from being served as CrossEncoder computes it."""
 
 
 def check_arguments(args):
@@ -86,11 +61,7 @@ def uses_token_types(tokenizer):
     return any(tokenizer.backend_tokenizer.encode("a", "b").type_ids)
 
 
-def is_decoder(config):
-    return config.model_type in DECODER_TYPES
-
-
-def build_cross_encoder(model, tokenizer):
+def build_cross_encoder(model, tokenizer, decoder=False):
     """The classifier with its activation: logits [n, labels] and scores (sigmoid of one logit, as CrossEncoder
     and FlagReranker(normalize=True); softmax of several, as CrossEncoder(apply_softmax=True)).
 
@@ -102,7 +73,7 @@ def build_cross_encoder(model, tokenizer):
 
     labels = model.config.num_labels
     token_types, sep_token_id = uses_token_types(tokenizer), tokenizer.sep_token_id
-    pad_id = model.config.pad_token_id if is_decoder(model.config) else None
+    pad_id = model.config.pad_token_id if decoder else None
 
     class CrossEncoder(torch.nn.Module):
         def __init__(self):
@@ -144,66 +115,6 @@ def load_reference(folder, max_length):
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     return CrossEncoder(folder, max_length=max_length, device="cpu")
-
-
-def _render(reference, tokenizer, query, document):
-    """The text CrossEncoder renders for one pair: its own messages (the input formatter's roles and content
-    shape) through the folder's chat template, as apply_chat_template renders them before tokenizing."""
-    module = reference[0]
-    _, inputs = module.input_formatter.batch_to_message("text", {"text": [(query, document)]})
-    return tokenizer.apply_chat_template(inputs["message"][0], tokenize=False)
-
-
-def pair_template(reference, tokenizer):
-    """None when CrossEncoder tokenizes pairs as pairs; for a folder whose pairs go through its chat template, the
-    template as fixed text {prefix, between, suffix} around the query and the document, with suffix_ids (the tail
-    CrossEncoder writes back over a cut row). A template that is not fixed text around the two texts unchanged
-    (it transforms, escapes or reorders them, or depends on them) stops the export: the tokenizer model could not
-    reproduce it."""
-    module = reference[0]
-    if "message" not in (getattr(module, "modality_config", None) or {}):
-        return None
-    why = None
-    try:
-        text = _render(reference, tokenizer, QUERY_MARK, DOCUMENT_MARK)
-    except Exception as error:  # noqa: BLE001 - any template failure gets the one-line answer
-        text, why = "", f"it fails to render: {type(error).__name__}: {error}"
-    if why is None and (text.count(QUERY_MARK) != 1 or text.count(DOCUMENT_MARK) != 1):
-        why = "it does not render the query and the document once each"
-    elif why is None and text.index(QUERY_MARK) > text.index(DOCUMENT_MARK):
-        why = "it renders the document before the query"
-    if why is None:
-        prefix, rest = text.split(QUERY_MARK)
-        between, suffix = rest.split(DOCUMENT_MARK)
-        for query, document in TEMPLATE_PROBES:
-            if _render(reference, tokenizer, query, document) != prefix + query + between + document + suffix:
-                why = "it changes the texts or the text around them"
-                break
-    if why is not None:
-        fail(f"the chat template does not render a (query, document) pair as fixed text around the two texts "
-             f"({why}); the tokenizer model serves prefix + query + between + document + suffix only")
-    template = {"prefix": prefix, "between": between, "suffix": suffix}
-    template["suffix_ids"] = _suffix_ids(tokenizer.backend_tokenizer, template)
-    return template
-
-
-def _suffix_ids(backend, template):
-    """The tail CrossEncoder restores on a cut row: the token ids two renders with different texts ("0" and
-    "1 2 3 4") share at their end, so none of the texts' own; none when they never differ."""
-    renders = [backend.encode(template["prefix"] + filler + template["between"] + filler + template["suffix"],
-                              add_special_tokens=False).ids for filler in ("0", "1 2 3 4")]
-    count = 0
-    for left, right in zip(reversed(renders[0]), reversed(renders[1])):
-        if left != right:
-            break
-        count += 1
-    return renders[0][len(renders[0]) - count:] if 0 < count < min(map(len, renders)) else []
-
-
-def write_pair_template(tokenizer_dir, template):
-    if template is not None:
-        with open(os.path.join(tokenizer_dir, PAIR_TEMPLATE), "w", encoding="utf-8") as handle:
-            json.dump(template, handle, indent=2, ensure_ascii=False)
 
 
 def pair_ids(tokenizer, query, passage, max_length, template=None):
@@ -286,3 +197,52 @@ def parity_check(folder, tokenizer, onnx_path, max_length, tolerance, reference=
         fail(f"parity check failed: scores differ by {worst:.3g} > {tolerance} from the reference implementations "
              f"(CrossEncoder's worst: pair {worst_pair}, {query[:40]!r}, {passage[:40]!r})")
     return figures
+
+
+def export(args, folder, config, repository, started, decoder=False):
+    """A sequence-classification model: (query, passage) pairs in, logits and scores out; the five models over pairs.
+    decoder: a decoder reranker (decoder_reranker.py): its head reads the last token that is not the pad id."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    max_length = args.max_length or detect_max_length(folder, config, tokenizer)
+    model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32,
+                                                               attn_implementation="eager").eval()
+    if decoder and tokenizer.pad_token_id is None:
+        fail(f"{args.model}: the tokenizer has no pad token, which CrossEncoder (and the tokenizer model) pad with")
+    reference = load_reference(folder, max_length)
+    template = pair_template(reference, tokenizer)  # refused here, before the graph is traced
+    graph = build_cross_encoder(model, tokenizer, decoder)
+    names = model_names(args.name)
+    labels = config.num_labels
+    layout = ", pairs through its chat template" if template else ""
+    print(f"export: {args.model} (cross-encoder, {config.model_type}, {labels} label(s), max length {max_length}"
+          f"{layout}) → {repository} as {names[0]}")
+    warmup = warmup_lengths(max_length)
+    with tempfile.TemporaryDirectory() as workdir:
+        staging = os.path.join(workdir, "repository")
+        exported = export_onnx(graph, tokenizer, os.path.join(workdir, "model.onnx"), OPSET)
+        token_budget = build_batch_strategy(os.path.join(staging, names[2]))
+        onnx_path = finalize_onnx(exported, os.path.join(staging, names[2], "1"), args.fp16, args.external_data,
+                                  {"logits": [labels], "scores": [labels]},
+                                  token_guard(token_budget, names, max_length))
+        figures = parity_check(folder, tokenizer, onnx_path, max_length, 1e-2 if args.fp16 else 1e-4, reference,
+                               template, decoder)
+        write_tokenizer(tokenizer, max_length, os.path.join(staging, names[1], "1"))
+        write_pair_template(os.path.join(staging, names[1], "1"), template)
+        write_cross_encoder_configs(staging, names, labels, warmup, max_length)
+        write_warmup(staging, names[2], tokenizer, warmup)
+        manifest = {
+            "id": args.name, "kind": "cross-encoder", "name": names[0], "tokenizer_model": names[1],
+            "encoder_model": names[2], "bls_model": names[3], "rerank_model": names[4], "model": args.model,
+            "model_type": config.model_type, "num_labels": labels, "outputs": ["logits", "scores"],
+            # the classifier's label names (TEI's /predict and /info answer with them)
+            "labels": [str((config.id2label or {}).get(i, f"LABEL_{i}")) for i in range(labels)],
+            "embedding_size": None, "colbert_size": None, "max_length": max_length, "fp16": args.fp16,
+            "token_budget_batching": token_budget, "opset": OPSET, "onnx": os.path.relpath(onnx_path, staging),
+            "parity": figures, "served_names": args.served_names, "pair_template": template is not None,
+            "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        install_export(staging, repository, names, manifest, started)
+    return 0

@@ -1,12 +1,29 @@
-"""CLIP exports: open_clip models (architecture + pretrained tag or checkpoint file) and Hugging Face CLIP folders,
-as a text tower behind the tokenizer model and an image tower behind the image preprocessing model."""
+"""The CLIP family: open_clip models (architecture + pretrained tag or checkpoint file) and Hugging Face CLIP
+folders, as a text tower behind the tokenizer model and an image tower behind the image preprocessing model."""
 import glob
 import importlib.util
 import json
 import os
 import sys
+import tempfile
+import time
+import types
 
-from . import fail
+from .. import fail, image_config
+from ..graph import OPSET, finalize_onnx
+from ..install import install_export
+from ..repository import (
+    build_batch_strategy,
+    clip_image_names,
+    model_names,
+    token_guard,
+    warmup_lengths,
+    write_clip_image_configs,
+    write_configs,
+    write_tokenizer,
+    write_warmup,
+)
+from ..vectors import calibrate, write_vectors
 
 CLIP_SITE = "clip-site"  # in the venv (sys.prefix): requirements-clip.txt's packages
 CONTEXT_LENGTH = 77  # CLIP's text length: open_clip's positional embeddings and tokenizer
@@ -139,8 +156,6 @@ def export_towers(text_tower, image_tower, tokenizer, image_size, workdir):
     """Both towers to ONNX (opset 17, dynamic batch; the text tower also a dynamic width). Returns the two paths."""
     import torch
 
-    from .graph import OPSET
-
     sample = tokenizer(["export sample", "a second, longer export sample"], padding=True, return_tensors="pt")
     pixels = torch.randn(2, 3, *image_size)
     text_path, image_path = os.path.join(workdir, "text.onnx"), os.path.join(workdir, "image.onnx")
@@ -167,7 +182,7 @@ def parity_check(reference, tokenizer, text_path, image_path, image_size, min_co
     import onnxruntime as ort
     import torch
 
-    from .parity import PARITY_TEXTS
+    from ..parity import PARITY_TEXTS
 
     texts = [*PARITY_TEXTS, "a photo of a cat", "a diagram of a transformer"]
     batch = tokenizer(texts, padding=True, truncation=True, max_length=CONTEXT_LENGTH, return_tensors="np")
@@ -205,3 +220,84 @@ def parity_check(reference, tokenizer, text_path, image_path, image_size, min_co
     if worst < min_cosine:
         fail(f"parity check failed: min cosine {worst:.7f} < {min_cosine}")
     return figures
+
+
+def export(args, repository, started, folder=None):
+    """A CLIP model (open_clip, or a Hugging Face CLIP folder): the text side as a text export (ensemble NAME,
+    NAME_tokenizer, the text tower NAME_embedding, NAME_bls) and the image side (ensemble NAME_image, the
+    preprocessing model NAME_image_preprocess, the image tower NAME_image_embedding). No rerank, no late chunking."""
+    import torch
+
+    if args.name is None:
+        fail("a CLIP export needs --name (its models are NAME, NAME_image, ...)")
+    if args.outputs or args.pooling or args.max_length or args.matryoshka_dims or args.fp16:
+        fail("--outputs, --pooling, --max-length, --matryoshka-dims and --fp16 do not apply to CLIP exports")
+    if args.open_clip:
+        if not args.pretrained:
+            fail("--open-clip needs --pretrained: a tag (e.g. laion2b_s34b_b79k), a checkpoint file, or none "
+                 "(random weights, for tests)")
+        pretrained = None if args.pretrained.lower() == "none" else args.pretrained
+        model, preprocess, simple = load_open_clip(args.open_clip, pretrained)
+        tokenizer = fast_tokenizer_of(simple)
+        reference = types.SimpleNamespace(source="open_clip", model=model, tokenize=simple,
+                                          end_id=simple.eot_token_id)
+        pixels = image_config.from_open_clip(model, preprocess)
+        args.model, architecture, cleaning = f"open_clip:{args.open_clip}", args.open_clip, "open_clip"
+        if pretrained is None:
+            print("export: warning: --pretrained none: random weights (for tests and benchmarks, not for search)")
+    else:
+        from transformers import AutoTokenizer, CLIPImageProcessor, CLIPModel
+
+        if args.pretrained:
+            fail("--pretrained goes with --open-clip; a Hugging Face folder carries its weights")
+        model = CLIPModel.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        reference = types.SimpleNamespace(source="transformers", model=model, tokenizer=tokenizer)
+        pixels = image_config.from_hf_processor(CLIPImageProcessor.from_pretrained(folder))
+        architecture, pretrained, cleaning = "clip", None, None
+    text_tower, image_tower = build_towers(model, reference.source)
+    image_size = (pixels["height"], pixels["width"])
+    with torch.no_grad():
+        dim = int(image_tower(torch.zeros(1, 3, *image_size)).shape[-1])
+    names = model_names(args.name)[:4] + (None,)  # no rerank model
+    image_names = clip_image_names(args.name)
+    print(f"export: {args.model} (CLIP from {reference.source}, pretrained {pretrained}, {dim}-d, image "
+          f"{image_size[0]}x{image_size[1]}, text {CONTEXT_LENGTH} tokens) → {repository} as {args.name}, "
+          f"{image_names[0]}")
+    calibration = calibrate(lambda ids, mask: (text_tower(ids, mask),), tokenizer, CONTEXT_LENGTH, [dim], "",
+                            args.calibration_corpus)
+    warmup = warmup_lengths(CONTEXT_LENGTH)
+    with tempfile.TemporaryDirectory() as workdir:
+        staging = os.path.join(workdir, "repository")
+        text_path, image_path = export_towers(text_tower, image_tower, tokenizer, image_size, workdir)
+        token_budget = build_batch_strategy(os.path.join(staging, names[2]))
+        text_onnx = finalize_onnx(text_path, os.path.join(staging, names[2], "1"), False, args.external_data,
+                                  {"embedding": [dim]}, token_guard(token_budget, names, CONTEXT_LENGTH))
+        image_onnx = finalize_onnx(image_path, os.path.join(staging, image_names[2], "1"), False,
+                                   args.external_data, {"embedding": [dim]})
+        figures = parity_check(reference, tokenizer, text_onnx, image_onnx, image_size, 0.9999)
+        write_tokenizer(tokenizer, CONTEXT_LENGTH, os.path.join(staging, names[1], "1"))
+        if cleaning:
+            write_text_cleaning(os.path.join(staging, names[1], "1"), cleaning)
+        write_vectors(os.path.join(staging, names[3], "1"), [dim], calibration)
+        # the text tower's graph (py) returns `embedding` only: no embedding_unnormalized, no token_embeddings
+        write_configs(staging, names, ["dense"], {"D": dim}, warmup, CONTEXT_LENGTH, encoder_only=(),
+                      with_dense=())
+        write_warmup(staging, names[2], tokenizer, warmup)
+        write_clip_image_configs(staging, args.name, *image_size, dim)
+        image_config.write_preprocess(os.path.join(staging, image_names[1], "1"), pixels)
+        manifest = {
+            "id": args.name, "kind": "clip", "name": names[0], "tokenizer_model": names[1],
+            "encoder_model": names[2], "bls_model": names[3], "rerank_model": None, "chunks_model": None,
+            "image_model": image_names[0], "image_preprocess_model": image_names[1],
+            "image_encoder_model": image_names[2], "model": args.model, "source": reference.source,
+            "architecture": architecture, "pretrained": pretrained, "outputs": ["dense"], "embedding_size": dim,
+            "colbert_size": None, "max_length": CONTEXT_LENGTH, "image_size": list(image_size),
+            "text_cleaning": cleaning, "dimensions": [dim], "prompts": {}, "default_prompt_name": None,
+            "calibration": {k: v for k, v in calibration.items() if k != "ranges"}, "fp16": False,
+            "token_budget_batching": token_budget, "opset": OPSET, "parity": figures,
+            "onnx": [os.path.relpath(p, staging) for p in (text_onnx, image_onnx)],
+            "served_names": args.served_names, "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        install_export(staging, repository, (*names[:4], *image_names), manifest, started)
+    return 0

@@ -1,6 +1,6 @@
 """What an export serves beyond float vectors: the model's prompts (config_sentence_transformers.json), the widths
 it can be truncated to (Matryoshka: its config's `matryoshka_dimensions`, or --matryoshka-dims), and the int8 /
-uint8 ranges calibrated on a corpus (build/calibration/README.md) for each width. The tokenizer model reads
+uint8 ranges calibrated on a corpus (exporter/calibration/README.md) for each width. The tokenizer model reads
 prompts.json, the BLS model vectors.json."""
 import hashlib
 import json
@@ -8,8 +8,7 @@ import os
 
 from . import fail, read_json
 
-CALIBRATION_CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "calibration",
-                                  "corpus.txt")
+CALIBRATION_CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calibration", "corpus.txt")
 CALIBRATION_BATCH = 32
 
 

@@ -44,7 +44,7 @@ def from_open_clip(model, preprocess=None):
     """preprocess.json's dict from an open_clip model's inference preprocess (the transform returned by
     create_model_and_transforms; None: built from the model's preprocess_cfg). The transform's steps decide, its
     config is cross-checked."""
-    from .clip import import_open_clip
+    from .families.clip import import_open_clip
 
     open_clip = import_open_clip()
     from open_clip.transform import MaybeConvertMode, MaybeToTensor, ResizeKeepRatio, _convert_to_rgb

@@ -3,8 +3,8 @@
 Off unless TRITON_EMBED_EXPORT_CACHE names a folder (the test suite sets it: a run exports the same tiny models many
 times, and a second run in the same clone finds them all). The key is a sha256 of everything that decides an
 export's bytes:
-  - the export code and what it installs: every file of build/, model_source/ and model_library/, and
-    local_triton/settings.py, as this checkout has them;
+  - the export code and what it installs: build/export.py, every file of exporter/, model_source/ and
+    model_library/, and local_triton/settings.py, as this checkout has them;
   - the versions of the Python and of the packages that trace, check and write the graph;
   - the arguments (all but --repository, which says where it goes, not what it is), --calibration-corpus by its
     content;
@@ -28,8 +28,9 @@ from importlib import metadata
 ENVIRONMENT = "TRITON_EMBED_EXPORT_CACHE"
 MAX_BYTES_ENVIRONMENT = "TRITON_EMBED_EXPORT_CACHE_MAX_GB"
 DEFAULT_MAX_GB = 8  # least recently used entries go past this: a run of the test suite holds about 2 GB
-PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CODE = ("build", "model_source", "model_library", os.path.join("local_triton", "settings.py"))
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CODE = (os.path.join("build", "export.py"), "exporter", "model_source", "model_library",
+        os.path.join("local_triton", "settings.py"))
 PACKAGES = ("torch", "transformers", "sentence-transformers", "tokenizers", "onnx", "onnxruntime", "numpy",
             "safetensors", "FlagEmbedding", "open_clip_torch", "pillow")
 NOT_KEYED = ("repository", "skip_if_exported")  # where it goes and whether to skip: not what it is

@@ -1,0 +1,59 @@
+"""Every model family export builds, registered in one table: pipeline.py reads EMBEDDERS (which modules a folder
+computes, the reference class it is checked against: reference.py loads it), the command (run.py) reads all three
+(which export a folder gets), and the refusals name what they hold. One module per kind:
+
+    encoder.py           Transformer → Pooling → Dense... → Normalize, or a transformers folder with --pooling;
+                         encoders and decoder embedders (last-token pooling; Gemma3's bidirectional masks), bge-m3's
+                         sparse and ColBERT heads
+    splade.py            MLMTransformer → SpladePooling (SparseEncoder)
+    static.py            StaticEmbedding [→ Normalize] (sentence-transformers' and model2vec's static embeddings)
+    cross_encoder.py     sequence-classification models: the graph over (query, passage) pairs, the export, the
+                         parity check against CrossEncoder (and FlagReranker)
+    decoder_reranker.py  sequence-classification decoders (the last non-pad token), their chat template as fixed
+                         text around the pair
+    clip.py              CLIP (open_clip, or a Hugging Face folder): a text tower and an image tower
+
+A family of a kind already built is a row here (and its tiny checkpoint in tiny_checkpoints/); a new kind is a module
+beside these. ARCHITECTURE.md, "Add a model family", names the files."""
+from .. import fail
+from . import clip, cross_encoder, decoder_reranker, encoder, splade, static
+
+# Embedding pipelines, by the first module of a sentence-transformers folder's modules.json (a folder without one:
+# a transformers encoder, `encoder`)
+EMBEDDERS = {"Transformer": encoder, "MLMTransformer": splade, "StaticEmbedding": static}
+# Sequence-classification models (architectures *ForSequenceClassification), by config.model_type: the module whose
+# rules serve them (a decoder's head reads its last non-pad token: decoder_reranker)
+CROSS_ENCODERS = {
+    "xlm-roberta": cross_encoder,  # <s> A </s></s> B </s>, no token types (bge-reranker-v2-m3)
+    "roberta": cross_encoder,
+    "bert": cross_encoder,  # [CLS] A [SEP] B [SEP], token types (ms-marco-MiniLM-L-6-v2)
+    "electra": cross_encoder,  # BERT's layout (cross-encoder/ms-marco-electra-base)
+    # decoders the TorchScript exporter traces as Qwen3 does (Qwen3-Reranker-seq-cls)
+    **dict.fromkeys(("qwen3", "qwen2", "llama", "mistral", "ministral", "gemma", "gemma2", "gemma3_text"),
+                    decoder_reranker),
+}
+# Text and image models, by config.model_type (open_clip's architectures: --open-clip)
+MULTIMODAL = {"clip": clip}
+# Heads whose output an embedding export would silently drop: refused instead of served wrongly.
+DROPPED_HEADS = ("ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice", "ForCausalLM",
+                 "ForConditionalGeneration", "ForMaskedLM")
+
+
+def cross_encoder_of(config, sentence_transformers_folder=False):
+    """The CROSS_ENCODERS module of a sequence-classification model of a supported family, None for an embedder;
+    anything else stops the export with one line (it would be served as something it is not). A sentence-
+    transformers folder is an embedder whatever head its config names (Qwen3-Embedding's says Qwen3ForCausalLM,
+    all-mpnet-base-v2's MPNetForMaskedLM): sentence-transformers loads its base model, and so does the export."""
+    architectures = list(getattr(config, "architectures", None) or [])
+    for architecture in architectures:
+        if architecture.endswith("ForSequenceClassification"):
+            family = CROSS_ENCODERS.get(config.model_type)
+            if family is None:
+                fail(f"{architecture} is a cross-encoder of a family this export does not check "
+                     f"({config.model_type}); supported: {', '.join(CROSS_ENCODERS)}")
+            family.check_config(config, architecture)
+            return family
+        if architecture.endswith(DROPPED_HEADS) and not sentence_transformers_folder:
+            fail(f"{architecture} has a head that an embedding export would drop; this export serves encoders "
+                 f"(embeddings) and sequence-classification cross-encoders only")
+    return None

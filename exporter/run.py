@@ -1,0 +1,97 @@
+"""The export build/export.py's command line asks for, in order: the repository checked, --skip-if-exported, the
+export cache, then the family of the model (families/) deciding which export it gets: CLIP (clip.export), a
+cross-encoder (cross_encoder.export), or an embedding model (embedding.export)."""
+import os
+import sys
+import time
+
+from local_triton.run_stats import record
+from local_triton.settings import serving_repository
+
+from . import cache, embedding, fail, read_json
+from .families import MULTIMODAL, clip, cross_encoder, cross_encoder_of
+from .install import CACHING, install_cached
+from .pipeline import module_list
+from .repository import MODEL_SOURCE, PROJECT, check_name, model_names, refresh_code, templates_digest
+from .source import resolve_model
+
+DEFAULT_MODEL = "BAAI/bge-m3"
+
+
+def main(parse_args, argv=None):
+    """The export `parse_args(argv)` asks for, counted for the test suite's closing lines (local_triton/run_stats.py)
+    by how it ended."""
+    started, outcome = time.monotonic(), "refused"
+    try:
+        outcome = export(parse_args(argv))
+        return 0
+    finally:
+        record("export", outcome=outcome, seconds=time.monotonic() - started)
+
+
+def already_exported(repository, name, model):
+    """Whether --skip-if-exported skips: an export of `model` (any when None) rendered from today's templates."""
+    manifest = read_json(repository, model_names(name)[0], "1", "export.json")
+    if manifest is None or model not in (None, manifest.get("model")):
+        return False
+    if manifest.get("templates") != templates_digest():  # other templates, token_budget.c, library or graph: redone
+        print("export: the config templates, the batching strategy, the models' library or the graph "
+              "(exporter/graph.py, exporter/families/) changed since this export: exporting again")
+        return False
+    return True
+
+
+def export(args):
+    """The export `args` asks for; returns how it was made: "full", "cached" or "skipped"."""
+    repository = os.path.abspath(args.repository)
+    if repository == MODEL_SOURCE:
+        fail(f"--repository {args.repository}: that is the models' source (tracked); export writes a serving "
+             f"repository (default {os.path.relpath(serving_repository(PROJECT))})")
+    if args.skip_if_exported and already_exported(repository, args.name, args.model):
+        print(f"export: {repository} already holds an export{f' of {args.model}' if args.model else ''}; skipped")
+        refresh_code(repository)  # the served code follows model_source/ and model_library/ (file copies)
+        return "skipped"
+    check_name(repository, args.name)
+    started = time.monotonic()
+    if args.ragged_batch and args.open_clip:
+        fail("--ragged-batch: text embedding exports only (not --open-clip)")
+    if not args.open_clip:
+        args.model = args.model or DEFAULT_MODEL
+    if cache.folder():
+        CACHING.key = cache.key(args, args.pretrained if args.open_clip else resolve_model(args.model))
+        CACHING.lock = CACHING.key and cache.hold(CACHING.key)
+        hit = cache.lookup(CACHING.key)
+        if hit:
+            install_cached(*hit, args, repository, started)
+            return "cached"
+        if CACHING.key:
+            CACHING.printout = sys.stdout = cache.Printout(sys.stdout)
+    try:
+        make_export(args, repository, started)
+    finally:
+        if CACHING.printout:
+            sys.stdout = CACHING.printout.stream
+    return "full"
+
+
+def make_export(args, repository, started):
+    """The export made by the exporter: the model's family (families/) decides how."""
+    if args.open_clip:
+        return clip.export(args, repository, started)
+    from transformers import AutoConfig
+
+    folder = resolve_model(args.model)
+    modules = module_list(folder) or []
+    # a static embedding folder has no transformers config (model2vec's config.json names no model_type)
+    config = None if modules[:1] and modules[0][0] == "StaticEmbedding" else AutoConfig.from_pretrained(folder)
+    if config is not None and config.model_type in MULTIMODAL:
+        if args.ragged_batch:
+            fail("--ragged-batch: text embedding exports only (not CLIP)")
+        return MULTIMODAL[config.model_type].export(args, repository, started, folder)
+    family = cross_encoder_of(config, sentence_transformers_folder=bool(modules)) if config else None
+    if args.ragged_batch and family:
+        fail("--ragged-batch: text embedding exports only (not a cross-encoder)")
+    if family:
+        cross_encoder.check_arguments(args)
+        return cross_encoder.export(args, folder, config, repository, started, decoder=family.DECODER)
+    return embedding.export(args, folder, config, repository, started)
