@@ -98,7 +98,7 @@ def scratch_repository(source, target, models=EXPORTED_MODELS):
 
 # ---------------------------------------------------------------- configs
 def config_parameter(repository, model, key, default=None):
-    """One `parameters` entry of MODEL/config.pbtxt (build/exporting/pbtxt.py reads it)."""
+    """One `parameters` entry of MODEL/config.pbtxt (exporter/pbtxt.py reads it)."""
     return pbtxt.parameter(os.path.join(repository, model, "config.pbtxt"), key, default)
 
 

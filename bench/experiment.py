@@ -7,7 +7,7 @@ perf_analyzer on one workload at some concurrencies, and print Triton's per-step
     python -m bench.experiment --server-env RATE_LIMIT=off
 
 Each --edit is MODEL:TEXT, ModelConfig text merged into MODEL/config.pbtxt of the copy through Triton's own schema
-(build/exporting/pbtxt.py, merged: a value it names replaces the config's, a repeated field gets entries appended);
+(exporter/pbtxt.py, merged: a value it names replaces the config's, a repeated field gets entries appended);
 the copy's config is then written without its comments. The project's current model code replaces the copy's.
 """
 import argparse

@@ -19,7 +19,7 @@ binaries).
 Workloads (bench/corpus.py): queries, passages and mixed (both, shuffled; only with --mixed), one text per request
 to `ensemble`, and client-batched, 32 mixed texts per request to `ensemble_bls` and to `ensemble`. Matrix
 (--matrix): rate limiter, tokenizer instances, max_batch_tokens and the tokenizer's length grouping; by default the
-GPU grouping export writes (GPU_TOKENIZER in build/exporting/repository.py) against the tracked CPU one, RATE_LIMIT
+GPU grouping export writes (GPU_TOKENIZER in exporter/repository.py) against the tracked CPU one, RATE_LIMIT
 off, and the CPU default (on) once, which fits a lent machine's 15 minutes. GPU utilisation is sampled with
 nvidia-smi during every run.
 
@@ -102,7 +102,7 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
     tokenizer.save(os.path.join(tokenizer_dir, "1", "tokenizer.json"))
     tokenizer.no_padding()
     config_path = os.path.join(tokenizer_dir, "config.pbtxt")
-    # through Triton's ModelConfig (build/exporting/pbtxt.py), never a text replace (one stopped matching when the
+    # through Triton's ModelConfig (exporter/pbtxt.py), never a text replace (one stopped matching when the
     # tracked count became 2)
     config = common.pbtxt.with_instance_count(common.pbtxt.read(config_path), tokenizer_instances)
     config = common.pbtxt.with_parameters(config, {"max_batch_tokens": max_batch_tokens,

@@ -19,7 +19,7 @@ attention_mask `allow_ragged_batch`, so Triton's batcher joins requests of any w
                `row_lengths` (BATCH_ITEM_SHAPE of input_ids, INT32 [rows, 1]), each row's width; the inputs bind to
                forward's arguments by name (its FORWARD_ARGUMENT convention: config names equal to the argument
                names, batch inputs counted with the inputs), so RaggedEncoder.forward(input_ids, attention_mask,
-               row_lengths) rebuilds the padded batch as build/exporting/graph.py's add_ragged_inputs does, then runs
+               row_lengths) rebuilds the padded batch as exporter/graph.py's add_ragged_inputs does, then runs
                the encoder
 
     python -m bench.gpu_encoders --device cpu --tiny     # all four in one tritonserver: the same request to the two
@@ -123,7 +123,7 @@ def torch_device(device):
 def ragged_encoder(encoder, pad_id=PAD_ID):
     """`encoder` behind forward(input_ids, attention_mask, row_lengths), the inputs pytorch_backend r24.07 gives a
     ragged batch: every row's tokens back to back (1-D), and each row's width ([rows, 1] INT32, BATCH_ITEM_SHAPE of
-    input_ids). Rebuilds the padded [rows, widest] batch as build/exporting/graph.py's add_ragged_inputs does
+    input_ids). Rebuilds the padded [rows, widest] batch as exporter/graph.py's add_ragged_inputs does
     (token at start of row + column where the column is inside the row, else `pad_id` and a mask of 0), then runs
     `encoder` on it. Scriptable (torch.jit.script)."""
     import torch

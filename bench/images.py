@@ -129,7 +129,7 @@ def build_model(work_dir, architecture=ARCHITECTURE, seed=SEED):
     model, _, preprocess = open_clip.create_model_and_transforms(architecture, pretrained=None)
     os.makedirs(work_dir, exist_ok=True)
     # torch.save writes the file's name into the checkpoint: with the name (and seed) tests/test_clip.py gives its
-    # ViT-S-32, the two are the same bytes and the export cache (build/exporting/cache.py) exports them once.
+    # ViT-S-32, the two are the same bytes and the export cache (exporter/cache.py) exports them once.
     path = os.path.join(work_dir, f"{architecture.lower()}-random.pt")
     torch.save(model.state_dict(), path)
     return model.eval(), preprocess, open_clip.get_tokenizer(architecture), path

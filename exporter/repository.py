@@ -330,7 +330,7 @@ def write_rerank_gpu_configs(rerank_dir):
 
 def write_gpu_variants(model_dir, edit, edited):
     """<model>/configs/{gpu,gpu-trt}.pbtxt: its config.pbtxt through `edit`, written through Triton's ModelConfig
-    (build/exporting/pbtxt.py: no comments; config.pbtxt has them). Triton loads them under --model-config-name
+    (exporter/pbtxt.py: no comments; config.pbtxt has them). Triton loads them under --model-config-name
     (launcher MODEL_CONFIG_NAME), as the encoder's configs/. edited: what the header says was changed."""
     name = os.path.basename(os.path.normpath(model_dir))
     try:
@@ -340,7 +340,7 @@ def write_gpu_variants(model_dir, edit, edited):
     except KeyError as missing:
         fail(f"{name}/config.pbtxt has no {missing.args[0]!r}")
     header = (f"# Written by build/export.py: config.pbtxt with the GPU table's {edited} (GPU in\n"
-              "# build/exporting/repository.py), through Triton's ModelConfig: what each value means is in\n"
+              "# exporter/repository.py), through Triton's ModelConfig: what each value means is in\n"
               "# ../config.pbtxt's comments.\n")
     os.makedirs(os.path.join(model_dir, "configs"), exist_ok=True)
     for variant in ("gpu", "gpu-trt"):
