@@ -36,7 +36,6 @@ from http_front.readiness import Readiness
 from http_front.registry import Registry
 from http_front.server import Server
 from http_front.service import Service
-
 from model_library.triton_server import TritonHttp, secret
 
 
