@@ -9,12 +9,14 @@ from fastapi import Request
 
 from model_library.model_errors import ErrorKind
 
-from . import dialects, schemas
-from . import route_helpers as shared
-from .errors import ApiError
+from .. import dialects
+from .. import route_helpers as shared
+from ..errors import ApiError
+from ..schemas import RerankRequest
+from . import schemas
 
-router = dialects.router("cohere")
-ERRORS = shared.error_responses("cohere")
+router = dialects.router("cohere", shape="cohere")
+ERRORS = shared.error_responses("cohere", schemas.CohereErrorResponse)
 
 
 async def embed_by_type(request, body, route, kinds, dimensions=None):
@@ -59,7 +61,7 @@ async def cohere_embed_v1(request: Request, body: schemas.CohereV1EmbedRequest):
 
 
 @router.post("/v1/rerank", dependencies=shared.USER, response_model=schemas.RerankResponse, responses=ERRORS)
-async def rerank(request: Request, body: schemas.RerankRequest):
+async def rerank(request: Request, body: RerankRequest):
     """Scores each document against the query with the export's rerank model, by the model's kind: a cross-encoder's
     relevance (CrossEncoder.predict, FlagReranker.compute_score normalized); for an embedding model bge-m3's
     combined score, as FlagEmbedding's compute_score ('colbert+sparse+dense' with `weights`; models without
