@@ -3,9 +3,9 @@ exports' models, in-process through BLS. This file is the Triton glue: settings,
 wired up:
   app.py        the app, assembled from one router per dialect over the service's protocol (ServiceProtocol); each
                 dialect a folder, its routes.py beside its schemas.py (its request and response types): openai/
-                (OpenAI's embeddings and models, bge-m3's /v1/encode, late chunking), seed/ (the seed API), cohere/
-                (Cohere's embed and rerank), tei/ (TEI's API), admin/ (load, unload), server/ (probes, /metrics,
-                no types); schemas.py the types they share; dialects.py makes each router and says which dialect a
+                (OpenAI's API, and this server's own routes in its shape), seed/ (the seed API), cohere/ (Cohere's
+                API), tei/ (TEI's API), admin/ (load, unload), server/ (probes, /metrics, no types); schemas.py the
+                types they share; dialects.py makes each router and says which dialect a
                 path speaks; route_helpers.py what the routes share (key gates, model lookup, HTTP's own rules on
                 the inputs, each once, the embed and rerank calls)
   service.py    the service, in parts over one state: busy.py (what a request the gate refused still gets: a text

@@ -1,10 +1,10 @@
-"""The HTTP app, assembled: one router per dialect, each in its folder with its types (openai/: OpenAI's embeddings
-and models, bge-m3's /v1/encode, late chunking; seed/: the seed API; cohere/: Cohere's embed and rerank;
-tei/: TEI's API; admin/: load and unload; server/: the probes and /metrics), the error handlers (http_errors.py:
-every error in its path's dialect), and the protocol of the service the routes call (service.py calls Triton through
-BLS, tests pass a fake). No route and no Triton import here. The server runs create_server_app: the plain routes'
-requests (every route with a body: bodies.py) go to their functions directly (direct.py), the others through
-FastAPI. The app's state: settings, service, metrics (create_app).
+"""The HTTP app, assembled: one router per dialect, each in its folder with its types (openai/: OpenAI's API and
+this server's own routes in its shape; seed/: the seed API; cohere/: Cohere's API; tei/: TEI's API; admin/: load
+and unload; server/: the probes and /metrics: each routes.py's docstring lists its routes), the error handlers
+(http_errors.py: every error in its path's dialect), and the protocol of the service the routes call (service.py
+calls Triton through BLS, tests pass a fake). No route and no Triton import here. The server runs
+create_server_app: the plain routes' requests (every route with a body: bodies.py) go to their functions directly
+(direct.py), the others through FastAPI. The app's state: settings, service, metrics (create_app).
 """
 from typing import Protocol
 
