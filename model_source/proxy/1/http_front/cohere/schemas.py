@@ -77,3 +77,15 @@ class CohereErrorResponse(BaseModel):
     """Cohere's routes: Cohere's `message`, and OpenAI's error object beside it."""
     message: str
     error: ErrorBody
+
+
+class CohereTokenizeRequest(RequestBody):
+    """Cohere's `POST /v1/tokenize`."""
+    text: Text = Field(description="the text to tokenize (not truncated)")
+    model: str | None = Field(None, description="served model id; default: the server's default model")
+
+
+class CohereTokenizeResponse(BaseModel):
+    tokens: list[int] = Field(description="the tokenizer's ids, without special tokens")
+    token_strings: list[str] = Field(description="each token's text")
+    meta: dict
