@@ -519,7 +519,7 @@ class FakeClock:
 
 
 def admit(gate, cost):
-    """gate's ticket for `cost`, or None where it refuses it (what admission.Request.enter does)."""
+    """gate's ticket for `cost`, or None where it refuses it (what admission.RequestAdmission.enter does)."""
     return None if gate.refusal(cost) else gate.admit(cost)
 
 
@@ -587,7 +587,7 @@ def test_work_gate_keeps_the_cost_until_the_bls_calls_return():
     a request abandoned (client gone, deadline passed) leaves the gate at once."""
     clock = FakeClock()
     gate = admission.WorkGate(2.0, 100, clock)
-    request = admission.Request(gate, 700, 60.0, clock)
+    request = admission.RequestAdmission(gate, 700, 60.0, clock)
     assert request.enter() is None and request.enter() is None  # admitted once, by its first call
     releases = [request.hold(), request.hold()]
     request.close()  # answered
@@ -597,7 +597,7 @@ def test_work_gate_keeps_the_cost_until_the_bls_calls_return():
     assert gate.in_flight == 700
     releases[1]()
     assert gate.in_flight == 0 and gate.finished == 700 and gate.requests == 0
-    left = admission.Request(gate, 300, 60.0, clock)
+    left = admission.RequestAdmission(gate, 300, 60.0, clock)
     assert left.enter() is None
     release = left.hold()
     left.abandon()

@@ -515,7 +515,7 @@ def test_a_call_past_request_timeout_s_fails_at_its_deadline_and_its_work_leaves
 
     async def scenario():
         gate = admission.WorkGate(2.0, 100)
-        request = admission.Request(gate, 100, clip_service.settings.request_timeout_s)
+        request = admission.RequestAdmission(gate, 100, clip_service.settings.request_timeout_s)
         admission.begin(request)  # as HttpGuard does for each inference request
         started = time.monotonic()
         with pytest.raises(proxy_service.Timeout, match="within 0.3 s") as caught:

@@ -433,7 +433,7 @@ class Inference:
 
 
 def admit_request():
-    """The current HTTP request's admission.Request, admitted by its first Triton call (again: a no-op); None
+    """The current HTTP request's admission.RequestAdmission, admitted by its first Triton call (again: a no-op); None
     outside a request (tests, bench). Refused: overloaded (429, NotAdmitted), the same for every call of the
     request."""
     admitted = admission.current()
