@@ -5,9 +5,9 @@ wired up:
                 dialect a folder, its routes.py beside its schemas.py (its request and response types): openai/
                 (OpenAI's API, and this server's own routes in its shape), seed/ (the seed API), cohere/ (Cohere's
                 API), tei/ (TEI's API), admin/ (load, unload), server/ (probes, /metrics, no types); schemas.py the
-                types they share; dialects.py makes each router and says which dialect a
-                path speaks; route_helpers.py what the routes share (key gates, model lookup, HTTP's own rules on
-                the inputs, each once, the embed and rerank calls)
+                types they share; dialects.py makes each router and says which dialect a path speaks;
+                route_helpers.py what the routes share (key gates, model lookup, HTTP's own rules on the inputs,
+                each once, the embed and rerank calls)
   service.py    the service, in parts over one state: busy.py (what a request the gate refused still gets: a text
                 over the max length with truncate false, asked of the tokenizer alone), inference.py (BLS calls to
                 each export's models, the models' errors as kinds), model_control.py (load/unload), readiness.py's
