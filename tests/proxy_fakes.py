@@ -1,7 +1,8 @@
 """The proxy's app over a fake service, for the unit tests of the HTTP front (test_proxy_app.py, test_proxy_images.py,
 test_proxy_dialects.py, test_proxy_errors.py, test_field_errors.py): the proxy's modules imported as its model.py
-imports them inside Triton (model_library/in_process.py), a deterministic FakeService that follows app.Service, the
-client over both, and the error body read back. No Triton here."""
+imports them inside Triton (model_library/in_process.py), a deterministic FakeService that follows
+app.ServiceProtocol (fake models behind the real service's busy path), the client over both, and the error body read
+back. No Triton here."""
 import base64
 import zlib
 from dataclasses import dataclass
@@ -84,9 +85,10 @@ def fake_vectors(text, dim=DIM):
     return vector / np.linalg.norm(vector)
 
 
-class FakeService:
-    """The app.Service contract: deterministic vectors per text, token count = words + 2, truncated over 14. Before
-    admission, as the real service: the models' refusals that need no tokens (the proxy's prechecks.py)."""
+class FakeModels:
+    """The models' side of app.ServiceProtocol: deterministic vectors per text, token count = words + 2, truncated
+    over 14. Before admission, as the real service: the models' refusals that need no tokens (the proxy's
+    prechecks.py)."""
 
     max_documents = None  # the rerank model's max_documents (None: not known; the real one learns Triton's)
 
@@ -134,7 +136,7 @@ class FakeService:
         tokens = np.minimum(words, card.max_length)
         # a token id per distinct word: hash() of a str differs per process, and "a" and "b" once met mod 1000
         ids = [np.array(sorted({stable_hash(w) % 1000 for w in t.split()}), dtype=np.int64) for t in texts]
-        sparse = [proxy_service.SparseVector(row, np.full(len(row), 0.5, dtype=np.float32)) for row in ids]
+        sparse = [proxy_service.SparseWeights(row, np.full(len(row), 0.5, dtype=np.float32)) for row in ids]
         colbert = [np.stack([fake_vectors(w) for w in t.split()] + [fake_vectors("</s>")]) for t in texts]
         return proxy_service.Embeddings(
             dense=np.stack([fake_vectors(t) for t in texts]), sparse=sparse, colbert=colbert, tokens=tokens,
@@ -176,7 +178,7 @@ class FakeService:
                 modes[:, column] = dense * (column + 1)
         cross = card.kind == "cross-encoder"  # its classifier's logits, and their sigmoid as the scores
         logits = dense * 4 if cross else None
-        return proxy_service.RerankResult(
+        return proxy_service.RerankScores(
             scores=1 / (1 + np.exp(-logits)) if cross else dense, mode_scores=None if cross else modes,
             tokens=sum(words) + len(query.split()) + 2, query_truncated=len(query.split()) + 2 > card.max_length,
             truncated=np.array(words) > card.max_length, inference_ms=1.0, logits=logits)
@@ -253,7 +255,7 @@ class FakeService:
                 raise model_error("invalid_input", "text", "is empty", card, None)
             found = np.array(spans[i] if spans is not None else [[0, len(text)]], dtype=np.int64).reshape(-1, 2)
             vectors = np.stack([fake_vectors(text[a:b]) for a, b in found.tolist()])
-            results.append(proxy_service.ChunkedText(vectors, found, np.full(len(found), 2, dtype=np.int32),
+            results.append(proxy_service.TextChunks(vectors, found, np.full(len(found), 2, dtype=np.int32),
                                                      len(text.split()) + 2))
         return proxy_service.ChunkEmbeddings(results, 1.0)
 
@@ -264,6 +266,11 @@ class FakeService:
     async def unload(self, model_id):
         self.admin.append(("unload", model_id))
         return 0.25
+
+
+class FakeService(proxy_service.BusyPath, FakeModels):
+    """The fake models behind the real service's busy path (busy.py), as service.Service has it before its
+    Inference."""
 
 
 def settings(**overrides):

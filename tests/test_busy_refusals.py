@@ -4,7 +4,7 @@ succeed retries for ever. The models' refusals that need no tokens are given bef
 empty and invisible texts, prompt_name, input_type, dimensions, documents per request, weights), by the models' own
 rules (model_library/request_rules.py), with the model's kind, field and words; a text over the max length with
 truncate false, which only its tokens tell, is asked of the tokenizer alone when the gate refuses the request
-(Service.measure, route_helpers.cut_while_busy).
+(Service.measure, the service's busy path: busy.py).
 
 Three layers: the prechecks against the models' code (the answer the proxy gives from the model's error, through
 inference.step_error, equals the precheck's: the same rule, called with the same data and named alike); the routes
@@ -26,7 +26,7 @@ from proxy_fakes import DIM, Card, error_of, make_client, prechecks, proxy_servi
 
 pytestmark = pytest.mark.serial  # `make test` runs it alone: the gate's refusals under load
 
-route_helpers = model_module("proxy", "http_front.route_helpers")
+busy = model_module("proxy", "http_front.busy")
 
 
 # ---------------------------------------------------------------- the prechecks against the models' own code
@@ -79,7 +79,7 @@ def model_answer(work, rows):
 def precheck_answer(work):
     try:
         work()
-    except proxy_service.InvalidInput as error:
+    except proxy_service.ClientError as error:
         return answer(error)
     return None
 
@@ -160,35 +160,35 @@ def test_the_first_refusal_is_the_models_first():
     """Several faults at once: the one the models meet first (the BLS model's width, then the tokenizer's prompt,
     then the texts in order; bge-m3's rerank model its weights and documents first)."""
     card = Card("m", "m", ("dense",), prompts=PROMPTS, dimensions=(384,))
-    with pytest.raises(proxy_service.InvalidInput) as caught:
+    with pytest.raises(proxy_service.ClientError) as caught:
         prechecks.embed(card, ["ok", "", "\u200b"], "input", {"dimensions": 7, "prompt_name": "poem"})
     assert caught.value.field == "dimensions"
-    with pytest.raises(proxy_service.InvalidInput) as caught:
+    with pytest.raises(proxy_service.ClientError) as caught:
         prechecks.embed(card, ["ok", "", "\u200b"], "input", {"prompt_name": "poem"})
     assert caught.value.field == "prompt_name"
-    with pytest.raises(proxy_service.InvalidInput) as caught:
+    with pytest.raises(proxy_service.ClientError) as caught:
         prechecks.embed(card, ["ok", "", "\u200b"], "input", {})
     assert caught.value.field == "input[1]"
-    with pytest.raises(proxy_service.InvalidInput) as caught:
+    with pytest.raises(proxy_service.ClientError) as caught:
         prechecks.rerank(card, "", [""] * 3, (1.0, -1.0, 1.0), {"prompt_name": "poem"}, 2)
     assert caught.value.field == "weights"
-    with pytest.raises(proxy_service.InvalidInput) as caught:
+    with pytest.raises(proxy_service.ClientError) as caught:
         prechecks.rerank(card, "", [""] * 3, (1.0, 1.0, 1.0), {"prompt_name": "poem"}, 2)
     assert caught.value.field == "documents" and caught.value.kind == "too_many"
-    with pytest.raises(proxy_service.InvalidInput) as caught:
+    with pytest.raises(proxy_service.ClientError) as caught:
         prechecks.rerank(card, "", ["a", ""], (1.0, 1.0, 1.0), {}, 2)
     assert caught.value.field == "query"
 
 
 def test_a_text_is_asked_of_the_tokenizer_only_when_its_characters_cannot_tell():
-    """route_helpers.surely_within: ASCII texts within the max length less the longest prompt and ASCII_SLACK need
+    """busy.surely_within: ASCII texts within the max length less the longest prompt and ASCII_SLACK need
     no question; anything else is asked (the answer is the tokenizer's, never the estimate's)."""
     card = Card("m", "m", ("dense",), max_length=32, prompts=(("query", "query: "),))
-    room = 32 - len("query: ") - route_helpers.ASCII_SLACK
-    assert route_helpers.surely_within(card, ["a" * room, "ok"])
-    assert not route_helpers.surely_within(card, ["a" * (room + 1)])
-    assert not route_helpers.surely_within(card, ["é"])  # not ASCII: a character may be several tokens
-    assert not route_helpers.surely_within(Card("m", "m", ("dense",), prompts=(("q", "質問: "),)), ["ok"])
+    room = 32 - len("query: ") - busy.ASCII_SLACK
+    assert busy.surely_within(card, ["a" * room, "ok"])
+    assert not busy.surely_within(card, ["a" * (room + 1)])
+    assert not busy.surely_within(card, ["é"])  # not ASCII: a character may be several tokens
+    assert not busy.surely_within(Card("m", "m", ("dense",), prompts=(("q", "質問: "),)), ["ok"])
 
 
 # ---------------------------------------------------------------- the routes, with a gate that refuses everything

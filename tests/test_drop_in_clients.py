@@ -1,6 +1,6 @@
 """Clients nobody here wrote, pointed at the HTTP front as their own docs say to point them at a server of their kind
 (issue 38), against the real server: huggingface_hub's InferenceClient, LlamaIndex's TextEmbeddingsInference and
-LangChain's HuggingFaceEndpointEmbeddings (TEI's API), Cohere's SDK v2 and v1 (embed and rerank), the OpenAI SDK
+LangChain's HuggingFaceEndpointEmbeddings (TEI's API), Cohere's SDK v2 and v1 (embed, rerank, tokenize), the OpenAI SDK
 with a hard-coded model name (a served name); then TEI's other routes in their raw shapes. Every vector and score is
 compared with the same models called directly over KServe gRPC.
 
@@ -125,6 +125,26 @@ def test_cohere_v1_embed_and_rerank(ce_server, proxy, direct_vectors):
     expected = direct_scores(ce_server, QUERY, TEXTS)
     assert [r.index for r in ranked.results] == list(np.argsort(-expected, kind="stable")[:2])
     assert ranked.results[0].relevance_score == pytest.approx(float(expected.max()), abs=1e-6)
+
+
+def test_cohere_tokenize_as_its_sdk_tokenizes(ce_server, proxy):
+    """Cohere's Client.tokenize (its offline default asks GET /v1/models/{model} for a tokenizer file, finds none and
+    posts /v1/tokenize): emb's own ids without special tokens, as the SDK's local tokenizer encodes, and each
+    token's text; an empty text is Cohere's 400 naming `text`."""
+    import cohere
+
+    hf = emb_tokenizer(ce_server)
+    client = cohere.Client(api_key="unused", base_url=proxy)
+    for text, offline in ((TEXTS[0], True), (TEXTS[2], False)):
+        answer = client.tokenize(text=text, model="emb", offline=offline)
+        expected = hf(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert answer.tokens == expected["input_ids"], text
+        assert answer.token_strings == [text[start:stop] for start, stop in expected["offset_mapping"]], text
+    with pytest.raises(cohere.BadRequestError) as refused:
+        client.tokenize(text="", model="emb", offline=False)
+    body = refused.value.body
+    assert (body["error"]["code"], body["error"]["field"], body["message"]) == ("invalid_input", "text",
+                                                                               "text is empty")
 
 
 def test_openai_sdk_with_a_hard_coded_model_name(proxy, direct_vectors):

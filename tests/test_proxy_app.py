@@ -1,8 +1,10 @@
 """The proxy's HTTP app (model_source/proxy/1/app.py) with FastAPI's TestClient and an injected fake service
 (tests/proxy_fakes.py): routes, validation and error codes, auth, limits, routing by model, admin gating, metrics.
 No Triton here; tests/test_proxy.py covers the same app through the real server."""
+import ast
 import asyncio
 import base64
+import glob
 import os
 import sys
 import types
@@ -17,10 +19,9 @@ from proxy_fakes import DIM, FakeService, error_of, fake_vectors, make_client, p
 
 admission = model_module("proxy", "http_front.admission")
 errors = model_module("proxy", "http_front.errors")
-guard = model_module("proxy", "http_front.guard")
+baseline = model_module("proxy", "http_front.baseline")
 route_helpers = model_module("proxy", "http_front.route_helpers")
 Metrics = model_module("proxy", "http_front.metrics").Metrics
-MetricsMiddleware = model_module("proxy", "http_front.metrics").MetricsMiddleware
 
 
 @pytest.fixture
@@ -163,9 +164,7 @@ def test_only_json_bodies_are_accepted(client, content_type):
 
 def through_fastapi(**overrides):
     """The app with every request through FastAPI's pipeline (no direct.py), behind the same gate: the baseline."""
-    service, metrics, config = FakeService(), Metrics(), settings(**overrides)
-    app = proxy_app.create_app(config, service, metrics)
-    return TestClient(MetricsMiddleware(guard.HttpGuard(app, config, service), metrics, app))
+    return TestClient(baseline.create_baseline_app(settings(**overrides), FakeService(), Metrics()))
 
 
 BAD_BODIES = [  # (content type, body, kind)
@@ -411,7 +410,7 @@ def test_openapi_document_comes_from_the_models(client):
 def test_no_hand_written_schema_or_metrics_remain():
     """Issue 7: prometheus_client and pydantic do these jobs; no dict schemas or exposition code by hand."""
     folder = os.path.join(PROJECT, "model_source", "proxy", "1", "http_front")
-    code = "".join(open(os.path.join(folder, f)).read() for f in os.listdir(folder) if f.endswith(".py"))
+    code = "".join(open(path).read() for path in glob.glob(os.path.join(folder, "**", "*.py"), recursive=True))
     assert '"type": "object"' not in code and "openapi_extra" not in code
     assert "# TYPE" not in code and "_bucket{" not in code
 
@@ -420,21 +419,67 @@ def test_module_imports_no_triton():
     assert isinstance(proxy_app, types.ModuleType) and "triton_python_backend_utils" not in sys.modules
 
 
+def served_modules():
+    """The proxy's own modules the served app imports: model.py's http_front imports, and theirs, followed (from the
+    source: the test process imports the others too)."""
+    root = os.path.join(PROJECT, "model_source", "proxy", "1")
+
+    def exists(name):
+        path = os.path.join(root, *name.split("."))
+        return os.path.exists(path + ".py") or os.path.exists(os.path.join(path, "__init__.py"))
+
+    def imports(name, path):
+        package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the module's package up
+                    parts = package.split(".")
+                    base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                for alias in node.names:
+                    found = f"{base}.{alias.name}" if exists(f"{base}.{alias.name}") else base
+                    if found.startswith("http_front"):
+                        yield found
+    seen, todo = set(), list(imports("model", os.path.join(root, "model.py")))
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for k in range(1, len(parts) + 1):  # a module's packages are imported with it
+            module = ".".join(parts[:k])
+            if module not in seen:
+                seen.add(module)
+                path = os.path.join(root, *parts[:k])
+                todo += imports(module, path + ".py" if os.path.exists(path + ".py") else
+                                os.path.join(path, "__init__.py"))
+    return seen
+
+
+def test_the_baseline_is_out_of_the_served_import_graph():
+    """baseline.py (FastAPI's pipeline for every request: the bench's and these tests' baseline) is never imported by
+    the served app, and dialects.py, which every router imports, imports only FastAPI."""
+    served = served_modules()
+    assert {"http_front.app", "http_front.tei.routes", "http_front.busy", "http_front.dialects"} <= served
+    assert "http_front.baseline" not in served
+    dialects = ast.parse(open(os.path.join(PROJECT, "model_source", "proxy", "1", "http_front", "dialects.py")).read())
+    assert [node.module for node in ast.walk(dialects) if isinstance(node, ast.ImportFrom)] == ["fastapi"]
+
+
 # ---------------------------------------------------------------- the service contract
 @pytest.mark.parametrize("implementation", [FakeService, proxy_service.Service], ids=["fake", "real"])
 def test_the_fake_and_the_real_service_follow_the_apps_protocol(implementation):
-    """app.Service is what the routes call: the fake above and service.Service (the BLS one) must both have every
-    member, with the same parameters and the same sync/async kind, so a test on the fake holds for the real one."""
+    """app.ServiceProtocol is what the routes call: the fake above and service.Service (the BLS one) must both have
+    every member, with the same parameters and the same sync/async kind, so a test on the fake holds for the real
+    one."""
     import inspect
 
-    members = [name for name in vars(proxy_app.Service) if not name.startswith("_")]
+    members = [name for name in vars(proxy_app.ServiceProtocol) if not name.startswith("_")]
     assert {"cards", "resolve", "health", "live", "embed", "rerank", "load", "unload"} <= set(members)
     for name in members:
-        wanted = getattr(proxy_app.Service, name)
+        wanted = getattr(proxy_app.ServiceProtocol, name)
         got = getattr(implementation, name)
         assert inspect.iscoroutinefunction(got) == inspect.iscoroutinefunction(wanted), name
         assert list(inspect.signature(got).parameters) == list(inspect.signature(wanted).parameters), name
-    assert "draining" in proxy_app.Service.__annotations__
+    assert "draining" in proxy_app.ServiceProtocol.__annotations__
     assert isinstance(getattr(implementation, "draining", None), property) or "draining" in vars(implementation())
 
 
@@ -474,7 +519,7 @@ class FakeClock:
 
 
 def admit(gate, cost):
-    """gate's ticket for `cost`, or None where it refuses it (what admission.Request.enter does)."""
+    """gate's ticket for `cost`, or None where it refuses it (what admission.RequestAdmission.enter does)."""
     return None if gate.refusal(cost) else gate.admit(cost)
 
 
@@ -542,7 +587,7 @@ def test_work_gate_keeps_the_cost_until_the_bls_calls_return():
     a request abandoned (client gone, deadline passed) leaves the gate at once."""
     clock = FakeClock()
     gate = admission.WorkGate(2.0, 100, clock)
-    request = admission.Request(gate, 700, 60.0, clock)
+    request = admission.RequestAdmission(gate, 700, 60.0, clock)
     assert request.enter() is None and request.enter() is None  # admitted once, by its first call
     releases = [request.hold(), request.hold()]
     request.close()  # answered
@@ -552,7 +597,7 @@ def test_work_gate_keeps_the_cost_until_the_bls_calls_return():
     assert gate.in_flight == 700
     releases[1]()
     assert gate.in_flight == 0 and gate.finished == 700 and gate.requests == 0
-    left = admission.Request(gate, 300, 60.0, clock)
+    left = admission.RequestAdmission(gate, 300, 60.0, clock)
     assert left.enter() is None
     release = left.hold()
     left.abandon()

@@ -27,14 +27,19 @@ def code_of(name):
         return handle.read()
 
 
+def proxy_files():
+    """Every file of the HTTP front, its dialects' folders included, by its path under http_front/."""
+    return sorted(os.path.relpath(path, PROXY) for path in glob.glob(os.path.join(PROXY, "**", "*.py"), recursive=True))
+
+
 def test_no_http_status_is_written_outside_the_error_table():
     """Error statuses live in errors.KINDS only: no number from 400 to 599 in the proxy's code elsewhere (docstrings
     and comments may name them) but these, which are no statuses: HTTPS's port, admission's REQUEST_COST, the
     metrics' INPUT_BUCKETS."""
     others = {"images.py": {"443"}, "admission.py": {"512"}, "metrics.py": {"512"}}
     found = []
-    for name in sorted(os.listdir(PROXY)):
-        if not name.endswith(".py") or name == "errors.py":
+    for name in proxy_files():
+        if name == "errors.py":
             continue
         for token in tokenize.generate_tokens(io.StringIO(code_of(name)).readline):
             if token.type == tokenize.NUMBER and token.string.isdigit() and 400 <= int(token.string) <= 599 and \
@@ -128,29 +133,34 @@ def test_each_dialect_documents_its_own_error_shape():
 
 def test_route_lists_are_read_from_the_routers():
     dialects = model_module("proxy", "http_front.dialects")
-    routes_admin = model_module("proxy", "http_front.routes_admin")
-    routes_tei = model_module("proxy", "http_front.routes_tei")
+    admin_routes = model_module("proxy", "http_front.admin.routes")
+    tei_routes = model_module("proxy", "http_front.tei.routes")
 
-    tei = {route.path for route in routes_tei.router.routes}
+    tei = {route.path for route in tei_routes.router.routes}
     assert tei == {"/", "/embed", "/embed_all", "/embed_sparse", "/rerank", "/predict", "/similarity", "/tokenize",
                    "/decode", "/info"}
     assert all(dialects.shape({"path": path}) == "tei" for path in tei)
     assert dialects.shape({"path": "/v2/rerank"}) == "cohere" and dialects.shape({"path": "/nope"}) == "openai"
-    assert {route.path for route in routes_admin.router.routes} == {
+    assert {route.path for route in admin_routes.router.routes} == {
         "/v1/models/{model_id:path}/load", "/v1/models/{model_id:path}/unload", "/load_clip_model",
         "/unload_clip_model", "/delete_clip_model"}
     assert dialects.admin("/v1/models/org/x/load") and dialects.admin("/load_clip_model")
     assert not dialects.admin("/v1/models/org/x") and not dialects.admin("/v1/embeddings")
 
 
-def test_no_router_imports_another_dialects_router():
-    routers = {name[:-3] for name in os.listdir(PROXY) if name.startswith("routes_") and name.endswith(".py")}
-    assert routers == {"routes_openai", "routes_seed", "routes_cohere", "routes_tei", "routes_admin", "routes_server"}
-    for name in routers:
-        imported = {alias.name for node in ast.walk(ast.parse(code_of(name + ".py")))
-                    if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names} | {
-            node.module for node in ast.walk(ast.parse(code_of(name + ".py"))) if isinstance(node, ast.ImportFrom)}
-        assert not imported & (routers - {name}), (name, imported & routers)
+def test_no_dialect_imports_another_dialects_folder():
+    """A folder per dialect, its routes beside its types: what two dialects share is outside them (route_helpers.py,
+    schemas.py), never one dialect's module imported by another's."""
+    dialects = {os.path.dirname(name) for name in proxy_files() if os.path.basename(name) == "routes.py"}
+    assert dialects == {"openai", "seed", "cohere", "tei", "admin", "server"}
+    for dialect in dialects:
+        for name in (name for name in proxy_files() if os.path.dirname(name) == dialect):
+            tree = ast.parse(code_of(name))
+            imported = {(node.module or alias.name).split(".")[0] for node in ast.walk(tree)
+                        if isinstance(node, ast.ImportFrom)
+                        for alias in node.names if node.level == 2}  # from .. import x / from ..x import y
+            assert not imported & (dialects - {dialect}), (name, imported & dialects)
+            assert not [node for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level > 2], name
     app = ast.parse(code_of("app.py"))  # the app only assembles: no route of its own
     assert not [node for node in ast.walk(app) if isinstance(node, ast.AsyncFunctionDef) and any(
         isinstance(d, ast.Call) and getattr(d.func, "attr", "") in ("get", "post") for d in node.decorator_list)]
@@ -184,7 +194,7 @@ def test_output_names_are_written_only_in_model_outputs():
     names = output_names()
     assert {"embedding", "sparse_count", "colbert_vectors_int8", "num_tokens", "mode_scores", "chunk_spans",
             "decoded"} <= names and not names & {"dense", "sparse", "colbert"}
-    files = [os.path.join(PROXY, n) for n in sorted(os.listdir(PROXY)) if n.endswith(".py")]
+    files = [os.path.join(PROXY, name) for name in proxy_files()]
     files += [os.path.join(PROJECT, "bulk_embed", n) for n in sorted(os.listdir(os.path.join(PROJECT, "bulk_embed")))
               if n.endswith(".py")]
     files += MODEL_CODE  # the models' own code handles tensors only: every output name there is model_outputs'

@@ -453,7 +453,7 @@ def test_embed_images_splits_by_the_image_models_batch_size_and_names_the_client
     assert sorted(len(rows) for _, rows in clip_service.pb.requests) == [1, 2, 2]
     assert {model for model, _ in clip_service.pb.requests} == {"clip_image"}
     pictures[3] = b"BAD"  # row 1 of the second request; the client's item 7
-    with pytest.raises(proxy_service.InvalidInput, match=r"^input\[7\] is not an image \(cannot identify") as caught:
+    with pytest.raises(proxy_service.ClientError, match=r"^input\[7\] is not an image \(cannot identify") as caught:
         asyncio.run(clip_service.embed_images(card, pictures, "input", [1, 3, 5, 7, 9]))
     assert caught.value.param == "input"
 
@@ -515,7 +515,7 @@ def test_a_call_past_request_timeout_s_fails_at_its_deadline_and_its_work_leaves
 
     async def scenario():
         gate = admission.WorkGate(2.0, 100)
-        request = admission.Request(gate, 100, clip_service.settings.request_timeout_s)
+        request = admission.RequestAdmission(gate, 100, clip_service.settings.request_timeout_s)
         admission.begin(request)  # as HttpGuard does for each inference request
         started = time.monotonic()
         with pytest.raises(proxy_service.Timeout, match="within 0.3 s") as caught:

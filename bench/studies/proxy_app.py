@@ -29,10 +29,9 @@ NotFound = model_module("proxy", "http_front.errors").NotFound
 from model_library.model_errors import ErrorKind  # noqa: E402
 
 proxy_service = model_module("proxy", "http_front.service")  # its answers' dataclasses
-HttpGuard = model_module("proxy", "http_front.guard").HttpGuard
+baseline = model_module("proxy", "http_front.baseline")  # the app through FastAPI's pipeline
 proxy_app = model_module("proxy", "http_front.app")
 Metrics = model_module("proxy", "http_front.metrics").Metrics
-MetricsMiddleware = model_module("proxy", "http_front.metrics").MetricsMiddleware
 
 WORKLOADS = {  # name -> (path, body, expected status)
     "one query": ("/v1/embeddings", {"input": "what is the capital of france?"}, 200),
@@ -80,7 +79,7 @@ class InstantService:
 
     async def rerank(self, card, query, documents, weights, parameters=None):
         n = len(documents)
-        return proxy_service.RerankResult(scores=np.linspace(1, 0, n, dtype=np.float32),
+        return proxy_service.RerankScores(scores=np.linspace(1, 0, n, dtype=np.float32),
                                           mode_scores=np.full((n, 3), np.nan, np.float32), tokens=9 * (n + 1),
                                           query_truncated=False, truncated=np.zeros(n, bool), inference_ms=1.0)
 
@@ -97,9 +96,7 @@ def apps(width):
     """(direct: what the proxy runs, through FastAPI: the same app without direct.py)."""
     config, service = settings(), InstantService(width)
     direct = proxy_app.create_server_app(config, service, Metrics())
-    metrics = Metrics()
-    app = proxy_app.create_app(config, service, metrics)
-    return direct, MetricsMiddleware(HttpGuard(app, config, service), metrics, app)
+    return direct, baseline.create_baseline_app(config, service, Metrics())
 
 
 async def call(app, path, body, expected):

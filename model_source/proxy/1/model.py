@@ -1,24 +1,28 @@
 """The proxy model: an HTTP server inside Triton (one container ships) that translates HTTP to Triton calls on the
 exports' models, in-process through BLS. This file is the Triton glue: settings, and the package http_front/ beside it
 wired up:
-  app.py        the app, assembled from one router per dialect over the Service protocol: routes_openai.py
-                (OpenAI's embeddings and models, bge-m3's /v1/encode, late chunking), routes_seed.py (the seed API),
-                routes_cohere.py (Cohere's embed and rerank), routes_tei.py (TEI's API), routes_admin.py (load,
-                unload), routes_server.py (probes, /metrics); dialects.py makes each router and says which dialect
-                a path speaks; route_helpers.py what the routes share (key gates, model lookup, HTTP's own rules
-                on the inputs, each once, the embed and rerank calls)
-  service.py    the service, in three parts: inference.py (BLS calls to each export's models, the models' errors
-                as kinds), admin.py (load/unload), readiness.py's ModelReadiness (which models are ready);
-                prechecks.py the models' refusals that need no tokens, given before admission
-  registry.py   the exports (cards) and their models' readiness;  triton_server.py  Triton's HTTP API (library)
+  app.py        the app, assembled from one router per dialect over the service's protocol (ServiceProtocol); each
+                dialect a folder, its routes.py beside its schemas.py (its request and response types): openai/
+                (OpenAI's API, and this server's own routes in its shape), seed/ (the seed API), cohere/ (Cohere's
+                API), tei/ (TEI's API), admin/ (load, unload), server/ (probes, /metrics, no types); schemas.py the
+                types they share; dialects.py makes each router and says which dialect a path speaks;
+                route_helpers.py what the routes share (key gates, model lookup, HTTP's own rules on the inputs,
+                each once, the embed and rerank calls)
+  service.py    the service, in parts over one state: busy.py (what a request the gate refused still gets: a text
+                over the max length with truncate false, asked of the tokenizer alone), inference.py (BLS calls to
+                each export's models, the models' errors as kinds), model_control.py (load/unload), readiness.py's
+                ModelReadiness (which models are ready); prechecks.py the models' refusals that need no tokens,
+                given before admission (admission.py)
+  registry.py   the exports (Card each) and their models' readiness;  triton_server.py  Triton's HTTP API (library)
   readiness.py  keeps readiness current; calls on a model that stops being ready fail at once
-  guard.py      admission, the body read (bodies.py), disconnects;  server.py  uvicorn in its own thread
+  guard.py      admission, the body read (bodies.py), disconnects;  http_server.py  uvicorn in its own thread
   bodies.py     a request's body, one way for every route: read (the one content type rule, size, time), parsed,
                 validated
-  direct.py     the plain routes' requests (every route with a body) without FastAPI's request pipeline
+  direct.py     the plain routes' requests (every route with a body) without FastAPI's request pipeline;
+                baseline.py the same app through FastAPI's pipeline (bench and tests only: never imported here)
   images.py     images over HTTP (CLIP exports): base64, data URIs, URL fetching and their limits
   errors.py     the error table: every error's kind, its status and each dialect's body (OpenAI's, Cohere's,
-                TEI's); http_errors.py FastAPI's and pydantic's errors as kinds;  metrics.py, schemas.py
+                TEI's); http_errors.py FastAPI's and pydantic's errors as kinds;  metrics.py Prometheus
 Dead stubs are the supervisor model's job (../supervisor), not this one's.
 """
 import json
@@ -31,10 +35,10 @@ import triton_python_backend_utils as pb_utils
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 from http_front.app import create_server_app
+from http_front.http_server import Server
 from http_front.metrics import Metrics
 from http_front.readiness import Readiness
 from http_front.registry import Registry
-from http_front.server import Server
 from http_front.service import Service
 from model_library.triton_server import TritonHttp, secret
 

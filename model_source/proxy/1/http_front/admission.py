@@ -187,7 +187,7 @@ class WorkGate:
         self.mark = now
 
 
-class Request:
+class RequestAdmission:
     """One HTTP inference request: its cost and deadline from its arrival, and its admission, taken by its first
     Triton call (`enter`) and shared by all of them (gather's tasks each copy the context, not this object)."""
 
@@ -225,5 +225,5 @@ def begin(request):
 
 
 def current():
-    """The current HTTP request's Request, or None (outside a request: tests, admin work)."""
+    """The current HTTP request's RequestAdmission, or None (outside a request: tests, admin work)."""
     return _current.get()

@@ -1,10 +1,10 @@
-"""The HTTP app, assembled: one router per dialect (routes_openai.py: OpenAI's embeddings and models, bge-m3's
-/v1/encode, late chunking; routes_seed.py: the seed API; routes_cohere.py: Cohere's embed and rerank; routes_tei.py:
-TEI's API; routes_admin.py: load and unload; routes_server.py: the probes and /metrics), the error handlers
-(http_errors.py: every error in its path's dialect), and the Service protocol the routes call (service.py calls
-Triton through BLS, tests pass a fake). No route and no Triton import here. The server runs create_server_app: the
-plain routes' requests (every route with a body: bodies.py) go to their functions directly (direct.py), the others
-through FastAPI. The app's state: settings, service, metrics (create_app).
+"""The HTTP app, assembled: one router per dialect, each in its folder with its types (openai/: OpenAI's API and
+this server's own routes in its shape; seed/: the seed API; cohere/: Cohere's API; tei/: TEI's API; admin/: load
+and unload; server/: the probes and /metrics: each routes.py's docstring lists its routes), the error handlers
+(http_errors.py: every error in its path's dialect), and the protocol of the service the routes call (service.py
+calls Triton through BLS, tests pass a fake). No route and no Triton import here. The server runs
+create_server_app: the plain routes' requests (every route with a body: bodies.py) go to their functions directly
+(direct.py), the others through FastAPI. The app's state: settings, service, metrics (create_app).
 """
 from typing import Protocol
 
@@ -14,60 +14,67 @@ from fastapi.staticfiles import StaticFiles
 
 from model_library import tracing
 
-from . import http_errors, routes_admin, routes_cohere, routes_openai, routes_seed, routes_server, routes_tei
+from . import http_errors
+from .admin import routes as admin_routes
+from .cohere import routes as cohere_routes
 from .direct import DirectRoutes
 from .guard import HttpGuard
-from .inference import ChunkEmbeddings, Embeddings, ImageEmbeddings, Measured, Prediction, RerankResult, Token
+from .inference import ChunkEmbeddings, Embeddings, ImageEmbeddings, Measured, Prediction, RerankScores, Token
 from .metrics import MetricsMiddleware
-from .registry import Health
+from .openai import routes as openai_routes
+from .registry import Card, Health
+from .seed import routes as seed_routes
+from .server import routes as server_routes
+from .tei import routes as tei_routes
 
 
-class Service(Protocol):
-    """What the routes need from the serving side. Card: id, name, outputs, embedding_size, colbert_size,
-    max_length, source, created, kind, rerank, chunks (None: none); CLIP exports: image, architecture, pretrained
-    (image None: text only). exports(): every export, loaded or not. The calls answer with inference.py's
-    dataclasses, as annotated (predict: cross-encoders; measure: the tokenizer alone, outside admission, for a
-    request the gate refused; None: no answer in time). Failures raise errors.ApiError kinds; a request refused by
+class ServiceProtocol(Protocol):
+    """What the routes need from the serving side, over the exports (registry.Card; exports(): every export, loaded
+    or not). The calls answer with inference.py's dataclasses, as annotated (predict: cross-encoders; measure: the
+    tokenizer alone, outside admission, for a request the gate refused; None: no answer in time; count_tokens: the
+    tokens an answer of every token's vector holds). Failures raise errors.ApiError kinds; a request refused by
     admission raises errors.NotAdmitted, before which the service has given the models' refusals that need no
-    tokens (prechecks.py)."""
+    tokens (prechecks.py) and, truncate false, the tokenizer's refusal of a text over the max length (busy.py)."""
 
     draining: bool
 
-    def cards(self): ...
+    def cards(self) -> list[Card]: ...
 
-    def resolve(self, model): ...
+    def resolve(self, model: str | None) -> Card: ...
 
-    def exports(self): ...
+    def exports(self) -> list[Card]: ...
 
     def health(self) -> Health: ...
 
     def live(self) -> Health: ...
 
-    async def embed(self, card, texts, outputs, param, parameters=None) -> Embeddings: ...
+    async def embed(self, card: Card, texts, outputs, param, parameters=None) -> Embeddings: ...
 
-    async def embed_images(self, card, images, param, indices=None) -> ImageEmbeddings: ...
+    async def embed_images(self, card: Card, images, param, indices=None) -> ImageEmbeddings: ...
 
-    async def rerank(self, card, query, documents, weights, parameters=None) -> RerankResult: ...
+    async def rerank(self, card: Card, query, documents, weights, parameters=None) -> RerankScores: ...
 
-    async def predict(self, card, inputs, param, parameters=None) -> Prediction: ...
+    async def predict(self, card: Card, inputs, param, parameters=None) -> Prediction: ...
 
-    async def tokenize(self, card, texts, param, parameters) -> list[list[Token]]: ...
+    async def tokenize(self, card: Card, texts, param, parameters) -> list[list[Token]]: ...
 
-    async def decode(self, card, ids, param, parameters) -> list[str]: ...
+    async def count_tokens(self, card: Card, texts, param, parameters) -> int: ...
 
-    async def measure(self, card, texts, param, parameters=None, queries=None) -> Measured | None: ...
+    async def decode(self, card: Card, ids, param, parameters) -> list[str]: ...
 
-    async def chunk_embed(self, card, texts, spans, parameters) -> ChunkEmbeddings: ...
+    async def measure(self, card: Card, texts, param, parameters=None, queries=None) -> Measured | None: ...
 
-    async def load(self, model_id): ...
+    async def chunk_embed(self, card: Card, texts, spans, parameters) -> ChunkEmbeddings: ...
 
-    async def unload(self, model_id): ...
+    async def load(self, model_id: str) -> float: ...
+
+    async def unload(self, model_id: str) -> float: ...
 
 
 # Every dialect's router, in the order their routes are matched (OpenAI's GET /v1/models/{id} before the admin's
 # POST /v1/models/{id}/load: different methods, so either order serves both).
-ROUTERS = (routes_server.router, routes_openai.router, routes_seed.router, routes_admin.router, routes_cohere.router,
-           routes_tei.router)
+ROUTERS = (server_routes.router, openai_routes.router, seed_routes.router, admin_routes.router, cohere_routes.router,
+           tei_routes.router)
 # All of them in one router (their own route objects: FastAPI's include_router would nest them), as the app
 # includes them and direct.py answers the plain ones.
 router = APIRouter(routes=[route for routes in ROUTERS for route in routes.routes])
@@ -81,13 +88,14 @@ async def swagger_ui():
                                swagger_ui_parameters={"validatorUrl": None})  # no call to swagger.io
 
 
-def create_app(settings, service: Service, metrics):
-    """settings: api_key, admin_api_key, max_inputs_per_request, max_input_chars, swagger_path (or None)."""
+def create_app(settings, service: ServiceProtocol, metrics, routes=router):
+    """settings: api_key, admin_api_key, max_inputs_per_request, max_input_chars, swagger_path (or None). routes:
+    the app's (baseline.py: the same routes, each through FastAPI's pipeline)."""
     app = FastAPI(title="triton-embed", version="2.0", docs_url=None, redoc_url=None,
                   description="Text embeddings served by Triton: OpenAI-compatible embeddings, bge-m3's sparse and "
                               "ColBERT outputs, reranking, and the seed API.")
     app.state.settings, app.state.service, app.state.metrics = settings, service, metrics
-    app.include_router(router)
+    app.include_router(routes)
     for kind, handler in http_errors.HANDLERS:
         app.add_exception_handler(kind, handler)
     if settings.swagger_path:
@@ -96,10 +104,10 @@ def create_app(settings, service: Service, metrics):
     return app
 
 
-def create_server_app(settings, service: Service, metrics):
+def create_server_app(settings, service: ServiceProtocol, metrics):
     """The ASGI app the server runs: the metrics outermost (inside the request's span when traced:
     model_library/tracing.py), the gate (guard.py), then the routes: the plain ones directly (direct.py), the others
     through FastAPI."""
     app = create_app(settings, service, metrics)
     return tracing.asgi(MetricsMiddleware(HttpGuard(DirectRoutes(app, router), settings, service), metrics, app),
-                        untraced={route.path for route in routes_server.router.routes})  # probes, /metrics
+                        untraced={route.path for route in server_routes.router.routes})  # probes, /metrics

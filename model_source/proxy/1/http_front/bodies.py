@@ -3,7 +3,7 @@
 the routes get it parsed and validated here (`json`, `validated`): direct.py for a route's body parameter, and the
 routes that pick their schema from the body (TEI's / and /rerank) themselves. Every route with a body is direct
 (direct.py refuses a router holding one it cannot take), so FastAPI's pipeline validates no body in the served app;
-where it runs (the bench's and the tests' baseline), it parses with the same `loads` (route_helpers.OrjsonRequest).
+where it runs (the bench's and the tests' baseline, baseline.py), it parses with the same `loads`.
 The errors: ApiError kinds from the gate, RequestValidationError with FastAPI's locations from the routes (answered
 in the path's dialect by http_errors.py)."""
 import asyncio

@@ -1,20 +1,21 @@
-"""The HTTP API's dialects, one router each: every routes_*.py makes its router here (`router(name)`), and what the
-rest of the proxy needs to know of them is read from those routers, never listed again: which error shape a path
-answers in (shape: TEI's on TEI's paths whatever the body, Cohere's on Cohere's, else OpenAI's; also for the
-gate's refusals before any routing) and which paths are the admin's (admin: the gate admits no work for them)."""
+"""The HTTP API's dialects, one router each: every dialect's routes.py (openai/, seed/, cohere/, tei/, admin/,
+server/) makes its router here (`router(name, shape)`), and what the rest of the proxy needs to know of them is read
+from those routers, never listed again: which error shape a path answers in (shape: a dialect's own, TEI's on TEI's
+paths whatever the body, Cohere's on Cohere's, else OpenAI's; also for the gate's refusals before any routing) and
+which paths are the admin's (admin: the gate admits no work for them)."""
 from fastapi import APIRouter
 
-from .route_helpers import OrjsonRoute
-
-ROUTERS = {}  # dialect -> its router, in the order the routes_*.py modules were imported
-SHAPES = {"tei": "tei", "cohere": "cohere"}  # the error shape of each dialect that has its own; else OpenAI's
+ROUTERS = {}  # dialect -> its router, in the order the dialects' routes.py modules were imported
+SHAPES = {}  # dialect -> its error shape (errors.response), for the dialects that have their own; else OpenAI's
 
 
-def router(name):
-    """The router of dialect `name` (its routes are tagged with it in the OpenAPI document)."""
+def router(name, shape="openai"):
+    """The router of dialect `name` (its routes are tagged with it in the OpenAPI document), its errors in `shape`."""
     if name in ROUTERS:
         raise ValueError(f"dialect {name!r} has a router already")
-    made = ROUTERS[name] = APIRouter(route_class=OrjsonRoute, tags=[name])
+    made = ROUTERS[name] = APIRouter(tags=[name])
+    if shape != "openai":
+        SHAPES[name] = shape
     return made
 
 

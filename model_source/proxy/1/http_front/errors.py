@@ -7,6 +7,7 @@ A model's error arrives as a kind of the error contract (model_library/model_err
 through FROM_MODEL, once (inference.step_error). The field at fault stays data until the body is written: the
 message is composed then (it leads with the field), and every dialect's body carries the field apart, so a client
 (bulk_embed's HTTP door) reads the kind and the field, never the prose."""
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import orjson
@@ -110,9 +111,9 @@ class ApiError(Exception):
         return self.message
 
 
-class InvalidInput(ApiError):
-    """The request's content is wrong: a model's client kind, or the proxy's own check (the service renames its
-    field into the route's terms)."""
+class ClientError(ApiError):
+    """The request's content is wrong: a model's client kind (model_errors.CLIENT_KINDS), or the proxy's own check
+    (the service renames its field into the route's terms)."""
 
 
 class NotFound(ApiError):
@@ -129,14 +130,26 @@ class Timeout(ApiError):
 
 class NotAdmitted(ApiError):
     """overloaded: admission (admission.py) refused the request at its first Triton call, so nothing of it ran and no
-    model has seen it; what only a model could refuse in it is asked before this is answered
-    (route_helpers.cut_while_busy)."""
+    model has seen it; what only a model could refuse in it is asked before this is answered (busy.py)."""
 
 
 def rename_field(error, field):
     """The error restated about `field` (the client's name for the model's field): data only, the message is
     written from it."""
     error.field = field
+
+
+@contextmanager
+def client_indices(param, indices):
+    """Errors about `param[i]` of a part of the inputs (the texts of a list mixing texts and images, the pairs of a
+    list mixing texts and pairs) name the client's index instead: indices[i]."""
+    try:
+        yield
+    except ApiError as error:
+        name, i = model_errors.split_field(error.field or "")
+        if name == param and i is not None and i < len(indices):
+            rename_field(error, f"{param}[{indices[i]}]")
+        raise
 
 
 def response(error, shape):

@@ -21,9 +21,9 @@ class HttpGuard:
     """ASGI layer under the metrics: refuses what must never reach a route, and stops work nobody waits for.
 
     - while shutting down, or while not live (the supervisor is restarting the server): 503 with Retry-After;
-    - each inference request's admission.Request (its cost, its deadline), which its first Triton call admits or
-      refuses with 429 (service.infer: after the route's key and field checks); the admin router's routes are not
-      admitted (dialects.admin);
+    - each inference request's admission.RequestAdmission (its cost, its deadline), which its first Triton call
+      admits or refuses with 429 (service.infer: after the route's key and field checks); the admin router's routes
+      are not admitted (dialects.admin);
     - the body read (bodies.read: the one content type rule), before any routing: not JSON 415, over max_body_bytes
       413, not received within body_timeout_s 408;
     - a client that leaves before its answer: the route is cancelled (its Triton call's result is dropped), its work
@@ -56,7 +56,8 @@ class HttpGuard:
         if dialects.admin(scope["path"]):  # not admitted: an admin action is no inference work
             return await self.run(scope, receive, send, body)
         # Admitted at its first Triton call (service.infer), after the route has checked its key and fields.
-        request = admission.Request(self.gate, admission.REQUEST_COST + len(body), self.settings.request_timeout_s)
+        request = admission.RequestAdmission(self.gate, admission.REQUEST_COST + len(body),
+                                             self.settings.request_timeout_s)
         admission.begin(request)
         left = False  # (an error raised by the app is answered by the layers above: the client is still there)
         try:

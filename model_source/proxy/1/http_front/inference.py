@@ -4,7 +4,8 @@ chunking, image and tokenizer models — with the request's deadline and admissi
 error table's kinds (step_error: the error contract's kind and field, mapped once). Before a request's first call
 (its admission), the models' refusals that need no tokens are given here (prechecks.py), so that busy or not a
 request that can never succeed gets its 4xx; measure() asks the tokenizer alone, outside admission, what only it can
-say (a text over the max length). pb_utils is handed in (tests import this file)."""
+say (a text over the max length: busy.py asks it for a request the gate refused). pb_utils is handed in (tests
+import this file)."""
 import asyncio
 import time
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from model_library.model_outputs import (
 )
 
 from . import admission, prechecks
-from .errors import FROM_MODEL, ApiError, InvalidInput, NotAdmitted, Timeout, Unavailable, rename_field
+from .errors import FROM_MODEL, ApiError, ClientError, NotAdmitted, Timeout, Unavailable, rename_field
 
 TENSORS = model_outputs.TENSORS
 QUANTIZED = tuple(model_outputs.QUANTIZED)  # the BLS model's outputs (not the ensemble's)
@@ -44,7 +45,7 @@ COUNTS = list(model_outputs.COUNTS)
 TOKENIZER_PARAMETERS = ("prompt_name", "input_type", "truncate")
 
 
-class SparseVector(NamedTuple):
+class SparseWeights(NamedTuple):
     indices: np.ndarray  # the text's token ids with a weight
     values: np.ndarray  # their weights
 
@@ -52,7 +53,7 @@ class SparseVector(NamedTuple):
 @dataclass
 class Embeddings:
     dense: np.ndarray | None
-    sparse: list | None  # [SparseVector] per text
+    sparse: list | None  # [SparseWeights] per text
     colbert: list | None
     tokens: np.ndarray
     truncated: np.ndarray
@@ -72,7 +73,7 @@ class Token:
 
 
 @dataclass
-class RerankResult:
+class RerankScores:
     scores: np.ndarray
     mode_scores: np.ndarray | None  # [n, 3]: dense, sparse, ColBERT (NaN: a mode not served); None: cross-encoder
     tokens: int
@@ -100,7 +101,7 @@ class ImageEmbeddings:
 
 
 @dataclass
-class ChunkedText:
+class TextChunks:
     """One text's late chunking (Inference.chunk_embed): a vector per chunk."""
     vectors: np.ndarray  # [chunks, d]
     spans: np.ndarray  # [chunks, 2]: each chunk's [start, end] in the text
@@ -110,7 +111,7 @@ class ChunkedText:
 
 @dataclass
 class ChunkEmbeddings:
-    texts: list  # [ChunkedText], one per text in the order given
+    texts: list  # [TextChunks], one per text in the order given
     inference_ms: float
 
 
@@ -174,7 +175,7 @@ class Inference:
         colbert = next((TENSORS[kind][0] for kind in outputs if kind in COLBERT_KINDS), None)
         return Embeddings(
             dense=flat[DENSE] if "dense" in outputs else None,
-            sparse=[SparseVector(ids[:int(n)], weights[:int(n)]) for ids, weights, n in
+            sparse=[SparseWeights(ids[:int(n)], weights[:int(n)]) for ids, weights, n in
                     zip(joined[SPARSE_INDICES], joined[SPARSE_VALUES], flat[SPARSE_COUNT].reshape(-1))]
             if "sparse" in outputs else None,
             colbert=[vectors[:int(n)] for vectors, n in zip(joined[colbert], flat[COLBERT_LENGTH].reshape(-1))]
@@ -216,7 +217,7 @@ class Inference:
                 array[i, :len(row)] = row
             try:
                 return await self.infer(card, card.tokenizer, {"token_ids": array}, [DECODED], None, parameters)
-            except InvalidInput as error:
+            except ClientError as error:
                 name, i = model_errors.split_field(error.field or "")
                 if name == "token_ids":
                     rename_field(error, param if i is None else f"{param}[{first + i}]")
@@ -240,7 +241,7 @@ class Inference:
             try:
                 return indices, await self.infer(card, card.bls, tensors, names, (param, 0, indices),
                                                  parameters)
-            except InvalidInput as error:
+            except ClientError as error:
                 name, i = model_errors.split_field(error.field or "")
                 if name == "query" and i is not None:
                     rename_field(error, f"{param}[{indices[i]}]")
@@ -275,7 +276,7 @@ class Inference:
         return ImageEmbeddings(vectors, (time.perf_counter() - started) * 1000)
 
     async def rerank(self, card, query, documents, weights, parameters=None):
-        """-> RerankResult. A cross-encoder's rerank model: the classifier's scores (mode_scores None); else bge-m3's
+        """-> RerankScores. A cross-encoder's rerank model: the classifier's scores (mode_scores None); else bge-m3's
         combined one.
         parameters: the request parameters (prompt_name: one prompt for all the texts; embedding exports)."""
         prechecks.rerank(card, query, documents, weights, parameters, self.max_documents.get(card.rerank))
@@ -288,7 +289,7 @@ class Inference:
         names = [SCORES, LOGITS if cross else MODE_SCORES, NUM_TOKENS, QUERY_TRUNCATED, TRUNCATED]
         result = await self.infer(card, card.rerank, inputs, names, None,
                                   {key: value for key, value in (parameters or {}).items() if value is not None})
-        return RerankResult(result[SCORES], None if cross else result[MODE_SCORES], int(result[NUM_TOKENS][0]),
+        return RerankScores(result[SCORES], None if cross else result[MODE_SCORES], int(result[NUM_TOKENS][0]),
                             bool(result[QUERY_TRUNCATED][0]), result[TRUNCATED].astype(bool),
                             (time.perf_counter() - started) * 1000, result[LOGITS] if cross else None)
 
@@ -306,7 +307,7 @@ class Inference:
                 inputs["spans"] = np.array(spans[i], dtype=np.int64).reshape(-1, 2)
             try:
                 result = await self.infer(card, card.chunks, inputs, names, None, parameters)
-            except InvalidInput as error:
+            except ClientError as error:
                 if len(texts) > 1:  # the model names its one text `input`, and its spans: say which text
                     if error.field == "input":
                         rename_field(error, f"input[{i}]")
@@ -316,7 +317,7 @@ class Inference:
                         if name == "spans" and spans is not None:
                             error.field = f"spans[{i}]" + ("" if k is None else f"[{k}]")
                 raise
-            return ChunkedText(result[DENSE], result[CHUNK_SPANS], result[NUM_TOKENS], int(result[TEXT_TOKENS][0]))
+            return TextChunks(result[DENSE], result[CHUNK_SPANS], result[NUM_TOKENS], int(result[TEXT_TOKENS][0]))
         results = await asyncio.gather(*(one(i) for i in range(len(texts))))
         return ChunkEmbeddings(list(results), (time.perf_counter() - started) * 1000)
 
@@ -325,7 +326,7 @@ class Inference:
         `queries`: one text for all, as a cross-encoder's rerank model sends its query, or one per text), as the
         embedding step would: asked of the tokenizer alone, outside admission, for a request the gate refused whose
         answer depends on its tokens (truncate false, passed on: the tokenizer's too_long names a text over the max
-        length; route_helpers.cut_while_busy). -> Measured, or None when the tokenizer cannot say in time: a full
+        length; busy.py). -> Measured, or None when the tokenizer cannot say in time: a full
         queue, the request's deadline, or more than a quarter of the BLS threads (bls_concurrency) already waiting on
         such questions (under the rate limiter the tokenizer runs only when the encoder has nothing queued: these
         wait for the busy encoder)."""
@@ -432,7 +433,7 @@ class Inference:
 
 
 def admit_request():
-    """The current HTTP request's admission.Request, admitted by its first Triton call (again: a no-op); None
+    """The current HTTP request's admission.RequestAdmission, admitted by its first Triton call (again: a no-op); None
     outside a request (tests, bench). Refused: overloaded (429, NotAdmitted), the same for every call of the
     request."""
     admitted = admission.current()
@@ -465,7 +466,7 @@ def step_error(message, card, model, rows):
             field = param if row is None else f"{param}[{row}]"
         elif not rows and name == "text":  # the late chunking model's one text
             param = field = "input"
-        return InvalidInput(model_errors.problem(info) if field else info.message, kind, param, field)
+        return ClientError(model_errors.problem(info) if field else info.message, kind, param, field)
     if info.kind == ErrorKind.TIMEOUT:  # its deadline (request_timeout_s) passed while it was queued or ran
         return Timeout(f"inference did not finish within request_timeout_s: {info.message}", kind)
     if info.kind == ErrorKind.OVERLOADED:  # a queue policy's max_queue_size refused it: overload, not a fault

@@ -10,18 +10,18 @@ weights). tests/test_busy_refusals.py checks the order and the fields against th
 field is the client's item as inference.step_error names a model's `text[i]` (param[i]); the rerank models' fields
 are `query` and `documents[i]`.
 
-What needs the tokens (a text over the max length with truncate false) stays the tokenizer's alone: the routes ask
-it (Service.measure) for a request the gate refused (route_helpers.cut_while_busy). Plain Python: no Triton import."""
+What needs the tokens (a text over the max length with truncate false) stays the tokenizer's alone: the service asks
+it (Service.measure) for a request the gate refused (busy.py). Plain Python: no Triton import."""
 from model_library import (
     request_rules,  # the models' own rules (model_library/request_rules.py, installed beside this file)
 )
 
-from .errors import InvalidInput
+from .errors import ClientError
 
 
 def refuse(param):
-    """request_rules' error class for a route's `param`: the proxy's InvalidInput, with the model's field."""
-    return lambda field, problem, kind: InvalidInput(problem, kind, param, field)
+    """request_rules' error class for a route's `param`: the proxy's ClientError, with the model's field."""
+    return lambda field, problem, kind: ClientError(problem, kind, param, field)
 
 
 # ---------------------------------------------------------------- per call of the service, in the models' order
@@ -44,7 +44,7 @@ def prompt(card, parameters):
     name, kind = parameters.get("prompt_name"), parameters.get("input_type")
     if name is not None or kind is not None:
         request_rules.prompt(dict(card.prompts), None, name, kind,
-                             lambda field, problem, kind: InvalidInput(problem, kind, field, field))
+                             lambda field, problem, kind: ClientError(problem, kind, field, field))
 
 
 def documents(count, max_documents):

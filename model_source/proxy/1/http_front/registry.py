@@ -23,6 +23,8 @@ class Health(NamedTuple):
 
 @dataclass(frozen=True)
 class Card:
+    """One export, as its export.json describes it (read_card): its models' names, what it serves and how; the
+    routes and the service read it by attribute."""
     id: str
     name: str  # the ensemble
     tokenizer: str
@@ -71,17 +73,20 @@ def read_card(repository, name):
     try:
         with open(path, encoding="utf-8") as handle:
             manifest = json.load(handle)
-        return Card(manifest["id"], manifest["name"], manifest["tokenizer_model"], manifest["encoder_model"],
-                    manifest["bls_model"], manifest["rerank_model"], tuple(manifest["outputs"]),
-                    manifest.get("embedding_size"), manifest.get("colbert_size"), int(manifest["max_length"]),
-                    manifest["model"], int(os.path.getmtime(path)), manifest.get("kind", "embedding"),
-                    manifest.get("chunks_model"), manifest.get("image_model"),
-                    manifest.get("image_preprocess_model"), manifest.get("image_encoder_model"),
-                    manifest.get("architecture"), manifest.get("pretrained"),
-                    tuple((manifest.get("prompts") or {}).items()), manifest.get("default_prompt_name"),
-                    manifest.get("pooling"), manifest.get("num_labels"), tuple(manifest.get("served_names") or ()),
-                    tuple(manifest.get("labels") or ()), bool(manifest.get("unnormalized_output")),
-                    manifest.get("hidden_size"), tuple(manifest.get("dimensions") or ()))
+        return Card(
+            id=manifest["id"], name=manifest["name"], tokenizer=manifest["tokenizer_model"],
+            encoder=manifest["encoder_model"], bls=manifest["bls_model"], rerank=manifest["rerank_model"],
+            outputs=tuple(manifest["outputs"]), embedding_size=manifest.get("embedding_size"),
+            colbert_size=manifest.get("colbert_size"), max_length=int(manifest["max_length"]),
+            source=manifest["model"], created=int(os.path.getmtime(path)), kind=manifest.get("kind", "embedding"),
+            chunks=manifest.get("chunks_model"), image=manifest.get("image_model"),
+            image_preprocess=manifest.get("image_preprocess_model"), image_encoder=manifest.get("image_encoder_model"),
+            architecture=manifest.get("architecture"), pretrained=manifest.get("pretrained"),
+            prompts=tuple((manifest.get("prompts") or {}).items()),
+            default_prompt_name=manifest.get("default_prompt_name"), pooling=manifest.get("pooling"),
+            num_labels=manifest.get("num_labels"), served_names=tuple(manifest.get("served_names") or ()),
+            labels=tuple(manifest.get("labels") or ()), unnormalized=bool(manifest.get("unnormalized_output")),
+            hidden_size=manifest.get("hidden_size"), dimensions=tuple(manifest.get("dimensions") or ()))
     except (OSError, ValueError, KeyError):
         return None
 

@@ -1,8 +1,7 @@
-"""What every dialect's routes share (routes_openai.py, routes_seed.py, routes_cohere.py, routes_tei.py,
-routes_admin.py): the orjson route class, the key gates, the model lookup, HTTP's own rules on a request's inputs
-(each written once, naming the field in the dialect's own words), the embed and rerank calls with their metrics,
-and the answer's pieces. No Triton import here."""
-import asyncio
+"""What every dialect's routes share (openai/, seed/, cohere/, tei/, admin/: each folder's routes.py): the key gates,
+the model lookup, HTTP's own rules on a request's inputs (each written once, naming the field in the dialect's own
+words), the embed and rerank calls with their metrics, and the answer's pieces. A request the gate refuses is the
+service's business (busy.py), never a route's. No Triton import here."""
 import base64
 import hmac
 import uuid
@@ -12,47 +11,25 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 from fastapi import Depends, Request
-from fastapi.routing import APIRoute
 from starlette.responses import Response
 
 from model_library import model_errors, model_outputs
 from model_library.model_errors import ErrorKind
 
-from . import bodies, errors, schemas
-from .errors import ApiError, NotAdmitted, rename_field
-from .inference import RerankResult
-
-
-class OrjsonRequest(Request):
-    """Bodies parsed as bodies.py parses them, where FastAPI's pipeline reads one (the bench's and the tests'
-    baseline app: the served app's routes with a body are direct.py's)."""
-
-    async def json(self):
-        if not hasattr(self, "_json"):
-            self._json = bodies.loads(await self.body())
-        return self._json
-
-
-class OrjsonRoute(APIRoute):
-    def get_route_handler(self):
-        handler = super().get_route_handler()
-
-        async def handle(request):
-            return await handler(OrjsonRequest(request.scope, request.receive))
-        return handle
+from . import errors, schemas
+from .errors import ApiError, rename_field
+from .inference import RerankScores
+from .registry import Card
 
 
 def json_response(content, headers=None):
     return Response(orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY), 200, headers, "application/json")
 
 
-ERROR_SCHEMAS = {"openai": schemas.ErrorResponse, "cohere": schemas.CohereErrorResponse,
-                 "tei": schemas.TeiErrorResponse}
-
-
-def error_responses(shape, routes="api"):
-    """OpenAPI's error answers of a dialect's routes, statuses from the error table (errors.KINDS)."""
-    return errors.documented(shape, ERROR_SCHEMAS[shape], routes)
+def error_responses(shape, schema=schemas.ErrorResponse, routes="api"):
+    """OpenAPI's error answers of a dialect's routes: each status of the error table (errors.KINDS) its shape
+    answers, in its error body's `schema` (OpenAI's, unless the dialect has its own)."""
+    return errors.documented(shape, schema, routes)
 
 
 # ---------------------------------------------------------------- gates (route dependencies: checked before the body
@@ -131,43 +108,8 @@ def check_texts(request, texts, param, count=True):
 
 def refusing_cut(parameters, truncate):
     """The request parameters a model call carries: with `truncate` false the tokenizer refuses an input over the
-    max length (too_long naming it: request_rules.truncate), before the encoder runs."""
+    max length (too_long naming it: request_rules.truncate), before the encoder runs; busy or not (busy.py)."""
     return parameters if truncate else {**(parameters or {}), "truncate": False}
-
-
-# What an ASCII text may count beyond one token per character: the special tokens a tokenizer adds to one text (2 for
-# BERT's and XLM-R's) and SentencePiece's leading word piece, with room to spare
-ASCII_SLACK = 5
-
-
-def surely_within(card, texts):
-    """Whether none of `texts` can be over the model's max length, told without their tokens: an ASCII text (and
-    prompt) gives at most one token per character whatever the tokenizer (WordPiece, BPE, SentencePiece), plus
-    ASCII_SLACK. Says only that the tokenizer need not be asked (cut_while_busy), never that a text is cut."""
-    prompts = [text for _, text in card.prompts]
-    if not all(text.isascii() for text in prompts):
-        return False
-    room = card.max_length - max(map(len, prompts), default=0) - ASCII_SLACK
-    return all(len(text) <= room and text.isascii() for text in texts)
-
-
-async def cut_while_busy(request, card, texts, param, parameters=None, queries=None):
-    """truncate false, and the gate refused the request (NotAdmitted): a text over the max length can never be
-    served, but only its tokens tell, so the tokenizer alone is asked, with truncate false (Service.measure: outside
-    admission, it waits for the busy encoder); its too_long names the text. Not asked when every text is surely
-    within the max length. Returns when none is cut, or the tokenizer could not say in time (the 429 stands)."""
-    if queries is None and surely_within(card, texts):
-        return
-    await request.app.state.service.measure(card, texts, param, refusing_cut(parameters, False), queries)
-
-
-async def in_order(*calls):
-    """The calls side by side; the first one's error in the order given, else their results."""
-    results = await asyncio.gather(*calls, return_exceptions=True)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return results
 
 
 def need(card, output, route, param="model"):
@@ -193,28 +135,10 @@ def select(request, model):
 async def embed(request, card, texts, outputs, param, truncate, parameters=None):
     """The export's embedding models over `texts`; truncate false: the tokenizer refuses a text over the max length
     (too_long, 422, naming param[i]) before the encoder runs."""
-    try:
-        result = await request.app.state.service.embed(card, texts, outputs, param, refusing_cut(parameters, truncate))
-    except NotAdmitted:  # busy: a text over the max length still gets its 422, never a 429 to retry
-        if not truncate:
-            await cut_while_busy(request, card, texts, param, parameters)
-        raise
+    result = await request.app.state.service.embed(card, texts, outputs, param, refusing_cut(parameters, truncate))
     request.app.state.metrics.observe_embedding(card.id, len(texts), int(result.tokens.sum()),
                                                 int(result.truncated.sum()))
     return result
-
-
-@contextmanager
-def client_indices(param, indices):
-    """Errors about `param[i]` of a part of the inputs (the texts of a list mixing texts and images) name the
-    client's index instead: indices[i]."""
-    try:
-        yield
-    except ApiError as error:
-        name, i = model_errors.split_field(error.field or "")
-        if name == param and i is not None and i < len(indices):
-            rename_field(error, f"{param}[{indices[i]}]")
-        raise
 
 
 @contextmanager
@@ -247,8 +171,8 @@ MODES = model_outputs.MODES  # the rerank model's mode_scores columns
 @dataclass
 class ScoredDocuments:
     """score_documents' answer."""
-    card: object  # the export (registry's card)
-    result: RerankResult
+    card: Card  # the export
+    result: RerankScores
     served: list  # the modes (MODES) the export serves
     truncated: int  # how many texts were cut: the query and the documents
 
@@ -271,31 +195,12 @@ async def score_documents(request, model, query, documents, weights=None, trunca
                            ErrorKind.INVALID_VALUE, "weights")
     elif not served:
         raise ApiError(f"model '{card.id}' serves none of dense, sparse, colbert", ErrorKind.NOT_SERVED)
-    try:  # truncate false: the tokenizer refuses the query or a document over the max length (too_long, 422)
-        result = await request.app.state.service.rerank(card, query, documents, weights or (1.0, 1.0, 1.0),
-                                                        refusing_cut(parameters, truncate))
-    except NotAdmitted:  # busy: a text over the max length still gets its 422, never a 429 to retry
-        if not truncate:
-            await rerank_cut_while_busy(request, card, query, documents, parameters)
-        raise
+    # truncate false: the tokenizer refuses the query or a document over the max length (too_long, 422)
+    result = await request.app.state.service.rerank(card, query, documents, weights or (1.0, 1.0, 1.0),
+                                                    refusing_cut(parameters, truncate))
     truncated = int(result.query_truncated) + int(result.truncated.sum())
     request.app.state.metrics.observe_embedding(card.id, 1 + len(documents), result.tokens, truncated)
     return ScoredDocuments(card, result, served, truncated)
-
-
-async def rerank_cut_while_busy(request, card, query, documents, parameters):
-    """score_documents' truncate false for a request the gate refused: the query and the documents as the rerank
-    model has them tokenized (a cross-encoder's: each document paired with the query; else each text alone)."""
-    if card.kind == "cross-encoder":  # the tokenizer names the pairs' one query `query`
-        await cut_while_busy(request, card, documents, "documents", queries=query)
-        return
-    try:
-        await in_order(cut_while_busy(request, card, [query], "query", parameters),
-                       cut_while_busy(request, card, documents, "documents", parameters))
-    except ApiError as error:
-        if error.field == "query[0]":  # the query is one text, named alone (as the rerank model names it)
-            rename_field(error, "query")
-        raise
 
 
 # ---------------------------------------------------------------- the answers' pieces

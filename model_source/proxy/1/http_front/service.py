@@ -1,37 +1,39 @@
-"""What the routes call (app.Service), over BLS and Triton's HTTP API, in three parts sharing one state: inference.py
-(each export's models through BLS, the models' errors as the error table's kinds), admin.py (load and unload through
-Triton's repository API), readiness.py's ModelReadiness (which models are ready, kept off the request path). Its
-answers are inference.py's dataclasses (Embeddings, ImageEmbeddings, RerankResult, Prediction, ChunkEmbeddings,
-Measured, Token), re-exported here for the routes' fakes. Errors are errors.py's kinds; pb_utils is handed in (tests
-import this file)."""
+"""What the routes call (app.ServiceProtocol), over BLS and Triton's HTTP API, in parts sharing one state: busy.py's
+BusyPath (what a request the gate refused still gets: the busy path, once), inference.py (each export's models
+through BLS, the models' errors as the error table's kinds), model_control.py (load and unload through Triton's
+repository API), readiness.py's ModelReadiness (which models are ready, kept off the request path). Its answers are
+inference.py's dataclasses (Embeddings, ImageEmbeddings, RerankScores, Prediction, ChunkEmbeddings, Measured, Token),
+re-exported here for the routes' fakes. Errors are errors.py's kinds; pb_utils is handed in (tests import this
+file)."""
 import threading
 import time
 
-from .admin import Admin
-from .errors import InvalidInput, Timeout, Unavailable
+from .busy import BusyPath
+from .errors import ClientError, Timeout, Unavailable
 from .inference import (
-    ChunkedText,
     ChunkEmbeddings,
     Embeddings,
     ImageEmbeddings,
     Inference,
     Measured,
     Prediction,
-    RerankResult,
-    SparseVector,
+    RerankScores,
+    SparseWeights,
+    TextChunks,
     Token,
     admit_request,
     step_error,
 )
+from .model_control import ModelControl
 from .readiness import ModelReadiness
 from .registry import Health
 
-__all__ = ["Service", "Embeddings", "ImageEmbeddings", "ChunkEmbeddings", "ChunkedText", "Measured", "Prediction",
-           "RerankResult", "SparseVector", "Token", "admit_request", "step_error", "InvalidInput", "Timeout",
-           "Unavailable", "Health"]
+__all__ = ["Service", "BusyPath", "Embeddings", "ImageEmbeddings", "ChunkEmbeddings", "TextChunks", "Measured",
+           "Prediction", "RerankScores", "SparseWeights", "Token", "admit_request", "step_error", "ClientError",
+           "Timeout", "Unavailable", "Health"]
 
 
-class Service(Inference, Admin, ModelReadiness):
+class Service(BusyPath, Inference, ModelControl, ModelReadiness):
     def __init__(self, pb_utils, registry, triton, settings, executor):
         self.pb, self.registry, self.triton, self.settings, self.executor = \
             pb_utils, registry, triton, settings, executor

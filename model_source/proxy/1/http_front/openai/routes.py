@@ -7,9 +7,10 @@ from fastapi import Request
 
 from model_library.model_errors import ErrorKind
 
-from . import dialects, images, schemas
-from . import route_helpers as shared
-from .errors import ApiError
+from .. import dialects, images
+from .. import route_helpers as shared
+from ..errors import ApiError, client_indices
+from . import schemas
 
 router = dialects.router("openai")
 ERRORS = shared.error_responses("openai")
@@ -47,12 +48,12 @@ async def embeddings(request: Request, body: schemas.EmbeddingsRequest):
     outputs = ("dense", body.encoding_format) if body.encoding_format in shared.QUANTIZED else ("dense",)
     parameters = {"dimensions": body.dimensions, "input_type": body.input_type, "prompt_name": body.prompt_name}
     rows, flags, tokens, truncated, inference_ms = [None] * len(items), [False] * len(items), 0, 0, 0.0
-    with shared.client_indices("input", [i for i, _ in texts]):
+    with client_indices("input", [i for i, _ in texts]):
         checked = shared.check_texts(request, [t for _, t in texts], "input")
     encoded = await images.load([p for _, p in pictures], "input", request.app.state.settings,
                                 [i for i, _ in pictures]) if pictures else []
     if texts:
-        with shared.client_indices("input", [i for i, _ in texts]):
+        with client_indices("input", [i for i, _ in texts]):
             result = await shared.embed(request, card, checked, outputs, "input", body.truncate, parameters)
         for (i, _), vector, flag in zip(texts, shared.vector_rows(result, body.encoding_format), result.truncated):
             rows[i], flags[i] = vector, bool(flag)

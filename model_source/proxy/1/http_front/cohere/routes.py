@@ -1,6 +1,7 @@
 """Cohere's API, over the same models, limits and error contract as the other routes: embed v2 (POST /v2/embed) and
 v1 (POST /v1/embed), rerank v2 (POST /v2/rerank) and v1 (POST /v1/rerank, this server's own rerank route: Cohere's
-v1 shape with bge-m3's per-mode scores and weights). Cohere's SDK (ClientV2 / Client with base_url) posts to these.
+v1 shape with bge-m3's per-mode scores and weights), tokenize (POST /v1/tokenize, the tokenizer model's tokenize
+task). Cohere's SDK (ClientV2 / Client with base_url) posts to these.
 Errors in Cohere's shape (its `message`, OpenAI's error object beside it); its fields by Cohere's names
 (`output_dimension`, `texts`)."""
 import uuid
@@ -9,12 +10,14 @@ from fastapi import Request
 
 from model_library.model_errors import ErrorKind
 
-from . import dialects, schemas
-from . import route_helpers as shared
-from .errors import ApiError
+from .. import dialects
+from .. import route_helpers as shared
+from ..errors import ApiError, rename_field
+from ..schemas import RerankRequest
+from . import schemas
 
-router = dialects.router("cohere")
-ERRORS = shared.error_responses("cohere")
+router = dialects.router("cohere", shape="cohere")
+ERRORS = shared.error_responses("cohere", schemas.CohereErrorResponse)
 
 
 async def embed_by_type(request, body, route, kinds, dimensions=None):
@@ -59,7 +62,7 @@ async def cohere_embed_v1(request: Request, body: schemas.CohereV1EmbedRequest):
 
 
 @router.post("/v1/rerank", dependencies=shared.USER, response_model=schemas.RerankResponse, responses=ERRORS)
-async def rerank(request: Request, body: schemas.RerankRequest):
+async def rerank(request: Request, body: RerankRequest):
     """Scores each document against the query with the export's rerank model, by the model's kind: a cross-encoder's
     relevance (CrossEncoder.predict, FlagReranker.compute_score normalized); for an embedding model bge-m3's
     combined score, as FlagEmbedding's compute_score ('colbert+sparse+dense' with `weights`; models without
@@ -83,3 +86,23 @@ async def cohere_rerank_v2(request: Request, body: schemas.CohereRerankRequest):
               "results": shared.ranked(scored.result, documents, body.top_n, body.return_documents),
               "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}}}
     return shared.json_response(answer, shared.timing_headers(scored.truncated, scored.result.inference_ms))
+
+
+@router.post("/v1/tokenize", dependencies=shared.USER, response_model=schemas.CohereTokenizeResponse,
+             responses=ERRORS)
+async def cohere_tokenize(request: Request, body: schemas.CohereTokenizeRequest):
+    """Cohere's tokenize (`Client.tokenize`: its offline default asks GET /v1/models/{model} for a tokenizer file,
+    which an export does not publish, then posts here): `text` -> `tokens` and each token's text (`token_strings`),
+    from the export's tokenizer model, without special tokens as Cohere tokenizes (an export's default prompt is
+    the model's: its tokens first); not truncated."""
+    shared.check_text(request, body.text, "text", "text")
+    card = shared.select(request, body.model)
+    try:
+        [tokens] = await request.app.state.service.tokenize(card, [body.text], "text", {"add_special_tokens": False})
+    except ApiError as error:
+        if error.field == "text[0]":  # the one text, named as the client sent it
+            rename_field(error, "text")
+        raise
+    return shared.json_response({"tokens": [token.id for token in tokens],
+                                 "token_strings": [token.text for token in tokens],
+                                 "meta": {"api_version": {"version": "1"}}})

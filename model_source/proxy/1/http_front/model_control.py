@@ -1,4 +1,4 @@
-"""The admin half of the service (service.Service): load and unload an export's models through Triton's repository
+"""The service's model control (service.Service): load and unload an export's models through Triton's repository
 API (MODEL_CONTROL=explicit), one action at a time, without failing the calls of models an action is changing."""
 import asyncio
 import os
@@ -9,7 +9,7 @@ from model_library.model_errors import ErrorKind
 from .errors import ApiError, NotFound, Unavailable
 
 
-class Admin:
+class ModelControl:
     """Service's admin actions: the state they keep is Service's (registry, triton, settings, admin_lock,
     changing_models, triton_started)."""
 

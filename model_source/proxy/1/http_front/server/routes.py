@@ -5,8 +5,8 @@ from starlette.responses import PlainTextResponse, Response
 
 from model_library.model_errors import ErrorKind
 
-from . import dialects
-from .errors import status
+from .. import dialects
+from ..errors import status
 
 router = dialects.router("server")
 NOT_READY, NOT_LIVE = status(ErrorKind.MODEL_NOT_READY), status(ErrorKind.RESTARTING)

@@ -1,6 +1,6 @@
 """The seed API (the service this one replaced): POST /v1/embedding (`[{"query": ...}]`, `truncate` and `model` as
 query parameters) and, for CLIP exports, POST /infer (texts and images of one CLIP model). Its admin routes
-(/load_clip_model...) are the admin router's (routes_admin.py). Errors in OpenAI's shape."""
+(/load_clip_model...) are the admin router's (admin/routes.py). Errors in OpenAI's shape."""
 import time
 
 import numpy as np
@@ -8,9 +8,10 @@ from fastapi import Query, Request
 
 from model_library.model_errors import ErrorKind
 
-from . import dialects, images, schemas
-from . import route_helpers as shared
-from .errors import ApiError
+from .. import dialects, images
+from .. import route_helpers as shared
+from ..errors import ApiError
+from . import schemas
 
 router = dialects.router("seed")
 ERRORS = shared.error_responses("openai")

@@ -5,14 +5,15 @@ from fastapi import Depends, Request
 
 from model_library.model_errors import ErrorKind
 
-from . import dialects, schemas
-from . import route_helpers as shared
-from .errors import ApiError
+from .. import dialects
+from .. import route_helpers as shared
+from ..errors import ApiError
+from . import schemas
 
 router = dialects.router("admin")
 UNKNOWN_MODEL_LABEL = "(unknown)"  # the metrics' model label of an admin request for an id no export has
 ADMIN = {"dependencies": [Depends(shared.admin_key)], "response_model": schemas.AdminResult,
-         "responses": shared.error_responses("openai", "admin")}
+         "responses": shared.error_responses("openai", routes="admin")}
 CLIP_ADMIN = {**ADMIN, "response_model": schemas.ClipAdminResult}
 
 

@@ -14,17 +14,18 @@ import numpy as np
 from fastapi import Request
 from pydantic import TypeAdapter
 
-from model_library import model_errors
 from model_library.model_errors import ErrorKind
 
-from . import bodies, dialects, schemas
-from . import route_helpers as shared
-from .errors import ApiError, NotAdmitted, rename_field
+from .. import bodies, dialects
+from .. import route_helpers as shared
+from ..errors import ApiError, client_indices
+from ..schemas import RerankRequest
+from . import schemas
 
-router = dialects.router("tei")
-ERRORS = shared.error_responses("tei")
+router = dialects.router("tei", shape="tei")
+ERRORS = shared.error_responses("tei", schemas.TeiErrorResponse)
 EMBED, RERANK, COHERE_RERANK, PREDICT, SIMILARITY = (TypeAdapter(kind) for kind in (
-    schemas.TeiEmbedRequest, schemas.TeiRerankRequest, schemas.RerankRequest, schemas.TeiPredictRequest,
+    schemas.TeiEmbedRequest, schemas.TeiRerankRequest, RerankRequest, schemas.TeiPredictRequest,
     schemas.TeiSimilarityRequest))
 VERSION = "triton-embed 2.0 (TEI API 1.9)"
 
@@ -148,7 +149,7 @@ async def embed_all(request: Request, body: schemas.TeiEmbedAllRequest):
     card = shared.select(request, body.model)
     embedding_export(card, "/embed_all")
     parameters = {"prompt_name": body.prompt_name}
-    await bound_token_vectors(request, card, texts, parameters, bool(body.truncate))
+    await bound_token_vectors(request, card, texts, parameters)
     result = await shared.embed(request, card, texts, ("tokens",), "inputs", bool(body.truncate), parameters)
     rows = [np.ascontiguousarray(vectors, dtype=np.float32) for vectors in result.token_vectors]
     # the encoder's own widths: exact, where the check before the work read the export's embedding size
@@ -156,26 +157,15 @@ async def embed_all(request: Request, body: schemas.TeiEmbedAllRequest):
     return shared.json_response(rows, shared.timing_headers(result.truncated.sum(), result.inference_ms))
 
 
-async def bound_token_vectors(request, card, texts, parameters, truncate):
+async def bound_token_vectors(request, card, texts, parameters):
     """The 413 of an /embed_all answer over max_embed_all_numbers, before the encoder runs: nothing to do when
-    every input at the model's max length fits; else the tokenizer model counts the tokens (its tokenize task,
-    the prompt included), each counted at most at the max length (over it: cut, or the embed call's 422). Refused
-    by the gate: the same count from the tokenizer alone (Service.measure), so that an answer too large gets its
-    413 (and, truncate false, a text over the max length its 422) instead of a 429."""
+    every input at the model's max length fits; else the tokenizer model counts the tokens (Service.count_tokens:
+    the prompt included, each text counted at most at the max length: over it, cut, or the embed call's 422; busy
+    too, so an answer too large gets its 413 before the embed call's 422 or 429)."""
     hidden = card.hidden_size or card.embedding_size or 0
     if len(texts) * card.max_length * hidden <= request.app.state.settings.max_embed_all_numbers:
         return
-    service = request.app.state.service
-    try:
-        tokens = await service.tokenize(card, texts, "inputs", {"add_special_tokens": True, **parameters})
-    except NotAdmitted:
-        measured = await service.measure(card, texts, "inputs", parameters)
-        if measured is not None:
-            answer_size(request, int(measured.tokens.sum()), hidden)
-            if not truncate and measured.truncated.any():  # the tokenizer's too_long, naming the input
-                await shared.cut_while_busy(request, card, texts, "inputs", parameters)
-        raise
-    answer_size(request, sum(min(len(row), card.max_length) for row in tokens), hidden)
+    answer_size(request, await request.app.state.service.count_tokens(card, texts, "inputs", parameters), hidden)
 
 
 def answer_size(request, tokens, hidden):
@@ -216,19 +206,15 @@ async def predict_answer(request, body):
     single, items = predict_items(body.inputs)
     shared.check_texts(request, [item[-1] for item in items], "inputs")  # the count, and each input's last text
     pairs = [i for i, item in enumerate(items) if len(item) == 2]
-    with shared.client_indices("inputs", pairs):
+    with client_indices("inputs", pairs):
         shared.check_texts(request, [items[i][0] for i in pairs], "inputs", count=False)
     card = shared.select(request, body.model)
     if card.kind != "cross-encoder":
         raise ApiError(f"model '{card.id}' is not a classifier: /predict serves cross-encoder exports",
                        ErrorKind.NOT_SERVED, "model")
-    try:  # truncate false: the tokenizer refuses an input over the max length (too_long, 422, naming it)
-        prediction = await request.app.state.service.predict(card, items, "inputs",
-                                                             shared.refusing_cut(None, bool(body.truncate)))
-    except NotAdmitted:  # busy: an input over the max length still gets its 422, never a 429 to retry
-        if not body.truncate:
-            await predict_cut_while_busy(request, card, items)
-        raise
+    # truncate false: the tokenizer refuses an input over the max length (too_long, 422, naming it)
+    prediction = await request.app.state.service.predict(card, items, "inputs",
+                                                         shared.refusing_cut(None, bool(body.truncate)))
     request.app.state.metrics.observe_embedding(card.id, sum(len(item) for item in items), prediction.tokens,
                                                 int(prediction.truncated.sum()))
     labels, values = label_names(card), prediction.logits if body.raw_scores else prediction.scores
@@ -236,28 +222,6 @@ async def predict_answer(request, body):
               for row in values]
     return shared.json_response(answer[0] if single else answer,
                                 shared.timing_headers(int(prediction.truncated.sum()), prediction.inference_ms))
-
-
-async def predict_cut_while_busy(request, card, items):
-    """/predict's truncate false for a request the gate refused: the tokenizer alone, with truncate false, refuses
-    an input it would cut (a text alone, a pair as the classifier reads it), naming it."""
-    singles = [i for i, item in enumerate(items) if len(item) == 1]
-    pairs = [i for i, item in enumerate(items) if len(item) == 2]
-
-    async def measure(indices, paired):
-        if not indices:
-            return
-        with shared.client_indices("inputs", indices):
-            try:
-                await shared.cut_while_busy(request, card, [items[i][-1] for i in indices], "inputs",
-                                            queries=[items[i][0] for i in indices] if paired else None)
-            except ApiError as error:  # a pair's query[i]: its input, as predict names it
-                name, i = model_errors.split_field(error.field or "")
-                if name == "query" and i is not None:
-                    rename_field(error, f"inputs[{i}]")
-                    error.param = "inputs"
-                raise
-    await shared.in_order(measure(singles, False), measure(pairs, True))
 
 
 @router.post("/similarity", dependencies=shared.USER, response_model=list[float], responses=ERRORS)

@@ -1,0 +1,1 @@
+"""Cohere's dialect: routes.py, beside their request and response types (schemas.py)."""

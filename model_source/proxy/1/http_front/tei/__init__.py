@@ -1,0 +1,2 @@
+"""Hugging Face text-embeddings-inference's dialect: routes.py, beside their request and response types
+(schemas.py)."""
