@@ -26,7 +26,6 @@ def run_export(script, request):
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         sys.argv = [script, *request["argv"]]
-        sys.path.insert(0, os.path.dirname(script))
         sys.stdin = open(os.devnull)  # nothing to read: export never asks on a terminal
         try:
             runpy.run_path(script, run_name="__main__")

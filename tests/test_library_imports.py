@@ -33,7 +33,6 @@ def test_no_model_edits_sys_path_and_nothing_imports_the_library_by_a_bare_name(
 
 PROBE = """
 import json, os, sys
-sys.path.insert(0, {tests!r})
 import proxy_fakes  # the proxy's app, service, errors... as the model imports them
 from model_library.in_process import MODEL_SOURCE, import_python_model
 class TritonError(Exception):
@@ -53,8 +52,10 @@ print(json.dumps(files))
 def test_a_process_holds_one_module_object_per_library_file():
     import json
 
-    probe = PROBE.format(tests=os.path.join(PROJECT, "tests"), project=PROJECT + os.sep)
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=PROJECT, timeout=300)
+    # run from tests/ (`python -c` puts the working folder first on sys.path: the tests' helpers import)
+    probe = PROBE.format(project=PROJECT + os.sep)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=os.path.join(PROJECT, "tests"), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     files = json.loads(done.stdout.strip().splitlines()[-1])
     assert not {path: names for path, names in files.items() if len(names) > 1}
