@@ -40,6 +40,8 @@ cross-encoder, exported with --name as the same five models over (query, passage
 and `scores` out), NAME_tokenizer (pair tokenization), NAME_embedding (the classifier), NAME_bls (pairs in length
 groups) and NAME_rerank (query + documents), checked against sentence-transformers' CrossEncoder and
 FlagEmbedding's FlagReranker (exporter/families/cross_encoder.py). Other heads are refused, not exported without them.
+A folder that maps its classes to its own code (`auto_map`) is refused in one line naming that code unless
+--trust-remote-code says to run it (then the reference check runs it too).
 
 The work is done by the package exporter/ (exporter/run.py the order of the steps; a module per model family in
 exporter/families/, registered in one table); this file is the command: its flags.
@@ -75,7 +77,8 @@ def build_parser():
                         "how its token vectors become one (default cls); a sentence-transformers folder's own "
                         "Pooling module decides for it")
     parser.add_argument("--max-length", type=int, help="tokens per text; longer texts are truncated "
-                        "(default: the model's own limit)")
+                        "(default: the model's own limit, sentence-transformers' max_seq_length where the folder "
+                        "states one)")
     parser.add_argument("--matryoshka-dims", help="comma-separated widths the model was trained to be truncated to "
                         "(default: its config's matryoshka_dimensions; none: only its full size)")
     parser.add_argument("--calibration-corpus", default=CALIBRATION_CORPUS, help="texts, one per line, whose "
@@ -96,6 +99,11 @@ def build_parser():
                         help="an encoder that takes ragged batches (Triton's allow_ragged_batch): one encoder run "
                              "holds texts of any widths, padded in the graph to the widest (text embeddings only; "
                              "measured against width groups in bench/TUNING.md)")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="run the checkpoint's own code (its auto_map: configuration_*.py, modeling_*.py...), as "
+                             "transformers' trust_remote_code: the graph and the reference check (sentence-"
+                             "transformers under the same flag) both load it. Without it, a folder that maps its "
+                             "classes to its own code is refused, never exported as transformers' native class")
     parser.add_argument("--skip-if-exported", action="store_true",
                         help="do nothing when the repository holds an export of --model under this name "
                              "(or any, if no --model)")

@@ -7,7 +7,8 @@ configs, the models' code copied in). build/export.py is its command (the flags)
                        registered in one table (families/__init__.py) that pipeline.py and run.py read (reference.py
                        loads the reference class a row names)
     embedding.py       a text embedding export (the five models, late chunking) over the family's graph
-    source.py          where the Hugging Face model is and what it says of itself (max length, outputs)
+    source.py          where the Hugging Face model is and what it says of itself (its own code, max length,
+                       outputs)
     pipeline.py        what a sentence-transformers folder computes (modules.json), read once
     graph.py           the graph's outputs, ONNX export and finalizing (token guard, ragged inputs)
     parity.py          the exported graph checked against PyTorch

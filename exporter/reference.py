@@ -22,9 +22,10 @@ MODEL_KWARGS = {"attn_implementation": "eager"}  # the graph is traced from the 
 UNBUILT_SETTINGS = ("do_lower_case", "query_length", "document_length", "query_expansion")
 
 
-def load_reference(folder, pipeline, max_length):
+def load_reference(folder, pipeline, max_length, trust_remote_code=False):
     """The reference object for the folder (its model is the one the graph wraps: loaded once), its max length set
-    to the export's (so both cut the long text at the same token)."""
+    to the export's (so both cut the long text at the same token). trust_remote_code: the folder's own code is run
+    (--trust-remote-code), and the graph wraps that model: the check compares with what that code computes."""
     import sentence_transformers
     import torch
     from sentence_transformers import SentenceTransformer
@@ -39,9 +40,12 @@ def load_reference(folder, pipeline, max_length):
              "before the model and this export does not build it")
     kwargs = {**MODEL_KWARGS, "dtype": torch.float32}
     if pipeline.reference is not None:  # the class the folder's family names (pipeline.py read it)
-        model = getattr(sentence_transformers, pipeline.reference)(folder, device="cpu", model_kwargs=kwargs)
+        model = getattr(sentence_transformers, pipeline.reference)(folder, device="cpu", model_kwargs=kwargs,
+                                                                   trust_remote_code=trust_remote_code)
     else:
-        transformer = Transformer(folder, model_kwargs=kwargs)
+        trust = {"trust_remote_code": trust_remote_code}
+        transformer = Transformer(folder, model_kwargs={**kwargs, **trust}, config_kwargs=trust,
+                                  processor_kwargs=trust)
         size = transformer.auto_model.config.hidden_size
         model = SentenceTransformer(modules=[transformer, Pooling(size, pipeline.pooling)], device="cpu")
     model.eval()

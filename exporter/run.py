@@ -13,9 +13,10 @@ from .families import MULTIMODAL, clip, cross_encoder, cross_encoder_of
 from .install import CACHING, install_cached
 from .pipeline import module_list
 from .repository import MODEL_SOURCE, PROJECT, check_name, model_names, refresh_code, templates_digest
-from .source import resolve_model
+from .source import check_own_code, resolve_model
 
 DEFAULT_MODEL = "BAAI/bge-m3"
+TRUSTED_PIPELINES = ("Transformer",)  # the embedders whose model --trust-remote-code loads from the folder's code
 
 
 def main(parse_args, argv=None):
@@ -74,23 +75,48 @@ def export(args):
     return "full"
 
 
+def read_config(args, folder):
+    """transformers' config of the folder, its own code run only with --trust-remote-code (never asked on a
+    terminal: the answer is given), or one line saying why it cannot be read."""
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(folder, trust_remote_code=args.trust_remote_code)
+    except (ValueError, KeyError, OSError, ImportError) as error:
+        fail(f"{args.model}: transformers cannot read its config.json ({type(error).__name__}: "
+             f"{' '.join(str(error).split())[:300]})")
+
+
 def make_export(args, repository, started):
     """The export made by the exporter: the model's family (families/) decides how."""
     if args.open_clip:
+        if args.trust_remote_code:
+            fail("--trust-remote-code: open_clip models are built from open_clip's own classes")
         return clip.export(args, repository, started)
-    from transformers import AutoConfig
-
     folder = resolve_model(args.model)
+    # before transformers reads anything: a folder's own code runs only when the flag says so, and is named if not
+    own_code = check_own_code(args.model, folder, args.trust_remote_code)
     modules = module_list(folder) or []
+    if own_code and modules[:1] and modules[0][0] not in TRUSTED_PIPELINES:
+        fail(f"--trust-remote-code: {args.model} is a {modules[0][0]} pipeline; this export runs a checkpoint's own "
+             f"code in {' and '.join(TRUSTED_PIPELINES)} pipelines and cross-encoders only")
     # a static embedding folder has no transformers config (model2vec's config.json names no model_type)
-    config = None if modules[:1] and modules[0][0] == "StaticEmbedding" else AutoConfig.from_pretrained(folder)
+    config = None if modules[:1] and modules[0][0] == "StaticEmbedding" else read_config(args, folder)
     if config is not None and config.model_type in MULTIMODAL:
+        if own_code:
+            fail(f"--trust-remote-code: {args.model} is a {config.model_type} model, which this export builds from "
+                 "transformers' own classes only")
         if args.ragged_batch:
             fail("--ragged-batch: text embedding exports only (not CLIP)")
         return MULTIMODAL[config.model_type].export(args, repository, started, folder)
     family = cross_encoder_of(config, sentence_transformers_folder=bool(modules)) if config else None
     if args.ragged_batch and family:
         fail("--ragged-batch: text embedding exports only (not a cross-encoder)")
+    mapped = (getattr(config, "auto_map", None) or {}) if own_code and config is not None else {}
+    needed = "AutoModelForSequenceClassification" if family else "AutoModel"  # the class the export loads
+    if mapped and needed not in mapped:
+        fail(f"--trust-remote-code: {args.model}'s config.json auto_map maps {', '.join(mapped)} but not {needed}: "
+             f"transformers would load its native {config.model_type} class for it, not the checkpoint's code")
     if family:
         cross_encoder.check_arguments(args)
         return cross_encoder.export(args, folder, config, repository, started, decoder=family.DECODER)

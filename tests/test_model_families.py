@@ -46,10 +46,11 @@ def references(folders):
     loaded = {}
     for name, folder in folders.items():
         family = FAMILIES[EXPORTS[name]]
+        trust = {"trust_remote_code": family.trust_remote_code}  # the folder's own code, as the export runs it
         if family.reference == "CrossEncoder":  # cut at the export's --max-length
-            loaded[name] = sentence_transformers.CrossEncoder(folder, max_length=MAX_LENGTH, device="cpu")
+            loaded[name] = sentence_transformers.CrossEncoder(folder, max_length=MAX_LENGTH, device="cpu", **trust)
             continue
-        reference = getattr(sentence_transformers, family.reference)(folder, device="cpu")
+        reference = getattr(sentence_transformers, family.reference)(folder, device="cpu", **trust)
         if not family.own_max_length:  # a StaticEmbedding's length is its tokenizer's
             reference.max_seq_length = MAX_LENGTH  # the export's --max-length
         loaded[name] = reference
@@ -63,7 +64,8 @@ def served(folders, server):
     for name, folder in folders.items():
         # a static embedding's max length is its tokenizer's own; Qwen3-Embedding is trained for Matryoshka widths
         family = FAMILIES[EXPORTS[name]]
-        extra = [*([] if family.own_max_length else ["--max-length", str(MAX_LENGTH)]), *family.export_args]
+        extra = [*([] if family.own_max_length else ["--max-length", str(MAX_LENGTH)]), *family.export_args,
+                 *(["--trust-remote-code"] if family.trust_remote_code else [])]
         exports[name] = ["--model", folder, *extra]
     with serve_exports(server, exports):
         yield server
@@ -249,3 +251,64 @@ def test_a_folder_whose_served_tokens_would_differ_is_refused_by_the_reference_c
         json.dump({**config, "truncation_side": "left"}, handle)
     line = refused(tmp_path / "a", folder, "--max-length", "32")
     assert line.startswith("export: reference check failed: text ") and "the served tokenizer gives ids" in line
+
+
+def test_a_folder_with_its_own_code_is_refused_in_one_line_unless_told_to_run_it(tmp_path):
+    """A folder whose config.json maps its classes to its own code (auto_map, model_type "bert": transformers'
+    native BertModel would load it in silence and compute other vectors) is refused in one line naming that code,
+    exit code 1, no traceback and no question, even with a terminal on stdin; with --trust-remote-code it is served
+    (test_each_dense_family_embeds_as_sentence_transformers_through_both_doors: `remote-bert`, against
+    sentence-transformers running the same code)."""
+    import pty
+
+    import sentence_transformers
+
+    folder = FAMILIES["remote_bert"].build(str(tmp_path / "remote"))
+    terminal, stdin = pty.openpty()
+    try:
+        result = subprocess.run([sys.executable, os.path.join(PROJECT, "build", "export.py"), "--model", folder,
+                                 "--repository", str(tmp_path / "repository"), "--name", "x"], stdin=stdin,
+                                capture_output=True, text=True, timeout=300)
+    finally:
+        os.close(stdin)
+        os.close(terminal)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "[y/N]" not in result.stdout + result.stderr
+    for named in ("config.json auto_map AutoModel → modeling_remote_bert.RemoteBertModel", "modeling_remote_bert.py",
+                  "configuration_remote_bert.py", "--trust-remote-code"):
+        assert named in lines[0], lines[0]
+    assert not (tmp_path / "repository" / "x").exists()
+    # what the flag changes: the checkpoint's code computes other vectors than transformers' native class
+    texts = TEXTS[:4]
+    own = sentence_transformers.SentenceTransformer(folder, device="cpu", trust_remote_code=True).encode(texts)
+    native = sentence_transformers.SentenceTransformer(folder, device="cpu").encode(texts)
+    assert cosines(own, native).max() < 0.99
+
+
+def test_the_served_max_length_is_the_references_or_refused_naming_both(tmp_path):
+    """Where transformers' config and sentence-transformers disagree on the max length (nomic-embed's case: 2048
+    positions in config.json, max_seq_length 8192), the export serves the reference's length when the graph can take
+    it (rotary positions: ModernBERT here), and refuses in one line naming both when a learned position table is
+    shorter than the reference's length (a BERT whose sentence_bert_config.json says 1024)."""
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoConfig, AutoTokenizer
+
+    from exporter.source import detect_max_length
+
+    folder = FAMILIES["modernbert"].build(str(tmp_path / "modernbert"))
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as handle:
+        config = json.load(handle)
+    with open(os.path.join(folder, "config.json"), "w", encoding="utf-8") as handle:
+        json.dump({**config, "max_position_embeddings": 2048}, handle)
+    reference = SentenceTransformer(folder, device="cpu")
+    assert reference.max_seq_length == 8192
+    length = detect_max_length(folder, AutoConfig.from_pretrained(folder), AutoTokenizer.from_pretrained(folder),
+                               reference.max_seq_length, reference[0].auto_model)
+    assert length == 8192
+
+    labse = FAMILIES["labse"].build(str(tmp_path / "labse"))
+    with open(os.path.join(labse, "sentence_bert_config.json"), "w", encoding="utf-8") as handle:
+        json.dump({"max_seq_length": 1024, "do_lower_case": False}, handle)
+    line = refused(tmp_path / "a", labse)
+    assert "cuts texts at 1024 tokens" in line and "position table holds 512" in line, line

@@ -9,7 +9,8 @@ random (torch.manual_seed) and scaled where the default initialisation would mak
 
 FAMILIES maps a family to its Family row (builder, reference class name, real checkpoint id, the name and flags the
 tests export it by); `reference(folder, family)` loads the folder with that sentence-transformers class, on the CPU,
-to compute the vectors or scores a served model must match. tests/test_model_families.py exports and checks every
+to compute the vectors or scores a served model must match (running the folder's own code where its row says it
+has some: trust_remote_code). tests/test_model_families.py exports and checks every
 row (but those another test module serves: `checked_in`), so a family added here is checked with no test edited.
 The tests and the bench (bench/families.py) build their folders from here.
 """
@@ -330,34 +331,48 @@ def build_mpnet(folder, seed=102):
     return folder
 
 
-def build_modernbert(folder, seed=103):
-    """Alibaba-NLP/gte-modernbert-base: ModernBertModel, CLS pooling, Normalize; max 8192. ModernBERT's tokenizer is
-    a byte-level BPE (PreTrainedTokenizerFast) with [UNK] [CLS] [SEP] [PAD] [MASK] after the vocabulary and a
-    "[CLS] $A [SEP]" post-processor; no token_type_ids."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import ModernBertConfig, ModernBertModel, PreTrainedTokenizerFast
+def _modernbert_tokenizer(folder, model_max_length=8192):
+    """ModernBERT's tokenizer, saved in `folder`: a byte-level BPE (PreTrainedTokenizerFast) with [UNK] [CLS] [SEP]
+    [PAD] [MASK] after the vocabulary, "[CLS] $A [SEP]" for a text and "[CLS] $A [SEP] $B [SEP]" for a pair; no
+    token_type_ids. Returns the `tokenizers` object."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
 
-    folder = _folder(folder)
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
     backend.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
-    tokenizer = _train_bpe(backend, 2000, byte_level=True, back=("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"),
-                           post_processor=_appending("[CLS]", "$A", "[SEP]"))
+    tokenizer = _train_bpe(backend, 2000, byte_level=True, back=("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"))
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[(token, tokenizer.token_to_id(token)) for token in ("[CLS]", "[SEP]")])
     wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="[UNK]", cls_token="[CLS]",
                                       sep_token="[SEP]", pad_token="[PAD]", mask_token="[MASK]",
-                                      model_input_names=["input_ids", "attention_mask"], model_max_length=8192,
-                                      clean_up_tokenization_spaces=True)
+                                      model_input_names=["input_ids", "attention_mask"],
+                                      model_max_length=model_max_length, clean_up_tokenization_spaces=True)
     wrapped.save_pretrained(folder)
+    return tokenizer
+
+
+def _modernbert_config(tokenizer, seed, **extra):
+    import torch
+    from transformers import ModernBertConfig
 
     torch.manual_seed(seed)
     ids = {token: tokenizer.token_to_id(token) for token in ("[CLS]", "[SEP]", "[PAD]")}
-    config = ModernBertConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=HIDDEN, num_hidden_layers=2,
-                              num_attention_heads=2, intermediate_size=64, max_position_embeddings=8192,
-                              global_attn_every_n_layers=3, local_attention=128, pad_token_id=ids["[PAD]"],
-                              cls_token_id=ids["[CLS]"], sep_token_id=ids["[SEP]"], bos_token_id=ids["[CLS]"],
-                              eos_token_id=ids["[SEP]"])
-    model = ModernBertModel(config)
+    return ModernBertConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=HIDDEN, num_hidden_layers=2,
+                            num_attention_heads=2, intermediate_size=64, max_position_embeddings=8192,
+                            global_attn_every_n_layers=3, local_attention=128, pad_token_id=ids["[PAD]"],
+                            cls_token_id=ids["[CLS]"], sep_token_id=ids["[SEP]"], bos_token_id=ids["[CLS]"],
+                            eos_token_id=ids["[SEP]"], **extra)
+
+
+def build_modernbert(folder, seed=103):
+    """Alibaba-NLP/gte-modernbert-base: ModernBertModel, CLS pooling, Normalize; max 8192. ModernBERT's tokenizer
+    (_modernbert_tokenizer); no token_type_ids."""
+    from transformers import ModernBertModel
+
+    folder = _folder(folder)
+    model = ModernBertModel(_modernbert_config(_modernbert_tokenizer(folder), seed))
     _scale(model, 0.2)
     _save_model(model, folder)
     _transformer_config(folder, 8192)
@@ -560,6 +575,113 @@ def build_electra_reranker(folder, seed=111):
     return folder
 
 
+def build_modernbert_reranker(folder, seed=112):
+    """Alibaba-NLP/gte-reranker-modernbert-base: ModernBertForSequenceClassification (num_labels 1, the classifier
+    over the mean of the token vectors: classifier_pooling "mean"), ModernBERT's tokenizer, pairs as
+    [CLS] A [SEP] B [SEP] with no token types; max 8192 (no position table: rotary)."""
+    from transformers import ModernBertForSequenceClassification
+
+    folder = _folder(folder)
+    config = _modernbert_config(_modernbert_tokenizer(folder), seed, num_labels=1, classifier_pooling="mean")
+    model = ModernBertForSequenceClassification(config)
+    _scale(model, 0.3)
+    _save_model(model, folder)
+    return folder
+
+
+def build_deberta_reranker(folder, seed=113):
+    """mixedbread-ai/mxbai-rerank-base-v1: DebertaV2ForSequenceClassification laid out as DeBERTa-v3 (relative
+    position buckets, no absolute positions, type_vocab_size 0: token types are given and ignored), num_labels 1;
+    DeBERTa-v3's tokenizer (a SentencePiece unigram: [PAD] [CLS] [SEP] [UNK] first, [MASK] after the vocabulary,
+    Metaspace), pairs as [CLS] A [SEP] B [SEP] with token types; max 512."""
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from tokenizers.trainers import UnigramTrainer
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification, DebertaV2Tokenizer
+
+    folder = _folder(folder)
+    trainee = Tokenizer(models.Unigram())
+    trainee.normalizer = normalizers.NFC()
+    trainee.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    trainee.train_from_iterator(_texts(), trainer=UnigramTrainer(
+        vocab_size=2000, special_tokens=["[PAD]", "[CLS]", "[SEP]", "[UNK]"], unk_token="[UNK]",
+        show_progress=False))
+    vocab = [(piece, float(score)) for piece, score in json.loads(trainee.to_str())["model"]["vocab"]]
+    vocab.append(("[MASK]", 0.0))
+    tokenizer = DebertaV2Tokenizer(vocab=vocab, do_lower_case=False, split_by_punct=False, model_max_length=512)
+    tokenizer.save_pretrained(folder)
+
+    torch.manual_seed(seed)
+    config = DebertaV2Config(vocab_size=len(vocab), hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=2,
+                             intermediate_size=64, max_position_embeddings=512, type_vocab_size=0,
+                             relative_attention=True, position_buckets=256, max_relative_positions=-1,
+                             norm_rel_ebd="layer_norm", share_att_key=True, pos_att_type=["p2c", "c2p"],
+                             position_biased_input=False, layer_norm_eps=1e-7, pooler_hidden_size=HIDDEN,
+                             pooler_dropout=0, pooler_hidden_act="gelu", num_labels=1, pad_token_id=0)
+    model = DebertaV2ForSequenceClassification(config)
+    _scale(model, 0.3)
+    _save_model(model, folder)
+    return folder
+
+
+REMOTE_CONFIGURATION = '''"""The checkpoint's own configuration (tiny_checkpoints.build_remote_bert): BERT's, its own
+class."""
+from transformers import BertConfig
+
+
+class RemoteBertConfig(BertConfig):
+    model_type = "bert"
+'''
+REMOTE_MODELING = '''"""The checkpoint's own model (tiny_checkpoints.build_remote_bert): BERT, whose token vectors have
+the sign of their second half flipped, so that transformers' native BertModel gives other vectors."""
+import torch
+from transformers import BertModel
+
+from .configuration_remote_bert import RemoteBertConfig
+
+
+class RemoteBertModel(BertModel):
+    config_class = RemoteBertConfig
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs):
+        output = super().forward(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                                 **kwargs)
+        hidden = output.last_hidden_state
+        half = hidden.shape[-1] // 2
+        output.last_hidden_state = torch.cat([hidden[..., :half], -hidden[..., half:]], dim=-1)
+        return output
+'''
+
+
+def build_remote_bert(folder, seed=114):
+    """jinaai/jina-embeddings-v2-small-en's layout: config.json says model_type "bert" (transformers' native BERT
+    would load it in silence) and maps AutoConfig / AutoModel to the checkpoint's own code (auto_map:
+    configuration_remote_bert.py, modeling_remote_bert.py here, BERT with one visible difference: the second half
+    of every token vector negated); MiniLM's tokenizer, mean pooling, Normalize; max 512."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    folder = _folder(folder)
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=30522, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)
+    model = BertModel(config)
+    _scale(model, 0.2)
+    _save_model(model, folder, architectures=["RemoteBertModel"])
+    auto_map = {"AutoConfig": "configuration_remote_bert.RemoteBertConfig",
+                "AutoModel": "modeling_remote_bert.RemoteBertModel"}
+    _patch_json(os.path.join(folder, "config.json"), auto_map=auto_map)
+    for name, text in (("configuration_remote_bert.py", REMOTE_CONFIGURATION),
+                       ("modeling_remote_bert.py", REMOTE_MODELING)):
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as out:
+            out.write(text)
+    _copy_minilm_tokenizer(folder)
+    _transformer_config(folder, 512)
+    _modules(folder, TRANSFORMER, _pooling(folder, "1_Pooling", "mean_tokens"), _normalize(folder, "2_Normalize"))
+    _st_config(folder)
+    return folder
+
+
 def build_static_embedding(folder, seed=110, dimension=HIDDEN):
     """sentence-transformers/static-retrieval-mrl-en-v1: one StaticEmbedding module (0_StaticEmbedding: tokenizer.json
     and model.safetensors with embedding.weight, the mean of token vectors), bert-base-uncased's tokenizer (MiniLM's
@@ -589,6 +711,7 @@ class Family:
     own_max_length: bool = False  # exported at its own max length (a static embedding's is its tokenizer's)
     prompt: str = None  # a prompt of the folder (prompt_name) the tests check beside none
     checked_in: str = None  # the test module that serves and checks it, if not tests/test_model_families.py
+    trust_remote_code: bool = False  # the folder runs its own code: exported with --trust-remote-code, loaded so
 
 
 FAMILIES = {
@@ -606,9 +729,15 @@ FAMILIES = {
                              prompt="Retrieval-query"),
     "static_embedding": Family(build_static_embedding, "SentenceTransformer",
                                "sentence-transformers/static-retrieval-mrl-en-v1", "static", own_max_length=True),
+    "remote_bert": Family(build_remote_bert, "SentenceTransformer", "jinaai/jina-embeddings-v2-small-en",
+                          "remote-bert", trust_remote_code=True),
     "splade": Family(build_splade, "SparseEncoder", "naver/splade-v3", "splade"),
     "electra_reranker": Family(build_electra_reranker, "CrossEncoder", "cross-encoder/ms-marco-electra-base",
                                "electra"),
+    "modernbert_reranker": Family(build_modernbert_reranker, "CrossEncoder",
+                                  "Alibaba-NLP/gte-reranker-modernbert-base", "modernbert-reranker"),
+    "deberta_reranker": Family(build_deberta_reranker, "CrossEncoder", "mixedbread-ai/mxbai-rerank-base-v1",
+                               "mxbai-rerank"),
     "qwen3_reranker": Family(build_qwen3_reranker, "CrossEncoder", "tomaarsen/Qwen3-Reranker-0.6B-seq-cls", "qr",
                              checked_in="tests/test_decoder_reranker.py"),
 }
@@ -618,4 +747,6 @@ def reference(folder, family):
     """The folder loaded with its family's sentence-transformers class, on the CPU."""
     import sentence_transformers
 
-    return getattr(sentence_transformers, FAMILIES[family].reference)(str(folder), device="cpu")
+    row = FAMILIES[family]
+    return getattr(sentence_transformers, row.reference)(str(folder), device="cpu",
+                                                         trust_remote_code=row.trust_remote_code)

@@ -28,6 +28,8 @@ CROSS_ENCODERS = {
     "roberta": cross_encoder,
     "bert": cross_encoder,  # [CLS] A [SEP] B [SEP], token types (ms-marco-MiniLM-L-6-v2)
     "electra": cross_encoder,  # BERT's layout (cross-encoder/ms-marco-electra-base)
+    "modernbert": cross_encoder,  # [CLS] A [SEP] B [SEP], no token types (gte-reranker-modernbert-base)
+    "deberta-v2": cross_encoder,  # BERT's layout; relative positions (mxbai-rerank-base-v1)
     # decoders the TorchScript exporter traces as Qwen3 does (Qwen3-Reranker-seq-cls)
     **dict.fromkeys(("qwen3", "qwen2", "llama", "mistral", "ministral", "gemma", "gemma2", "gemma3_text"),
                     decoder_reranker),

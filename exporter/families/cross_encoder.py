@@ -7,8 +7,9 @@ are cross-encoders, and which of them decoders: families.CROSS_ENCODERS.
 Pairs are tokenized by the Triton tokenizer model with FlagReranker's rule: the query alone cut to
 query_max_length (3/4 of max_length), then the passage cut so the pair fits max_length ('only_second'). For a query
 shorter than the passage that is also CrossEncoder's rule ('longest_first' cuts the longer part first). The pair
-layouts of the encoder families: XLM-R / RoBERTa (<s> A </s></s> B </s>, no token types) and BERT's, which ELECTRA
-shares ([CLS] A [SEP] B [SEP], token type 1 from the first [SEP] on, computed in the graph: uses_token_types)."""
+layouts of the encoder families: XLM-R / RoBERTa (<s> A </s></s> B </s>, no token types), ModernBERT's ([CLS] A
+[SEP] B [SEP], no token types) and BERT's, which ELECTRA and DeBERTa-v2 share ([CLS] A [SEP] B [SEP], token type 1
+from the first [SEP] on, computed in the graph: uses_token_types)."""
 import os
 import tempfile
 import time
@@ -108,13 +109,14 @@ def export_onnx(graph, tokenizer, path, opset):
     return path
 
 
-def load_reference(folder, max_length):
-    """sentence-transformers' CrossEncoder on the folder, as the parity check and the pair template read it."""
+def load_reference(folder, max_length, trust_remote_code=False):
+    """sentence-transformers' CrossEncoder on the folder, as the parity check and the pair template read it (the
+    folder's own code run when --trust-remote-code said so, as the graph's model is)."""
     import torch
     from sentence_transformers import CrossEncoder
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    return CrossEncoder(folder, max_length=max_length, device="cpu")
+    return CrossEncoder(folder, max_length=max_length, device="cpu", trust_remote_code=trust_remote_code)
 
 
 def pair_ids(tokenizer, query, passage, max_length, template=None):
@@ -145,14 +147,32 @@ def parity_pairs(tokenizer, decoder):
     return [(q, p) for q in PARITY_QUERIES for p in passages]
 
 
-def parity_check(folder, tokenizer, onnx_path, max_length, tolerance, reference=None, template=None, decoder=False):
+def flag_reranker_ids(flag, pairs, max_length):
+    """The ids FlagReranker.compute_score feeds its model for each pair, by its own preprocessing (the query cut to
+    3/4 of max_length, the passage to max_length, then FlagEmbedding's pair preparation), or None where this
+    FlagEmbedding has no such step to ask."""
+    try:
+        from FlagEmbedding.utils.tokenizer_compat import prepare_for_model_compat
+    except ImportError:
+        return None
+    tokenizer, rows = flag.tokenizer, []
+    for query, passage in pairs:
+        q = tokenizer(query, add_special_tokens=False, max_length=max_length * 3 // 4, truncation=True)["input_ids"]
+        p = tokenizer(passage, add_special_tokens=False, max_length=max_length, truncation=True)["input_ids"]
+        rows.append(list(prepare_for_model_compat(tokenizer, q, p, truncation="only_second", max_length=max_length,
+                                                  padding=False)["input_ids"]))
+    return rows
+
+
+def parity_check(folder, tokenizer, onnx_path, max_length, tolerance, reference=None, template=None, decoder=False,
+                 trust_remote_code=False):
     """The tokenizer model's token ids against CrossEncoder's own preprocessing, pair for pair, then the ONNX graph
     on those ids against CrossEncoder.predict (activation as exported) and, for the XLM-R / BERT families,
     FlagReranker.compute_score (normalize off and on). Returns the figures; stops the export if they differ."""
     import numpy as np
     import onnxruntime as ort
 
-    reference = reference or load_reference(folder, max_length)
+    reference = reference or load_reference(folder, max_length, trust_remote_code)
     pairs = parity_pairs(tokenizer, decoder)
     rows = [pair_ids(tokenizer, q, p, max_length, template) for q, p in pairs]
     features = reference.preprocess(pairs)
@@ -181,16 +201,24 @@ def parity_check(folder, tokenizer, onnx_path, max_length, tolerance, reference=
         except ImportError:  # the oracle of the tests; exports without it are checked against CrossEncoder only
             figures["flag_reranker"] = "FlagEmbedding not installed"
         else:
-            flag = FlagReranker(folder, use_fp16=False, devices="cpu", max_length=max_length)
-            raw = np.asarray(flag.compute_score(pairs, max_length=max_length))
-            normalized = np.asarray(flag.compute_score(pairs, max_length=max_length, normalize=True))
-            figures["flag_reranker_max_abs_diff"] = float(np.abs(logits[:, 0] - raw).max())
-            figures["flag_reranker_normalized_max_abs_diff"] = float(np.abs(scores[:, 0] - normalized).max())
+            flag = FlagReranker(folder, use_fp16=False, devices="cpu", max_length=max_length,
+                                trust_remote_code=trust_remote_code)
+            theirs = flag_reranker_ids(flag, pairs, max_length)
+            other = sum(a != b for a, b in zip(rows, theirs)) if theirs is not None else 0
+            if other:  # not an oracle of this tokenizer: CrossEncoder (the reference) alone decides
+                figures["flag_reranker"] = (f"not compared: it feeds other ids for {other} of {len(pairs)} pairs "
+                                            "(FlagEmbedding's transformers-5 pairs: ids decoded, then tokenized again)")
+            else:
+                raw = np.asarray(flag.compute_score(pairs, max_length=max_length))
+                normalized = np.asarray(flag.compute_score(pairs, max_length=max_length, normalize=True))
+                figures["flag_reranker_max_abs_diff"] = float(np.abs(logits[:, 0] - raw).max())
+                figures["flag_reranker_normalized_max_abs_diff"] = float(np.abs(scores[:, 0] - normalized).max())
     figures["truncated_pairs"] = int(sum(len(r) == max_length for r in rows))
     if template is not None:
         figures["pair_template"] = True
     worst = max(v for k, v in figures.items() if k.endswith("_diff"))
-    oracles = "sentence-transformers CrossEncoder" + ("" if decoder else " and FlagEmbedding FlagReranker")
+    oracles = "sentence-transformers CrossEncoder" + (" and FlagEmbedding FlagReranker"
+                                                      if "flag_reranker_max_abs_diff" in figures else "")
     print(f"export: parity on {len(pairs)} pairs (one passage over max length) vs {oracles}: {figures}")
     if worst > tolerance:
         query, passage = pairs[worst_pair]
@@ -205,13 +233,14 @@ def export(args, folder, config, repository, started, decoder=False):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    trust = args.trust_remote_code  # the folder's own code, run by the graph's model and the reference alike
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=trust)
     max_length = args.max_length or detect_max_length(folder, config, tokenizer)
-    model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32,
+    model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=torch.float32, trust_remote_code=trust,
                                                                attn_implementation="eager").eval()
     if decoder and tokenizer.pad_token_id is None:
         fail(f"{args.model}: the tokenizer has no pad token, which CrossEncoder (and the tokenizer model) pad with")
-    reference = load_reference(folder, max_length)
+    reference = load_reference(folder, max_length, trust)
     template = pair_template(reference, tokenizer)  # refused here, before the graph is traced
     graph = build_cross_encoder(model, tokenizer, decoder)
     names = model_names(args.name)
@@ -228,7 +257,7 @@ def export(args, folder, config, repository, started, decoder=False):
                                   {"logits": [labels], "scores": [labels]},
                                   token_guard(token_budget, names, max_length))
         figures = parity_check(folder, tokenizer, onnx_path, max_length, 1e-2 if args.fp16 else 1e-4, reference,
-                               template, decoder)
+                               template, decoder, trust)
         write_tokenizer(tokenizer, max_length, os.path.join(staging, names[1], "1"))
         write_pair_template(os.path.join(staging, names[1], "1"), template)
         write_cross_encoder_configs(staging, names, labels, warmup, max_length)

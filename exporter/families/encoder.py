@@ -25,8 +25,13 @@ def build(args, folder, config, pipeline):
     has them; the reference (sentence-transformers' class for the folder) holds the one model the graph wraps."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    max_length = args.max_length or detect_max_length(folder, config, tokenizer)
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=args.trust_remote_code)
+    # the reference at its own length first: the served length is the reference's (or refused naming both)
+    reference = load_reference(folder, pipeline, None, args.trust_remote_code)
+    own_length = reference.max_seq_length if pipeline.reference else None  # a folder's own, not ours
+    max_length = args.max_length or detect_max_length(folder, config, tokenizer, own_length,
+                                                      reference[0].auto_model, args.model)
+    reference.max_seq_length = max_length  # both cut the long text at the same token
     outputs = choose_outputs(folder, args.outputs)
     if pipeline.projects and outputs != ["dense"]:
         fail(f"--outputs {','.join(outputs)}: bge-m3's heads read the hidden states of a model whose pipeline "
@@ -35,7 +40,6 @@ def build(args, folder, config, pipeline):
     # FlagEmbedding's rule: these never carry lexical weight.
     special_ids = sorted({t for t in (tokenizer.cls_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id,
                                       tokenizer.unk_token_id) if t is not None})
-    reference = load_reference(folder, pipeline, max_length)
     encoder = build_encoder(traceable(reference[0].auto_model.eval()), pipeline.pooling, outputs, heads, special_ids,
                             [reference[i] for i in pipeline.dense_modules])
     dim = embedding_size(encoder, tokenizer) if "dense" in outputs else config.hidden_size
