@@ -342,13 +342,28 @@ def test_a_folder_whose_served_tokens_would_differ_is_refused_by_the_reference_c
 
 def test_a_causal_lm_is_a_yes_no_reranker_only_when_said(tmp_path):
     """Qwen3-Reranker's config is a Qwen3 chat model's: without --yes-no-reranker the causal LM is refused in one
-    line naming the flag (never served as an embedder or a reranker by guess); with it, a folder whose chat template
-    cannot render a (query, document) pair (a chat model's, as Qwen's main branch ships) is refused in one line."""
-    folder = FAMILIES["qwen3_yes_no_reranker"].build(str(tmp_path / "qwen3_reranker"))
+    line naming the flag (never served as an embedder or a reranker by guess). With it, the folder as Qwen's main
+    branch ships it (Qwen3's chat-model template, which CrossEncoder cannot render pairs with) is exported with the
+    model card's messages through that template: the same fixed text as the sentence-transformers layout's, checked
+    against the model card's scoring; a template that renders neither is refused in one line."""
+    folder = FAMILIES["qwen3_yes_no_reranker"].build(str(tmp_path / "qwen3_reranker"), chat_model_template=True)
     assert "--yes-no-reranker" in refused(tmp_path / "a", folder)
-    chat = ("{%- for message in messages -%}{%- if message.role in ('system', 'user', 'assistant') -%}"
-            "<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{%- endif -%}{%- endfor -%}"
-            "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}")
-    with open(os.path.join(folder, "chat_template.jinja"), "w", encoding="utf-8") as handle:
-        handle.write(chat)
-    assert "chat template" in refused(tmp_path / "b", folder, "--yes-no-reranker")
+    repository = tmp_path / "b" / "repository"
+    result = subprocess.run([sys.executable, os.path.join(PROJECT, "build", "export.py"), "--model", folder,
+                             "--repository", str(repository), "--name", "x", "--yes-no-reranker", "--max-length",
+                             "256"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with open(repository / "x" / "1" / "export.json", encoding="utf-8") as handle:
+        parity = json.load(handle)["parity"]
+    assert parity["model_card_same_token_ids"] == 20 and parity["model_card_max_abs_diff"] <= 1e-4, parity
+    with open(repository / "x_tokenizer" / "1" / "pair_template.json", encoding="utf-8") as handle:
+        template = json.load(handle)
+    card = MODEL_CARDS["Qwen/Qwen3-Reranker-0.6B"]
+    assert template["prefix"] == f"{card['prefix']}<Instruct>: {card['task']}\n<Query>: ", template
+    assert (template["between"], template["suffix"]) == ("\n<Document>: ", card["suffix"]), template
+    with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as handle:
+        config = json.load(handle)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as handle:
+        json.dump({**config, "chat_template": config["chat_template"].replace("enable_thinking is false", "false")},
+                  handle)  # no empty think block: not the model card's prompt
+    assert "chat template renders neither" in refused(tmp_path / "c", folder, "--yes-no-reranker")

@@ -87,6 +87,15 @@ QWEN3_RERANKER_TEMPLATE = (
     "{{ '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' }}"
 )
 
+# Qwen3's chat-model template (tokenizer_config.json of Qwen3 and of Qwen3-Reranker's main branch), its branches for
+# plain system/user/assistant turns and the generation prompt (thinking off: an empty think block)
+QWEN3_CHAT_TEMPLATE = (
+    "{%- for message in messages -%}{%- if message.role in ('system', 'user', 'assistant') -%}"
+    "{{ '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}{{ '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif -%}{%- endif -%}"
+)
 
 # ---------------------------------------------------------------- shared pieces
 @functools.cache
@@ -544,21 +553,26 @@ def build_qwen3_reranker(folder, seed=109, chat_template=True):
     return folder
 
 
-def build_qwen3_yes_no_reranker(folder, seed=112):
-    """Qwen/Qwen3-Reranker-0.6B as Qwen ships it: Qwen3ForCausalLM (tied embeddings: the LM head is the embedding
-    matrix), scored by its model card as P("yes") against "no" at the last token; Qwen2 tokenizer padding on the left
-    without EOS appended, "yes" and "no" single tokens of the vocabulary; the model card's prompt as
-    chat_template.jinja over the query/document roles (sentence-transformers' layout for it, which CrossEncoder
-    renders: Transformer (text-generation) → LogitScore(yes, no) → Sigmoid). No sentence-transformers files: only
-    --yes-no-reranker says it is a reranker."""
+def build_qwen3_yes_no_reranker(folder, seed=112, chat_model_template=False):
+    """Qwen/Qwen3-Reranker-0.6B: Qwen3ForCausalLM (tied embeddings: the LM head is the embedding matrix), scored by
+    its model card as P("yes") against "no" at the last token; Qwen2 tokenizer padding on the left without EOS
+    appended, "yes" and "no" single tokens of the vocabulary. Its prompt: the model card's as chat_template.jinja over
+    the query/document roles (sentence-transformers' layout for it, which CrossEncoder renders: Transformer
+    (text-generation) → LogitScore(yes, no) → Sigmoid); chat_model_template=True ships instead, as Qwen's main branch
+    does, Qwen3's chat-model template in tokenizer_config.json (its system/user/assistant turns and the empty think
+    block with thinking off; here only those branches), which CrossEncoder cannot render pairs with. No
+    sentence-transformers files: only --yes-no-reranker says it is a reranker."""
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
     folder = _folder(folder)
     tokenizer = _save_qwen_tokenizer(folder, "left", eos_appended=False, answers=True)
     missing = [token for token in ("yes", "no") if tokenizer.token_to_id(token) is None]
     assert not missing, f"the tiny Qwen vocabulary lacks {missing}"  # the model card reads their logits
-    with open(os.path.join(folder, "chat_template.jinja"), "w", encoding="utf-8") as out:
-        out.write(QWEN3_RERANKER_TEMPLATE)
+    if chat_model_template:
+        _patch_json(os.path.join(folder, "tokenizer_config.json"), chat_template=QWEN3_CHAT_TEMPLATE)
+    else:
+        with open(os.path.join(folder, "chat_template.jinja"), "w", encoding="utf-8") as out:
+            out.write(QWEN3_RERANKER_TEMPLATE)
     model = _qwen_decoder(Qwen3Config, Qwen3ForCausalLM, tokenizer.get_vocab_size(), seed, head_dim=8)
     _save_model(model, folder)
     AutoTokenizer.from_pretrained(folder)  # fails here, not in a test, if the files do not load

@@ -226,7 +226,8 @@ def export(args, folder, config, repository, started, decoder=False):
 @dataclass
 class Scorer:
     """What a pair-scoring export is made of, whatever its family computes: the graph (input_ids and attention_mask
-    in, logits and scores out), the tokenizer and its pair template, the reference CrossEncoder, the labels (TEI's
+    in, logits and scores out), the tokenizer and its pair template, the reference CrossEncoder (None where it
+    cannot score the folder's pairs: more_checks is then the reference), the labels (TEI's
     /predict names them), and the family's own checks beyond CrossEncoder's (`more_checks(onnx_path, pairs, rows)`
     -> figures; it stops the export when they differ)."""
     graph: object
@@ -257,8 +258,11 @@ def install(args, folder, config, repository, started, scorer):
                                   {"logits": [labels], "scores": [labels]},
                                   token_guard(token_budget, names, max_length))
         tolerance = 1e-2 if args.fp16 else 1e-4
-        figures = parity_check(folder, tokenizer, onnx_path, max_length, tolerance, scorer.reference, template,
-                               scorer.decoder)
+        if scorer.reference is not None:
+            figures = parity_check(folder, tokenizer, onnx_path, max_length, tolerance, scorer.reference, template,
+                                   scorer.decoder)
+        else:  # CrossEncoder cannot score this folder's pairs (more_checks names the reference it is checked against)
+            figures = {"cross_encoder": "does not render this folder's pairs", "pair_template": template is not None}
         if scorer.more_checks is not None:
             figures.update(scorer.more_checks(onnx_path, tolerance))
         write_tokenizer(tokenizer, max_length, os.path.join(staging, names[1], "1"))

@@ -14,15 +14,18 @@ yes])[yes] = P(yes), the model card's score. That is how every cross-encoder exp
 TEI's raw_scores; `scores` its sigmoid: /v1/rerank, Cohere's and TEI's /rerank, /predict), and what sentence-
 transformers' CrossEncoder returns for this layout (LogitScore's log-odds, then its default Sigmoid).
 
-The prompt comes from the folder: its chat template over the query/document roles (as CrossEncoder renders a pair),
-rendered at export into fixed text around the query and the document (decoder_reranker.pair_template). A folder
-whose template does not render a pair (Qwen's main branch ships Qwen3's chat-LLM template) is refused in one line.
+The prompt comes from the folder's chat template, rendered at export into fixed text around the query and the
+document (pair_template.json, which the tokenizer model applies): over the query/document roles, as CrossEncoder
+renders a pair (decoder_reranker.pair_template: sentence-transformers' layout for these rerankers), or, where the
+template is a chat model's and carries no such roles (Qwen's main branch ships Qwen3's), over the model card's
+messages (its system prompt, its `<Instruct>/<Query>/<Document>` user turn, the assistant's turn with thinking off:
+card_template), which must render as the card's own text. Any other template is refused in one line.
 
-Checked against two references before anything is installed: CrossEncoder (token ids and scores,
-cross_encoder.parity_check) and the model card's own scoring with transformers (MODEL_CARDS: its prefix and
-suffix tokenized apart, its instruction format, AutoModelForCausalLM's yes/no logits at the last position of a
-left-padded batch, log_softmax over [no, yes]): the served token ids must be the card's, and the scores within
-1e-4."""
+Checked before anything is installed against the model card's own scoring with transformers (MODEL_CARDS: its
+prefix and suffix tokenized apart, its instruction format, AutoModelForCausalLM's yes/no logits at the last
+position of a left-padded batch, log_softmax over [no, yes]: the served token ids must be the card's, the scores
+within 1e-4) and, where CrossEncoder renders the folder's pairs, against CrossEncoder (token ids and scores,
+cross_encoder.parity_check)."""
 from dataclasses import dataclass
 
 from .. import fail, read_json
@@ -37,6 +40,7 @@ ST_MODULES = ["Transformer", "LogitScore"]
 class ModelCard:
     """A published yes/no reranker's scoring as its model card writes it with transformers."""
     checkpoint: str
+    system: str  # the system prompt (prefix holds it as the chat template renders it)
     prefix: str
     suffix: str
     instruction: str
@@ -47,6 +51,8 @@ class ModelCard:
 
 QWEN3_RERANKER = ModelCard(
     checkpoint="Qwen/Qwen3-Reranker-0.6B",
+    system="Judge whether the Document meets the requirements based on the Query and the Instruct provided. Note "
+           "that the answer can only be \"yes\" or \"no\".",
     prefix="<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
            "provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n",
     suffix="<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
@@ -115,6 +121,33 @@ def build_yes_no(model, true_id, false_id):
             return logits, torch.sigmoid(logits)
 
     return YesNo().eval()
+
+
+def card_template(card, tokenizer):
+    """The fixed text {prefix, between, suffix, suffix_ids} of the model card's messages rendered by the folder's
+    chat template (system: the card's judge prompt; user: its instruction, query and document; the assistant's turn
+    opened with thinking off), which must be the card's own text; else one line."""
+    from .decoder_reranker import DOCUMENT_MARK, QUERY_MARK, _suffix_ids
+
+    messages = [{"role": "system", "content": card.system},
+                {"role": "user", "content": card.pair.format(instruction=card.instruction, query=QUERY_MARK,
+                                                             doc=DOCUMENT_MARK)}]
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             enable_thinking=False)
+    except Exception as error:  # noqa: BLE001 - any template failure gets the one-line answer
+        text = f"{type(error).__name__}: {error}"
+    wanted = card.prefix + card.pair.format(instruction=card.instruction, query=QUERY_MARK, doc=DOCUMENT_MARK) + \
+        card.suffix
+    if text != wanted:
+        fail(f"the chat template renders neither a (query, document) pair (the query/document roles "
+             f"sentence-transformers gives it) nor {card.checkpoint}'s model card messages as the card writes them: "
+             f"this export cannot tell which prompt the model is scored after")
+    prefix, rest = text.split(QUERY_MARK)
+    between, suffix = rest.split(DOCUMENT_MARK)
+    template = {"prefix": prefix, "between": between, "suffix": suffix}
+    template["suffix_ids"] = _suffix_ids(tokenizer.backend_tokenizer, template)
+    return template
 
 
 def model_card_scores(card, model, folder, pairs, max_length):
@@ -200,15 +233,21 @@ def export(args, folder, config, repository, started):
     true_id, false_id = score_tokens(reference)
     if getattr(reference[0], "modality_config", None) is None or "message" not in reference[0].modality_config:
         fail(f"{args.model} has no chat template: a yes/no reranker is scored after its prompt ({card.checkpoint}'s "
-             f"model card), which the folder's chat template must render over the query and document roles")
-    template = pair_template(reference, tokenizer)  # refused here if it is not fixed text around the pair
+             f"model card), which the folder's chat template renders")
+    why_not = reference[0].input_formatter.pair_roles_failure({})
+    if why_not is None:  # CrossEncoder renders its pairs: the template over the query/document roles
+        template = pair_template(reference, tokenizer)  # refused here if it is not fixed text around the pair
+    else:  # a chat model's template: the model card's messages through it; CrossEncoder cannot score the folder
+        template, reference = card_template(card, tokenizer), None
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
     tokens = tokenizer.convert_ids_to_tokens([true_id] + ([] if false_id is None else [false_id]))
     score = f"P({tokens[0]})" if false_id is not None else f"sigmoid(logit {tokens[0]})"
+    source = "the query/document roles" if reference is not None else f"{card.checkpoint}'s model card messages"
     return install(args, folder, config, repository, started, Scorer(
         graph=build_yes_no(model, true_id, false_id), tokenizer=tokenizer, max_length=max_length,
         reference=reference, template=template, decoder=True, labels=1, label_names=[tokens[0]],
         title=f"yes/no reranker, {config.model_type}, {score} at the last token, max length {max_length}, pairs "
-              f"through its chat template",
+              f"through its chat template over {source}",
         more_checks=model_card_check(card, model, folder, tokenizer, template, max_length),
-        manifest={"yes_no_reranker": {"true_token_id": true_id, "false_token_id": false_id, "score": score}}))
+        manifest={"yes_no_reranker": {"true_token_id": true_id, "false_token_id": false_id, "score": score,
+                                      "template_over": source}}))
