@@ -39,9 +39,11 @@ The kind comes from the model's config: a sequence-classification model (XLM-R, 
 cross-encoder, exported with --name as the same five models over (query, passage) pairs: NAME (pairs in, `logits`
 and `scores` out), NAME_tokenizer (pair tokenization), NAME_embedding (the classifier), NAME_bls (pairs in length
 groups) and NAME_rerank (query + documents), checked against sentence-transformers' CrossEncoder and
-FlagEmbedding's FlagReranker (exporter/families/cross_encoder.py). Other heads are refused, not exported without them.
-A folder that maps its classes to its own code (`auto_map`) is refused in one line naming that code unless
---trust-remote-code says to run it (then the reference check runs it too).
+FlagEmbedding's FlagReranker (exporter/families/cross_encoder.py). A causal LM published as a yes/no reranker
+(Qwen3-Reranker) is exported the same way when --yes-no-reranker says so (exporter/families/yes_no_reranker.py).
+Other heads are refused, not exported without them. A folder that maps its classes to its own code (`auto_map`) is
+refused in one line naming that code unless --trust-remote-code says to run it (then the reference check runs it
+too).
 
 The work is done by the package exporter/ (exporter/run.py the order of the steps; a module per model family in
 exporter/families/, registered in one table); this file is the command: its flags.
@@ -95,6 +97,10 @@ def build_parser():
                         "text and image towers; needs --name")
     parser.add_argument("--pretrained", help="with --open-clip: a pretrained tag (downloaded from the hub) or a "
                         "checkpoint file, as open_clip takes it; 'none' = random weights (tests)")
+    parser.add_argument("--yes-no-reranker", action="store_true",
+                        help="the model is a causal LM published as a reranker (Qwen/Qwen3-Reranker-*): serve the "
+                             "probability of \"yes\" against \"no\" after its chat template, as its model card "
+                             "scores it (needs --name; its config alone says a chat model as much as a reranker)")
     parser.add_argument("--ragged-batch", action="store_true",
                         help="an encoder that takes ragged batches (Triton's allow_ragged_batch): one encoder run "
                              "holds texts of any widths, padded in the graph to the widest (text embeddings only; "

@@ -1,6 +1,7 @@
 """The export build/export.py's command line asks for, in order: the repository checked, --skip-if-exported, the
 export cache, then the family of the model (families/) deciding which export it gets: CLIP (clip.export), a
-cross-encoder (cross_encoder.export), or an embedding model (embedding.export)."""
+yes/no reranker (yes_no_reranker.export), a cross-encoder (cross_encoder.export), or an embedding model
+(embedding.export)."""
 import os
 import sys
 import time
@@ -9,7 +10,7 @@ from local_triton.run_stats import record
 from local_triton.settings import serving_repository
 
 from . import cache, embedding, fail, read_json
-from .families import MULTIMODAL, clip, cross_encoder, cross_encoder_of
+from .families import MULTIMODAL, clip, cross_encoder, cross_encoder_of, yes_no_reranker_of
 from .install import CACHING, install_cached
 from .pipeline import module_list
 from .repository import MODEL_SOURCE, PROJECT, check_name, model_names, refresh_code, templates_digest
@@ -109,6 +110,12 @@ def make_export(args, repository, started):
         if args.ragged_batch:
             fail("--ragged-batch: text embedding exports only (not CLIP)")
         return MULTIMODAL[config.model_type].export(args, repository, started, folder)
+    yes_no = yes_no_reranker_of(config, modules, args.yes_no_reranker)
+    if yes_no:
+        if args.ragged_batch:
+            fail("--ragged-batch: text embedding exports only (not a yes/no reranker)")
+        cross_encoder.check_arguments(args)
+        return yes_no.export(args, folder, config, repository, started)
     family = cross_encoder_of(config, sentence_transformers_folder=bool(modules)) if config else None
     if args.ragged_batch and family:
         fail("--ragged-batch: text embedding exports only (not a cross-encoder)")

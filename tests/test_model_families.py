@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from conftest import PROJECT, serve_exports
-from tiny_checkpoints import FAMILIES
-from triton_clients import PROTOCOLS, VARIED_TEXTS, client, outputs, rerank, text_input
+from tiny_checkpoints import FAMILIES, HIDDEN
+from triton_clients import PROTOCOLS, VARIED_TEXTS, bytes_input, client, outputs, rerank, text_input
 
 MAX_LENGTH = 96
 # {export name: family}: names as a user would give them (the rows another module serves and checks left out)
@@ -26,6 +26,8 @@ EXPORTS = {family.export_name: key for key, family in FAMILIES.items() if family
 DENSE = [name for name, family in EXPORTS.items() if FAMILIES[family].reference == "SentenceTransformer"]
 EMBEDDERS = [name for name, family in EXPORTS.items() if FAMILIES[family].reference != "CrossEncoder"]
 RERANKERS = [name for name, family in EXPORTS.items() if FAMILIES[family].reference == "CrossEncoder"]
+# causal LMs published as yes/no rerankers (their score: P("yes") against "no" after the model card's prompt)
+YES_NO = [name for name, family in EXPORTS.items() if "--yes-no-reranker" in FAMILIES[family].export_args]
 # a prompt each family's folder names (sentence-transformers' prompt_name), where it has one that is not empty
 PROMPTS = {name: FAMILIES[family].prompt for name, family in EXPORTS.items() if FAMILIES[family].prompt}
 SCORE_TOLERANCE = 1e-5
@@ -48,7 +50,8 @@ def references(folders):
         family = FAMILIES[EXPORTS[name]]
         trust = {"trust_remote_code": family.trust_remote_code}  # the folder's own code, as the export runs it
         if family.reference == "CrossEncoder":  # cut at the export's --max-length
-            loaded[name] = sentence_transformers.CrossEncoder(folder, max_length=MAX_LENGTH, device="cpu", **trust)
+            loaded[name] = sentence_transformers.CrossEncoder(folder, max_length=family.max_length or MAX_LENGTH,
+                                                              device="cpu", **trust)
             continue
         reference = getattr(sentence_transformers, family.reference)(folder, device="cpu", **trust)
         if not family.own_max_length:  # a StaticEmbedding's length is its tokenizer's
@@ -64,7 +67,8 @@ def served(folders, server):
     for name, folder in folders.items():
         # a static embedding's max length is its tokenizer's own; Qwen3-Embedding is trained for Matryoshka widths
         family = FAMILIES[EXPORTS[name]]
-        extra = [*([] if family.own_max_length else ["--max-length", str(MAX_LENGTH)]), *family.export_args,
+        length = family.max_length or MAX_LENGTH
+        extra = [*([] if family.own_max_length else ["--max-length", str(length)]), *family.export_args,
                  *(["--trust-remote-code"] if family.trust_remote_code else [])]
         exports[name] = ["--model", folder, *extra]
     with serve_exports(server, exports):
@@ -141,6 +145,91 @@ def test_each_cross_encoder_family_scores_as_cross_encoder_through_both_doors(se
         assert [result["index"] for result in answer["results"]] == order, name
         scores = np.array([result["relevance_score"] for result in answer["results"]])
         assert np.abs(scores - want[order]).max() <= SCORE_TOLERANCE, name
+
+
+# The model cards' own scoring code, as published (Qwen/Qwen3-Reranker-0.6B's "Transformers Usage"): its prompt's
+# fixed text, the default instruction, the pair's format
+MODEL_CARDS = {"Qwen/Qwen3-Reranker-0.6B": {
+    "prefix": "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
+              "Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n",
+    "suffix": "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+    "task": "Given a web search query, retrieve relevant passages that answer the query"}}
+
+
+def model_card_scores(folder, checkpoint, query, documents, max_length):
+    """(P(yes), logit(yes) - logit(no)) per document, computed as the model card does with transformers."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    card = MODEL_CARDS[checkpoint]
+    tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    token_false_id, token_true_id = tokenizer.convert_tokens_to_ids("no"), tokenizer.convert_tokens_to_ids("yes")
+    prefix_tokens = tokenizer.encode(card["prefix"], add_special_tokens=False)
+    suffix_tokens = tokenizer.encode(card["suffix"], add_special_tokens=False)
+    pairs = [f"<Instruct>: {card['task']}\n<Query>: {query}\n<Document>: {doc}" for doc in documents]
+    inputs = tokenizer(pairs, padding=False, truncation="longest_first", return_attention_mask=False,
+                       max_length=max_length - len(prefix_tokens) - len(suffix_tokens))
+    for i, ele in enumerate(inputs["input_ids"]):
+        inputs["input_ids"][i] = prefix_tokens + ele + suffix_tokens
+    inputs = tokenizer.pad(inputs, padding=True, return_tensors="pt", max_length=max_length)
+    with torch.no_grad():
+        batch_scores = model(**inputs).logits[:, -1, :]
+    batch_scores = torch.stack([batch_scores[:, token_false_id], batch_scores[:, token_true_id]], dim=1)
+    batch_scores = torch.nn.functional.log_softmax(batch_scores, dim=1)
+    return batch_scores[:, 1].exp().numpy(), (batch_scores[:, 1] - batch_scores[:, 0]).numpy()
+
+
+def test_yes_no_rerankers_score_as_their_model_card_through_every_route(served, folders):
+    """A causal LM published as a yes/no reranker (Qwen3-Reranker) against its model card's own scoring with
+    transformers: `scores` are P(yes) (and `logits` the log-odds, logit(yes) - logit(no)) through KServe's rerank
+    model and pair ensemble, and the HTTP front's /v1/rerank, Cohere's /v2/rerank, TEI's /rerank and /predict,
+    one document cut at the max length; the graph holds two rows of the LM head, not the vocabulary."""
+    import onnx
+    import tritonclient.grpc as grpcclient
+    from transformers import AutoTokenizer
+
+    assert YES_NO, "a yes/no reranker row in tiny_checkpoints.FAMILIES"
+    for name in YES_NO:
+        family = FAMILIES[EXPORTS[name]]
+        want, log_odds = model_card_scores(folders[name], family.checkpoint, QUERY, TEXTS, family.max_length)
+        assert np.ptp(want) > 1e-3, want
+        manifest = json.load(open(os.path.join(served.repository, name, "1", "export.json"), encoding="utf-8"))
+        assert manifest["parity"]["model_card_max_abs_diff"] <= 1e-4 and manifest["labels"] == ["yes"], manifest
+        graph = onnx.load(os.path.join(served.repository, f"{name}_embedding", "1", "model.onnx"),
+                          load_external_data=False)
+        shapes = [list(t.dims) for t in graph.graph.initializer]
+        vocabulary = len(AutoTokenizer.from_pretrained(folders[name]))
+        assert [2, HIDDEN] in shapes or [HIDDEN, 2] in shapes, shapes  # the "yes" and "no" rows of the LM head
+        assert sum(shape[:1] == [vocabulary] for shape in shapes) == 1, shapes  # the input embedding alone
+        for protocol in PROTOCOLS:
+            got = rerank(protocol, served, QUERY, TEXTS, model=f"{name}_rerank")
+            assert np.abs(got["scores"] - want).max() <= SCORE_TOLERANCE, (name, protocol, got["scores"], want)
+            assert np.abs(got["logits"].reshape(-1) - log_odds).max() <= 1e-4, (name, protocol)
+            assert got["truncated"].any(), name
+        connection = client("grpc", served.grpc_url)
+        try:
+            result = connection.infer(name, [bytes_input(grpcclient, "query", [QUERY] * 4, [4, 1]),
+                                             bytes_input(grpcclient, "text", TEXTS[:4], [4, 1])])
+        finally:
+            connection.close()
+        assert np.abs(result.as_numpy("scores")[:, 0] - want[:4]).max() <= SCORE_TOLERANCE, name
+        order = list(np.argsort(-want))
+        answer = post(served, "/v1/rerank", {"model": name, "query": QUERY, "documents": TEXTS})
+        assert [r["index"] for r in answer["results"]] == order, name
+        assert np.abs(np.array([r["relevance_score"] for r in answer["results"]]) - want[order]).max() <= \
+            SCORE_TOLERANCE, name
+        cohere = post(served, "/v2/rerank", {"model": name, "query": QUERY, "documents": TEXTS})
+        assert [r["index"] for r in cohere["results"]] == order, name
+        assert np.abs(np.array([r["relevance_score"] for r in cohere["results"]]) - want[order]).max() <= \
+            SCORE_TOLERANCE, name
+        tei = post(served, "/rerank", {"model": name, "query": QUERY, "texts": TEXTS, "truncate": True})
+        assert [r["index"] for r in tei] == order, name
+        assert np.abs(np.array([r["score"] for r in tei]) - want[order]).max() <= SCORE_TOLERANCE, name
+        predicted = post(served, "/predict", {"model": name, "truncate": True,
+                                              "inputs": [[QUERY, text] for text in TEXTS[:4]]})
+        assert [row[0]["label"] for row in predicted] == ["yes"] * 4, predicted
+        assert np.abs(np.array([row[0]["score"] for row in predicted]) - want[:4]).max() <= SCORE_TOLERANCE, name
 
 
 def test_splade_serves_the_sparse_encoders_weights_through_both_doors(served, references):
@@ -312,3 +401,32 @@ def test_the_served_max_length_is_the_references_or_refused_naming_both(tmp_path
         json.dump({"max_seq_length": 1024, "do_lower_case": False}, handle)
     line = refused(tmp_path / "a", labse)
     assert "cuts texts at 1024 tokens" in line and "position table holds 512" in line, line
+
+
+def test_a_causal_lm_is_a_yes_no_reranker_only_when_said(tmp_path):
+    """Qwen3-Reranker's config is a Qwen3 chat model's: without --yes-no-reranker the causal LM is refused in one
+    line naming the flag (never served as an embedder or a reranker by guess). With it, the folder as Qwen's main
+    branch ships it (Qwen3's chat-model template, which CrossEncoder cannot render pairs with) is exported with the
+    model card's messages through that template: the same fixed text as the sentence-transformers layout's, checked
+    against the model card's scoring; a template that renders neither is refused in one line."""
+    folder = FAMILIES["qwen3_yes_no_reranker"].build(str(tmp_path / "qwen3_reranker"), chat_model_template=True)
+    assert "--yes-no-reranker" in refused(tmp_path / "a", folder)
+    repository = tmp_path / "b" / "repository"
+    result = subprocess.run([sys.executable, os.path.join(PROJECT, "build", "export.py"), "--model", folder,
+                             "--repository", str(repository), "--name", "x", "--yes-no-reranker", "--max-length",
+                             "256"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with open(repository / "x" / "1" / "export.json", encoding="utf-8") as handle:
+        parity = json.load(handle)["parity"]
+    assert parity["model_card_same_token_ids"] == 20 and parity["model_card_max_abs_diff"] <= 1e-4, parity
+    with open(repository / "x_tokenizer" / "1" / "pair_template.json", encoding="utf-8") as handle:
+        template = json.load(handle)
+    card = MODEL_CARDS["Qwen/Qwen3-Reranker-0.6B"]
+    assert template["prefix"] == f"{card['prefix']}<Instruct>: {card['task']}\n<Query>: ", template
+    assert (template["between"], template["suffix"]) == ("\n<Document>: ", card["suffix"]), template
+    with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as handle:
+        config = json.load(handle)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as handle:
+        json.dump({**config, "chat_template": config["chat_template"].replace("enable_thinking is false", "false")},
+                  handle)  # no empty think block: not the model card's prompt
+    assert "chat template renders neither" in refused(tmp_path / "c", folder, "--yes-no-reranker")

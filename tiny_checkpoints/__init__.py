@@ -88,6 +88,15 @@ QWEN3_RERANKER_TEMPLATE = (
     "{{ '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' }}"
 )
 
+# Qwen3's chat-model template (tokenizer_config.json of Qwen3 and of Qwen3-Reranker's main branch), its branches for
+# plain system/user/assistant turns and the generation prompt (thinking off: an empty think block)
+QWEN3_CHAT_TEMPLATE = (
+    "{%- for message in messages -%}{%- if message.role in ('system', 'user', 'assistant') -%}"
+    "{{ '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}{{ '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif -%}{%- endif -%}"
+)
 
 # ---------------------------------------------------------------- shared pieces
 @functools.cache
@@ -135,12 +144,12 @@ def _scale(model, std):
 
 
 def _train_bpe(backend, vocab_size, front=(), back=(), byte_tokens=False, byte_level=False, train_pre_tokenizer=None,
-               post_processor=None):
+               post_processor=None, more_texts=()):
     """A BPE tokenizer with `backend`'s normalizer, pre-tokenizer and decoder, trained on the corpus. Its vocabulary
     is laid out as the real ones are: `front` tokens first (then <0x00>..<0xFF> when `byte_tokens`, the byte-fallback
     pieces of SentencePiece-born vocabularies), the trained pieces, then `back` tokens; `front` and `back` tokens are
     special added tokens. `train_pre_tokenizer` replaces the pre-tokenizer while training only (so that merges do not
-    cross words when the real pipeline does not split)."""
+    cross words when the real pipeline does not split); `more_texts` are trained on beside the corpus."""
     from tokenizers import Tokenizer, pre_tokenizers
     from tokenizers.trainers import BpeTrainer
 
@@ -153,7 +162,7 @@ def _train_bpe(backend, vocab_size, front=(), back=(), byte_tokens=False, byte_l
     fixed = len(front) + len(back) + (256 if byte_tokens else 0)
     trainer = BpeTrainer(vocab_size=vocab_size - fixed, show_progress=False,
                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet() if byte_level else [])
-    trainee.train_from_iterator(_texts(), trainer=trainer)
+    trainee.train_from_iterator(_texts() + tuple(more_texts), trainer=trainer)
     trained = json.loads(trainee.to_str())["model"]
 
     pieces = list(front) + ([f"<0x{byte:02X}>" for byte in range(256)] if byte_tokens else [])
@@ -186,21 +195,24 @@ def _appending(*template):
 
 
 @functools.cache
-def _qwen_tokenizer_json():
+def _qwen_tokenizer_json(answers=False):
     """Qwen2/Qwen3's byte-level BPE (transformers' Qwen2Tokenizer pipeline: NFC, Qwen's split regex, byte level)
-    with the three special tokens the embedders use after the vocabulary, <|endoftext|> first as in the real one."""
+    with the three special tokens the embedders use after the vocabulary, <|endoftext|> first as in the real one.
+    answers: also trained on the answers a yes/no reranker scores, so that "yes" and "no" are single tokens of the
+    vocabulary, as in the real one (the corpus alone does not make "yes" one)."""
     from transformers import Qwen2TokenizerFast
 
     tokenizer = _train_bpe(Qwen2TokenizerFast().backend_tokenizer, 2000, byte_level=True,
                            back=("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
-                           post_processor=_appending("$A", "<|endoftext|>"))
+                           post_processor=_appending("$A", "<|endoftext|>"),
+                           more_texts=("yes", "no") * 200 if answers else ())
     return tokenizer.to_str()
 
 
-def _save_qwen_tokenizer(folder, padding_side, eos_appended=True):
+def _save_qwen_tokenizer(folder, padding_side, eos_appended=True, answers=False):
     from tokenizers import Tokenizer, processors
 
-    tokenizer = Tokenizer.from_str(_qwen_tokenizer_json())
+    tokenizer = Tokenizer.from_str(_qwen_tokenizer_json(answers))
     if not eos_appended:
         tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     tokenizer.save(os.path.join(folder, "tokenizer.json"))
@@ -556,6 +568,32 @@ def build_qwen3_reranker(folder, seed=109, chat_template=True):
     return folder
 
 
+def build_qwen3_yes_no_reranker(folder, seed=112, chat_model_template=False):
+    """Qwen/Qwen3-Reranker-0.6B: Qwen3ForCausalLM (tied embeddings: the LM head is the embedding matrix), scored by
+    its model card as P("yes") against "no" at the last token; Qwen2 tokenizer padding on the left without EOS
+    appended, "yes" and "no" single tokens of the vocabulary. Its prompt: the model card's as chat_template.jinja over
+    the query/document roles (sentence-transformers' layout for it, which CrossEncoder renders: Transformer
+    (text-generation) → LogitScore(yes, no) → Sigmoid); chat_model_template=True ships instead, as Qwen's main branch
+    does, Qwen3's chat-model template in tokenizer_config.json (its system/user/assistant turns and the empty think
+    block with thinking off; here only those branches), which CrossEncoder cannot render pairs with. No
+    sentence-transformers files: only --yes-no-reranker says it is a reranker."""
+    from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
+
+    folder = _folder(folder)
+    tokenizer = _save_qwen_tokenizer(folder, "left", eos_appended=False, answers=True)
+    missing = [token for token in ("yes", "no") if tokenizer.token_to_id(token) is None]
+    assert not missing, f"the tiny Qwen vocabulary lacks {missing}"  # the model card reads their logits
+    if chat_model_template:
+        _patch_json(os.path.join(folder, "tokenizer_config.json"), chat_template=QWEN3_CHAT_TEMPLATE)
+    else:
+        with open(os.path.join(folder, "chat_template.jinja"), "w", encoding="utf-8") as out:
+            out.write(QWEN3_RERANKER_TEMPLATE)
+    model = _qwen_decoder(Qwen3Config, Qwen3ForCausalLM, tokenizer.get_vocab_size(), seed, head_dim=8)
+    _save_model(model, folder)
+    AutoTokenizer.from_pretrained(folder)  # fails here, not in a test, if the files do not load
+    return folder
+
+
 def build_electra_reranker(folder, seed=111):
     """cross-encoder/ms-marco-electra-base: ElectraForSequenceClassification (num_labels 1: one logit, CrossEncoder's
     sigmoid), ELECTRA's uncased WordPiece (BERT's vocabulary: MiniLM's files, tokenizer_class ElectraTokenizer),
@@ -709,6 +747,7 @@ class Family:
     export_name: str  # the name tests export it by (--name), as a user would give it
     export_args: tuple = ()  # more flags (tests/test_model_families.py adds --max-length unless own_max_length)
     own_max_length: bool = False  # exported at its own max length (a static embedding's is its tokenizer's)
+    max_length: int = None  # the max length tests export and score it at, when theirs is too short (a long prompt)
     prompt: str = None  # a prompt of the folder (prompt_name) the tests check beside none
     checked_in: str = None  # the test module that serves and checks it, if not tests/test_model_families.py
     trust_remote_code: bool = False  # the folder runs its own code: exported with --trust-remote-code, loaded so
@@ -738,6 +777,9 @@ FAMILIES = {
                                   "Alibaba-NLP/gte-reranker-modernbert-base", "modernbert-reranker"),
     "deberta_reranker": Family(build_deberta_reranker, "CrossEncoder", "mixedbread-ai/mxbai-rerank-base-v1",
                                "mxbai-rerank"),
+    # the model card's prompt alone is ~130 tokens of the tiny vocabulary: room for the pair, the long text still cut
+    "qwen3_yes_no_reranker": Family(build_qwen3_yes_no_reranker, "CrossEncoder", "Qwen/Qwen3-Reranker-0.6B",
+                                    "qwen3-reranker", export_args=("--yes-no-reranker",), max_length=256),
     "qwen3_reranker": Family(build_qwen3_reranker, "CrossEncoder", "tomaarsen/Qwen3-Reranker-0.6B-seq-cls", "qr",
                              checked_in="tests/test_decoder_reranker.py"),
 }

@@ -11,12 +11,15 @@ computes, the reference class it is checked against: reference.py loads it), the
                          parity check against CrossEncoder (and FlagReranker)
     decoder_reranker.py  sequence-classification decoders (the last non-pad token), their chat template as fixed
                          text around the pair
+    yes_no_reranker.py   causal LMs published as rerankers (Qwen3-Reranker): P(yes) against "no" at the last token
+                         after their prompt, from two rows of the LM head; said by --yes-no-reranker or the folder's
+                         modules.json (Transformer → LogitScore)
     clip.py              CLIP (open_clip, or a Hugging Face folder): a text tower and an image tower
 
 A family of a kind already built is a row here (and its tiny checkpoint in tiny_checkpoints/); a new kind is a module
 beside these. ARCHITECTURE.md, "Add a model family", names the files."""
 from .. import fail
-from . import clip, cross_encoder, decoder_reranker, encoder, splade, static
+from . import clip, cross_encoder, decoder_reranker, encoder, splade, static, yes_no_reranker
 
 # Embedding pipelines, by the first module of a sentence-transformers folder's modules.json (a folder without one:
 # a transformers encoder, `encoder`)
@@ -33,6 +36,11 @@ CROSS_ENCODERS = {
     # decoders the TorchScript exporter traces as Qwen3 does (Qwen3-Reranker-seq-cls)
     **dict.fromkeys(("qwen3", "qwen2", "llama", "mistral", "ministral", "gemma", "gemma2", "gemma3_text"),
                     decoder_reranker),
+}
+# Causal LMs published as yes/no rerankers, by config.model_type: the module that serves them, checked against the
+# model card its MODEL_CARDS names (only when said: --yes-no-reranker, or modules.json Transformer → LogitScore)
+YES_NO_RERANKERS = {
+    "qwen3": yes_no_reranker,  # Qwen/Qwen3-Reranker-0.6B/4B/8B (Qwen3ForCausalLM): P("yes") against "no"
 }
 # Text and image models, by config.model_type (open_clip's architectures: --open-clip)
 MULTIMODAL = {"clip": clip}
@@ -56,6 +64,24 @@ def cross_encoder_of(config, sentence_transformers_folder=False):
             family.check_config(config, architecture)
             return family
         if architecture.endswith(DROPPED_HEADS) and not sentence_transformers_folder:
+            hint = (f"; a causal LM published as a yes/no reranker ({', '.join(YES_NO_RERANKERS)}) exports with "
+                    f"{yes_no_reranker.FLAG}") if architecture.endswith("ForCausalLM") else ""
             fail(f"{architecture} has a head that an embedding export would drop; this export serves encoders "
-                 f"(embeddings) and sequence-classification cross-encoders only")
+                 f"(embeddings) and sequence-classification cross-encoders only{hint}")
     return None
+
+
+def yes_no_reranker_of(config, modules, flag):
+    """The YES_NO_RERANKERS module when the user (--yes-no-reranker) or the folder (modules.json: Transformer →
+    LogitScore) says the causal LM is a yes/no reranker, None otherwise (never guessed from a config or a name);
+    one line when it is said of a model this export does not serve so."""
+    if not (flag or yes_no_reranker.states_it(modules)):
+        return None
+    architectures = list(getattr(config, "architectures", None) or []) if config is not None else []
+    architecture = architectures[0] if architectures else "a folder without architectures"
+    yes_no_reranker.check_config(config, architecture)
+    family = YES_NO_RERANKERS.get(config.model_type)
+    if family is None:
+        fail(f"{architecture} is a yes/no reranker of a family this export does not check ({config.model_type}); "
+             f"supported: {', '.join(YES_NO_RERANKERS)}")
+    return family

@@ -13,6 +13,7 @@ from the first [SEP] on, computed in the graph: uses_token_types)."""
 import os
 import tempfile
 import time
+from dataclasses import dataclass, field
 
 from .. import fail
 from ..graph import OPSET, finalize_onnx
@@ -242,22 +243,57 @@ def export(args, folder, config, repository, started, decoder=False):
         fail(f"{args.model}: the tokenizer has no pad token, which CrossEncoder (and the tokenizer model) pad with")
     reference = load_reference(folder, max_length, trust)
     template = pair_template(reference, tokenizer)  # refused here, before the graph is traced
-    graph = build_cross_encoder(model, tokenizer, decoder)
-    names = model_names(args.name)
     labels = config.num_labels
     layout = ", pairs through its chat template" if template else ""
-    print(f"export: {args.model} (cross-encoder, {config.model_type}, {labels} label(s), max length {max_length}"
-          f"{layout}) → {repository} as {names[0]}")
+    return install(args, folder, config, repository, started, Scorer(
+        graph=build_cross_encoder(model, tokenizer, decoder), tokenizer=tokenizer, max_length=max_length,
+        reference=reference, template=template, decoder=decoder, labels=labels,
+        label_names=[str((config.id2label or {}).get(i, f"LABEL_{i}")) for i in range(labels)],
+        title=f"cross-encoder, {config.model_type}, {labels} label(s), max length {max_length}{layout}"))
+
+
+@dataclass
+class Scorer:
+    """What a pair-scoring export is made of, whatever its family computes: the graph (input_ids and attention_mask
+    in, logits and scores out), the tokenizer and its pair template, the reference CrossEncoder (None where it
+    cannot score the folder's pairs: more_checks is then the reference), the labels (TEI's
+    /predict names them), and the family's own checks beyond CrossEncoder's (`more_checks(onnx_path, pairs, rows)`
+    -> figures; it stops the export when they differ)."""
+    graph: object
+    tokenizer: object
+    max_length: int
+    reference: object
+    template: dict | None
+    decoder: bool
+    labels: int
+    label_names: list
+    title: str
+    more_checks: object = None
+    manifest: dict = field(default_factory=dict)
+
+
+def install(args, folder, config, repository, started, scorer):
+    """The five models over pairs around `scorer`'s graph, checked against CrossEncoder (and the family's own
+    checks), then installed."""
+    tokenizer, max_length, labels, template = scorer.tokenizer, scorer.max_length, scorer.labels, scorer.template
+    names = model_names(args.name)
+    print(f"export: {args.model} ({scorer.title}) → {repository} as {names[0]}")
     warmup = warmup_lengths(max_length)
     with tempfile.TemporaryDirectory() as workdir:
         staging = os.path.join(workdir, "repository")
-        exported = export_onnx(graph, tokenizer, os.path.join(workdir, "model.onnx"), OPSET)
+        exported = export_onnx(scorer.graph, tokenizer, os.path.join(workdir, "model.onnx"), OPSET)
         token_budget = build_batch_strategy(os.path.join(staging, names[2]))
         onnx_path = finalize_onnx(exported, os.path.join(staging, names[2], "1"), args.fp16, args.external_data,
                                   {"logits": [labels], "scores": [labels]},
                                   token_guard(token_budget, names, max_length))
-        figures = parity_check(folder, tokenizer, onnx_path, max_length, 1e-2 if args.fp16 else 1e-4, reference,
-                               template, decoder, trust)
+        tolerance = 1e-2 if args.fp16 else 1e-4
+        if scorer.reference is not None:
+            figures = parity_check(folder, tokenizer, onnx_path, max_length, tolerance, scorer.reference, template,
+                                   scorer.decoder, args.trust_remote_code)
+        else:  # CrossEncoder cannot score this folder's pairs (more_checks names the reference it is checked against)
+            figures = {"cross_encoder": "does not render this folder's pairs", "pair_template": template is not None}
+        if scorer.more_checks is not None:
+            figures.update(scorer.more_checks(onnx_path, tolerance))
         write_tokenizer(tokenizer, max_length, os.path.join(staging, names[1], "1"))
         write_pair_template(os.path.join(staging, names[1], "1"), template)
         write_cross_encoder_configs(staging, names, labels, warmup, max_length)
@@ -267,11 +303,11 @@ def export(args, folder, config, repository, started, decoder=False):
             "encoder_model": names[2], "bls_model": names[3], "rerank_model": names[4], "model": args.model,
             "model_type": config.model_type, "num_labels": labels, "outputs": ["logits", "scores"],
             # the classifier's label names (TEI's /predict and /info answer with them)
-            "labels": [str((config.id2label or {}).get(i, f"LABEL_{i}")) for i in range(labels)],
+            "labels": scorer.label_names,
             "embedding_size": None, "colbert_size": None, "max_length": max_length, "fp16": args.fp16,
             "token_budget_batching": token_budget, "opset": OPSET, "onnx": os.path.relpath(onnx_path, staging),
             "parity": figures, "served_names": args.served_names, "pair_template": template is not None,
-            "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **scorer.manifest, "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         install_export(staging, repository, names, manifest, started)
     return 0
