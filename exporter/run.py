@@ -9,7 +9,7 @@ from local_triton.run_stats import record
 from local_triton.settings import serving_repository
 
 from . import cache, embedding, fail, read_json
-from .families import MULTIMODAL, clip, cross_encoder, cross_encoder_of
+from .families import EMBEDDERS, MULTIMODAL, clip, cross_encoder, cross_encoder_of
 from .install import CACHING, install_cached
 from .pipeline import module_list
 from .repository import MODEL_SOURCE, PROJECT, check_name, model_names, refresh_code, templates_digest
@@ -82,8 +82,12 @@ def make_export(args, repository, started):
 
     folder = resolve_model(args.model)
     modules = module_list(folder) or []
-    # a static embedding folder has no transformers config (model2vec's config.json names no model_type)
-    config = None if modules[:1] and modules[0][0] == "StaticEmbedding" else AutoConfig.from_pretrained(folder)
+    # a static embedding folder has no transformers config (model2vec's config.json names no model_type); a Router's
+    # is its encoder route's (families/inference_free.py)
+    first = modules[0][0] if modules else None
+    config = None if first == "StaticEmbedding" else AutoConfig.from_pretrained(
+        EMBEDDERS[first].config_folder(folder) if first in EMBEDDERS and hasattr(EMBEDDERS[first], "config_folder")
+        else folder)
     if config is not None and config.model_type in MULTIMODAL:
         if args.ragged_batch:
             fail("--ragged-batch: text embedding exports only (not CLIP)")
