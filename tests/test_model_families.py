@@ -318,3 +318,19 @@ def test_a_folder_whose_served_tokens_would_differ_is_refused_by_the_reference_c
         json.dump({**config, "truncation_side": "left"}, handle)
     line = refused(tmp_path / "a", folder, "--max-length", "32")
     assert line.startswith("export: reference check failed: text ") and "the served tokenizer gives ids" in line
+
+
+def test_a_router_the_export_does_not_build_is_refused_in_one_line(tmp_path):
+    """An inference-free SPLADE folder whose Router the export does not build: a route of other modules (here the
+    document side without its SpladePooling) or routes by modality are refused naming them, nothing exported."""
+    folder = FAMILIES["inference_free_splade"].build(str(tmp_path / "router"))
+    path = os.path.join(folder, "router_config.json")
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({**config, "structure": {**config["structure"], "document": ["document_0_MLMTransformer"]}}, handle)
+    assert "route 'document' is MLMTransformer;" in refused(tmp_path / "a", folder)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({**config, "parameters": {**config["parameters"], "route_mappings": {"(None, 'text')": "query"}}},
+                  handle)
+    assert "route_mappings" in refused(tmp_path / "b", folder)
