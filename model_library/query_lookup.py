@@ -39,6 +39,7 @@ class QueryLookup:
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(self.max_length)
         self.weights = np.load(os.path.join(folder, WEIGHTS_FILE)).astype(np.float32).reshape(-1)
+        self.whole = None  # the query tokenizer without truncation (TEI's /tokenize), made when first asked for
 
     @classmethod
     def load(cls, folder):
@@ -54,6 +55,15 @@ class QueryLookup:
         if len(texts) == 1:
             return [self.tokenizer.encode(texts[0], add_special_tokens=False)]
         return self.tokenizer.encode_batch(texts, add_special_tokens=False)
+
+    def untruncated(self):
+        """The query tokenizer without truncation (the tokenizer model's tokenize task lists every token)."""
+        if self.whole is None:
+            from tokenizers import Tokenizer
+
+            self.whole = Tokenizer.from_str(self.tokenizer.to_str())
+            self.whole.no_truncation()
+        return self.whole
 
     def sparse(self, rows):
         """rows: each text's token ids -> (indices int64 [n, k], values float32 [n, k], counts int32 [n, 1]): each

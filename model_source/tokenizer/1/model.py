@@ -34,8 +34,8 @@ open_clip's own.
 
 Two more tasks, TEI's /tokenize and /decode, each answered alone (not grouped): a request that asks for the output
 `token_text` (and not `attention_mask`, which only the embedding task gives) gets every token of its texts (not
-truncated; add_special_tokens, prompts as above) with its text, its special flag and its bytes; a request with the
-input `token_ids` gets its rows decoded (`decoded`).
+truncated; add_special_tokens, prompts as above; an inference-free export's query side: the query's own tokens) with
+its text, its special flag and its bytes; a request with the input `token_ids` gets its rows decoded (`decoded`).
 
 Inference-free SPLADE (an export of a SparseEncoder with a Router: query_side.json beside tokenizer.json): the
 request's Router task (request_rules.task: prompt_name `query` / `document`, or what its input_type stands for;
@@ -445,10 +445,13 @@ class TritonPythonModel:
         if queries is not None:
             raise InvalidInput("query", "is not taken by tokenize: it lists the tokens of single texts",
                                ErrorKind.INVALID_VALUE)
-        if self.whole is None:
-            self.whole = Tokenizer.from_str(self.tokenizer.to_str())
-            self.whole.no_truncation()
-        encodings = self.whole.encode_batch(texts, add_special_tokens=special)
+        if self.lookup is not None and self.looks_up(parameters):  # a query's own tokens: no special ones
+            encodings = self.lookup.untruncated().encode_batch(texts, add_special_tokens=False)
+        else:
+            if self.whole is None:
+                self.whole = Tokenizer.from_str(self.tokenizer.to_str())
+                self.whole.no_truncation()
+            encodings = self.whole.encode_batch(texts, add_special_tokens=special)
         rows, width = len(texts), max(1, max(len(e.ids) for e in encodings))
         ids = np.full((rows, width), -1, dtype=np.int64)
         words = np.full((rows, width), b"", dtype=np.object_)
