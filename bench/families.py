@@ -15,6 +15,13 @@ Per model and workload (bench/corpus.py's queries and passages, built with the e
   batch size; swept before the server starts, its best batch run again after it stops, the better counts.
 The ratio served / ceiling is printed per model and workload.
 
+Inference-free SPLADE (issue 68): `neural-sparse`, opensearch-neural-sparse-encoding-doc-v3-distill's layout at the
+test builder's tiny size (a Router: queries a weight lookup in the tokenizer model, documents a DistilBERT SPLADE
+encoder), exported beside them. Its query path (input_type query: the tokenizer's lookup, no encoder run) against its
+document path (input_type document: the encoder) on the same queries, in the same server, requests of 32 texts to
+NAME_bls asking for the sparse outputs, at the same levels: texts/s each and their ratio. (No onnxruntime ceiling:
+the query path has no graph.) At the tiny size the document path's encoder costs little: the ratio is a floor.
+
     python -m bench.families                  # ~4.5 min on 2 shared cores, 1.5 of them the two exports' checks
     python -m bench.families --short          # ~30 s smoke, half of it the exports: the tiny decoder, one level
     python -m bench.families --update-docs    # also put the section into docs/benchmarks.md
@@ -43,6 +50,9 @@ MAX_LENGTH = 512
 PER_REQUEST = 32
 WORKLOADS = ("queries", "passages")
 MODELS = {"qwen3": "decoder (Qwen3-Embedding layout)", "static": "static (StaticEmbedding layout)"}
+SPARSE_MODEL = "neural-sparse"  # inference-free SPLADE (opensearch-neural-sparse-encoding-doc-v3-distill's layout)
+SIDES = {"query": "query path (tokenizer's lookup, no encoder)", "document": "document path (SPLADE encoder)"}
+SPARSE_OUTPUTS = ("sparse_indices", "sparse_values", "sparse_count")
 FULL = {"texts": {"queries": 512, "passages": 256}, "levels": (2, 4), "seconds": 6.0, "ceiling_seconds": 1.5,
         "batch_sizes": (1, 4, 16, 64), "decoder": DECODER}
 SHORT = {"texts": {"queries": 64, "passages": 64}, "levels": (2,), "seconds": 0.5, "ceiling_seconds": 0.2,
@@ -96,7 +106,11 @@ def build_folders(work_dir, decoder_size, progress):
     """{name: folder}, built once per size (seeded: a rebuild gives the same weights)."""
     tag = "x".join(str(decoder_size[k]) for k in ("hidden_size", "num_hidden_layers")) if decoder_size else "tiny"
     folders = {"qwen3": os.path.join(work_dir, f"qwen3-{tag}"),
-               "static": os.path.join(work_dir, f"static-{STATIC_DIMENSION}")}
+               "static": os.path.join(work_dir, f"static-{STATIC_DIMENSION}"),
+               SPARSE_MODEL: os.path.join(work_dir, "neural-sparse-tiny")}
+    builders = {"qwen3": lambda folder: build_decoder(folder, decoder_size, families),
+                "static": lambda folder: build_static(folder, families),
+                SPARSE_MODEL: lambda folder: families.build_inference_free_splade(folder)}
     families = None
     for name, folder in folders.items():
         if os.path.exists(os.path.join(folder, "modules.json")):
@@ -104,7 +118,7 @@ def build_folders(work_dir, decoder_size, progress):
         families = families or model_families()
         progress(f"families: building {name} ({folder})")
         shutil.rmtree(folder, ignore_errors=True)
-        build_decoder(folder, decoder_size, families) if name == "qwen3" else build_static(folder, families)
+        builders[name](folder)
     return folders
 
 
@@ -171,10 +185,11 @@ def ceiling(onnx_path, encodings, pad_id, threads, budget, batch_sizes, seconds)
 
 
 # ---------------------------------------------------------------- the served path
-def served(url, model, texts, concurrency, seconds):
+def served(url, model, texts, concurrency, seconds, names=("embedding",), parameters=None):
     """A closed loop of `concurrency` client threads, each sending requests of PER_REQUEST texts (cycling through
-    `texts` in their order) over gRPC for `embedding`; counted after every client has had an answer, for `seconds`
-    or 2 of the slowest warm-up requests, whichever is longer (a shorter window counts whole waves or none)."""
+    `texts` in their order) over gRPC for `names` (default `embedding`) with the request `parameters`; counted after
+    every client has had an answer, for `seconds` or 2 of the slowest warm-up requests, whichever is longer (a
+    shorter window counts whole waves or none)."""
     import numpy as np
     import tritonclient.grpc as grpcclient
 
@@ -184,7 +199,7 @@ def served(url, model, texts, concurrency, seconds):
 
     def client(index):
         connection = grpcclient.InferenceServerClient(url)
-        wanted = [grpcclient.InferRequestedOutput("embedding")]
+        wanted = [grpcclient.InferRequestedOutput(name) for name in names]
         try:
             for k in range(index, 1 << 30, concurrency):
                 if stop.is_set():
@@ -193,7 +208,8 @@ def served(url, model, texts, concurrency, seconds):
                 text.set_data_from_numpy(requests[k % len(requests)])
                 started = time.perf_counter()
                 try:
-                    rows = connection.infer(model, [text], outputs=wanted).as_numpy("embedding").shape[0]
+                    rows = connection.infer(model, [text], outputs=wanted, parameters=parameters).as_numpy(
+                        names[-1]).shape[0]
                     if rows != PER_REQUEST:
                         raise RuntimeError(f"{rows} vectors for {PER_REQUEST} texts")
                 except Exception as error:  # reported below, not raised in a thread
@@ -243,7 +259,7 @@ def measure(work_dir, short=False, progress=print):
     repository = export(work_dir, folders, progress)
     progress(f"families: exported in {time.monotonic() - started:.0f} s; ceilings (onnxruntime in-process)")
     rows = []
-    for name in folders:
+    for name in MODELS:
         onnx_path = os.path.join(repository, f"{name}_embedding", "1", "model.onnx")
         threads = int(common.config_parameter(repository, f"{name}_embedding", "intra_op_thread_count", "0") or 0)
         budget = int(common.config_parameter(repository, f"{name}_embedding", "max_batch_tokens"))
@@ -269,6 +285,7 @@ def measure(work_dir, short=False, progress=print):
                 row["levels"][level] = reading
                 progress(f"families: {row['model']} {row['workload']} c={level}: {reading['texts_per_s']:.1f} "
                          f"texts/s (p50 {reading['p50_ms']:.0f} ms)")
+        sparse = sparse_sides(f"127.0.0.1:{ports['grpc']}", repository, settings, progress)
     finally:
         common.stop_server(server, drain=not short)  # short: killed, nothing left to measure in it
     for row in rows:  # the best batch again once the server is gone: the better of the two passes is the ceiling
@@ -283,7 +300,7 @@ def measure(work_dir, short=False, progress=print):
         for key in ("encodings", "pad_id", "onnx", "budget"):
             del row[key]
     machine = common.machine_info()
-    return {"mode": "short" if short else "full", "rows": rows, "decoder": settings["decoder"],
+    return {"mode": "short" if short else "full", "rows": rows, "sparse": sparse, "decoder": settings["decoder"],
             "static_dimension": STATIC_DIMENSION, "max_length": MAX_LENGTH, "per_request": PER_REQUEST,
             "seconds_per_level": settings["seconds"], "elapsed_s": time.monotonic() - started,
             "load_average": [*load, os.getloadavg()[0]],
@@ -291,12 +308,67 @@ def measure(work_dir, short=False, progress=print):
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
+def sparse_sides(url, repository, settings, progress):
+    """Inference-free SPLADE's query path against its document path: the same queries to NAME_bls for the sparse
+    outputs, input_type query (the tokenizer's lookup) then document (the encoder), at each level, in turn; the
+    encoder's execution count read before and after the query path (it must not move)."""
+    texts, encodings, _ = workload_texts(repository, SPARSE_MODEL, "queries", settings["texts"]["queries"])
+    result = {"texts": len(texts), "mean_tokens": sum(map(len, encodings)) / len(encodings), "sides": {}}
+    for side in SIDES:
+        before = encoder_runs(url, repository)
+        levels = {}
+        for level in settings["levels"]:
+            levels[level] = served(url, f"{SPARSE_MODEL}_bls", texts, level, settings["seconds"], SPARSE_OUTPUTS,
+                                   {"input_type": side})
+            progress(f"families: {SPARSE_MODEL} {side} path c={level}: {levels[level]['texts_per_s']:.1f} texts/s "
+                     f"(p50 {levels[level]['p50_ms']:.0f} ms)")
+        best = max(levels, key=lambda c: levels[c]["texts_per_s"])
+        result["sides"][side] = {"levels": levels, "best_level": best, "texts_per_s": levels[best]["texts_per_s"],
+                                 "encoder_runs": encoder_runs(url, repository) - before}
+    if result["sides"]["query"]["encoder_runs"]:
+        raise SystemExit(f"bench families: the query path ran the encoder "
+                         f"{result['sides']['query']['encoder_runs']} times")
+    result["ratio"] = result["sides"]["query"]["texts_per_s"] / result["sides"]["document"]["texts_per_s"]
+    return result
+
+
+def encoder_runs(url, repository):
+    """The inference-free export's encoder executions so far (Triton's statistics, over gRPC)."""
+    import tritonclient.grpc as grpcclient
+
+    connection = grpcclient.InferenceServerClient(url)
+    try:
+        stats = connection.get_inference_statistics(f"{SPARSE_MODEL}_embedding", as_json=True)
+    finally:
+        connection.close()
+    return sum(int(model.get("execution_count", 0)) for model in stats.get("model_stats", []))
+
+
 # ---------------------------------------------------------------- report
 def ratios(result):
-    """One line per model and workload: served / ceiling."""
-    return "\n".join(f"families: {r['model']} {r['workload']}: served {r['texts_per_s']:.1f} texts/s (c="
-                     f"{r['best_level']}) / ceiling {r['ceiling']['texts_per_s']:.1f} (batch "
-                     f"{r['ceiling']['batch_size']}) = {r['ratio']:.2f}" for r in result["rows"])
+    """One line per model and workload: served / ceiling; and inference-free SPLADE's query / document paths."""
+    lines = [f"families: {r['model']} {r['workload']}: served {r['texts_per_s']:.1f} texts/s (c="
+             f"{r['best_level']}) / ceiling {r['ceiling']['texts_per_s']:.1f} (batch "
+             f"{r['ceiling']['batch_size']}) = {r['ratio']:.2f}" for r in result["rows"]]
+    sparse = result.get("sparse")
+    if sparse:
+        query, document = sparse["sides"]["query"], sparse["sides"]["document"]
+        lines.append(f"families: {SPARSE_MODEL} queries: query path {query['texts_per_s']:.1f} texts/s (c="
+                     f"{query['best_level']}, encoder runs {query['encoder_runs']}) / document path "
+                     f"{document['texts_per_s']:.1f} (c={document['best_level']}) = {sparse['ratio']:.2f}")
+    return "\n".join(lines)
+
+
+def sparse_table(sparse):
+    """Markdown: inference-free SPLADE's two paths on the same queries, every level."""
+    levels = sorted({int(c) for side in sparse["sides"].values() for c in side["levels"]})
+    lines = ["| path | " + " | ".join(f"c={c} texts/s" for c in levels) + " | encoder runs |",
+             "|---|" + "---|" * len(levels) + "---|"]
+    for side, reading in sparse["sides"].items():
+        by_level = {int(c): v for c, v in reading["levels"].items()}
+        cells = [f"{by_level[c]['texts_per_s']:.1f}" if c in by_level else "–" for c in levels]
+        lines.append(f"| {SIDES[side]} | " + " | ".join(cells) + f" | {reading['encoder_runs']} |")
+    return "\n".join(lines)
 
 
 def table(result):
@@ -334,7 +406,19 @@ def section(result):
             "in-process on the served `NAME_embedding/1/model.onnx` (`embedding` only, the served intra-op threads), "
             "the same texts tokenized by the export's `tokenizer.json`, sorted by length, at its best batch size "
             "(swept before the server started, the best batch again after it stopped; the better counts).", "",
-            table(result), ""]
+            table(result), ""] + sparse_section(result)
+
+
+def sparse_section(result):
+    sparse = result.get("sparse")
+    if not sparse:
+        return []
+    return [f"Inference-free SPLADE (`{SPARSE_MODEL}`, opensearch-neural-sparse-encoding-doc-v3-distill's layout at "
+            "the test builder's tiny size, DistilBERT 32 wide: the document path's encoder costs little here, so the "
+            f"ratio is a floor), same server and run: its {sparse['texts']} queries ({sparse['mean_tokens']:.0f} "
+            f"tokens each) in requests of {result['per_request']} to `NAME_bls` for the sparse outputs, "
+            "`input_type` query (the tokenizer model's weight lookup) against document (the SPLADE encoder). Query "
+            f"path / document path: **{sparse['ratio']:.2f}**.", "", sparse_table(sparse), ""]
 
 
 def update_docs(result, path=None):
@@ -355,6 +439,8 @@ def main(argv=None):
     with open(os.path.join(work_dir, "results.json"), "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=1)
     print(table(result))
+    if result.get("sparse"):
+        print(sparse_table(result["sparse"]))
     print(ratios(result))
     if args.update_docs:
         print(update_docs(result))

@@ -65,12 +65,14 @@ def export(args, folder, config, repository, started):
                                ragged=args.ragged_batch)
         write_tokenizer(tokenizer, max_length, os.path.join(staging, names[1], "1"))
         write_prompts(os.path.join(staging, names[1], "1"), prompts, default_prompt)
+        if getattr(made, "tokenizer_files", None):  # the family's own files for the tokenizer model (a query lookup)
+            made.tokenizer_files(os.path.join(staging, names[1], "1"))
         served_tokenizer = os.path.join(staging, names[1], "1", "tokenizer.json")
         figures["reference"] = family.check(reference, pipeline, onnx_path, served_tokenizer, prompts, min_cosine,
                                             args.ragged_batch)
         write_vectors(os.path.join(staging, names[3], "1"), dimensions, calibration)
         write_configs(staging, names, outputs, made.sizes, warmup, max_length, ragged=args.ragged_batch,
-                      sparse_width=family.SPARSE_WIDTH)
+                      sparse_width=family.SPARSE_WIDTH, routes=tuple(getattr(made, "manifest", {}).get("routes", ())))
         if chunks:
             write_chunks_config(staging, names, chunks, dim)
         else:
@@ -93,6 +95,7 @@ def export(args, folder, config, repository, started):
             # the encoder's embedding_unnormalized (TEI's normalize: false), with a dense output only
             "unnormalized_output": "dense" in outputs,
             "served_names": args.served_names, "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **getattr(made, "manifest", {}),  # the family's own fields (a Router's routes)
         }
         install_export(staging, repository, tuple(m for m in (*names, chunks) if m), manifest, started)
     return 0

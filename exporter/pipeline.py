@@ -6,6 +6,8 @@ of the folder (families.EMBEDDERS, by its first module) builds that pipeline int
                                                                    (families/encoder.py)
     MLMTransformer → SpladePooling                                 (SparseEncoder: SPLADE, families/splade.py)
     StaticEmbedding [→ Normalize]                                  (static embeddings, families/static.py)
+    Router (query: SparseStaticEmbedding, document: MLMTransformer → SpladePooling)
+                                                                   (inference-free SPLADE, families/inference_free.py)
 
 A module this export does not build is refused in one line naming it: left out of the graph, it would give vectors
 that are not the model's (a Dense module after pooling once was, silently). A folder without sentence-transformers
@@ -25,7 +27,8 @@ SENTENCE_EMBEDDING = "sentence_embedding"  # the feature Dense and Normalize act
 
 @dataclass
 class Pipeline:
-    kind: str  # "dense" (transformer + pooling), "splade" (SparseEncoder) or "static" (StaticEmbedding)
+    kind: str  # "dense" (transformer + pooling), "splade" (SparseEncoder), "static" (StaticEmbedding) or
+    # "inference_free" (a SparseEncoder's Router: SPLADE documents, looked-up queries)
     reference: str | None  # the sentence-transformers class of the folder; None: no sentence-transformers files
     modules: list = field(default_factory=list)  # the modules' class names, in order (export.json records them)
     pooling: tuple = ("cls",)

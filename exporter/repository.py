@@ -50,8 +50,8 @@ COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8
 # The models' library, installed whole as the package model_library/ in each Python model's version folder, which
 # Triton's stub puts on sys.path: every model imports it as everything outside Triton does (`from model_library
 # import model_errors`). in_process.py (running a model's code outside Triton) is never installed.
-LIBRARY_MODULES = ("__init__", "model_common", "model_errors", "model_outputs", "request_rules", "tracing",
-                   "triton_server")
+LIBRARY_MODULES = ("__init__", "model_common", "model_errors", "model_outputs", "query_lookup", "request_rules",
+                   "tracing", "triton_server")
 LIBRARY = [(os.path.join("model_library", f"{module}.py"), "1/model_library/") for module in LIBRARY_MODULES]
 MODEL_CODE = {
     "tokenizer": [("model_source/tokenizer/config.pbtxt", "config.pbtxt"),
@@ -219,11 +219,12 @@ def encoder_inputs(ragged=False):
 
 
 def write_configs(staging, names, outputs, sizes, warmup, max_length, encoder_only=ENCODER_ONLY,
-                  with_dense=WITH_DENSE, ragged=False, sparse_width="tokens"):
+                  with_dense=WITH_DENSE, ragged=False, sparse_width="tokens", routes=()):
     """Render the encoder's (CPU and GPU), the ensemble's, the BLS model's and the rerank model's (when `names` has
     one) configs; copy the code of the Python models for a named export. `outputs`: export.json's; the graph also
     has `with_dense` (graph.WITH_DENSE: embedding_unnormalized) and `encoder_only` (token_embeddings) families, which
-    CLIP's text tower has not. `sizes`: {"D": the embedding's size, "H": the hidden size, "C": ColBERT's}."""
+    CLIP's text tower has not. `sizes`: {"D": the embedding's size, "H": the hidden size, "C": ColBERT's}. `routes`:
+    a Router's tasks (inference-free SPLADE), which the rerank model embeds the query and documents by."""
     ensemble, tokenizer, encoder, bls, rerank = names
     colbert_dim = sizes.get("C")
     declarations = [(name, kind, triton_dims(dims, sizes))
@@ -268,7 +269,7 @@ def write_configs(staging, names, outputs, sizes, warmup, max_length, encoder_on
         os.makedirs(os.path.join(staging, rerank, "1"), exist_ok=True)
         with open(os.path.join(staging, rerank, "config.pbtxt"), "w", encoding="utf-8") as handle:
             handle.write(render(os.path.join(MODEL_SOURCE, "rerank", "config.pbtxt.template"), bls=bls,
-                                served=",".join(outputs)))
+                                served=",".join(outputs), routes=",".join(routes)))
         write_rerank_gpu_configs(os.path.join(staging, rerank))
     # The tokenizer's config names no model and no per-model value: a named export uses it as it is.
     copy_tokenizer(staging, tokenizer)
@@ -468,9 +469,9 @@ def write_warmup(staging, encoder, tokenizer, lengths):
         np.ones(len(ids), dtype="<i8").tofile(os.path.join(folder, f"attention_mask_{label}"))
 
 
-def write_tokenizer(hf_tokenizer, max_length, tokenizer_dir):
-    """tokenizer.json with the pad token and the model's max length as its truncation (the tokenizer model reads
-    both from it)."""
+def fast_tokenizer(hf_tokenizer):
+    """A transformers tokenizer as a `tokenizers` Tokenizer (its tokenizer.json form, which the tokenizer model
+    reads), or the export stops naming what is missing."""
     from tokenizers import Tokenizer
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -478,7 +479,13 @@ def write_tokenizer(hf_tokenizer, max_length, tokenizer_dir):
         path = os.path.join(scratch, "tokenizer.json")
         if not os.path.exists(path):
             fail("the tokenizer has no fast (tokenizer.json) form, which the tokenizer model needs")
-        fast = Tokenizer.from_file(path)
+        return Tokenizer.from_file(path)
+
+
+def write_tokenizer(hf_tokenizer, max_length, tokenizer_dir):
+    """tokenizer.json with the pad token and the model's max length as its truncation (the tokenizer model reads
+    both from it)."""
+    fast = fast_tokenizer(hf_tokenizer)
     fast.enable_truncation(max_length)
     fast.enable_padding(pad_id=hf_tokenizer.pad_token_id, pad_token=hf_tokenizer.pad_token)
     os.makedirs(tokenizer_dir, exist_ok=True)

@@ -10,7 +10,7 @@ from local_triton.run_stats import record
 from local_triton.settings import serving_repository
 
 from . import cache, embedding, fail, read_json
-from .families import MULTIMODAL, clip, cross_encoder, cross_encoder_of, yes_no_reranker_of
+from .families import EMBEDDERS, MULTIMODAL, clip, cross_encoder, cross_encoder_of, yes_no_reranker_of
 from .install import CACHING, install_cached
 from .pipeline import module_list
 from .repository import MODEL_SOURCE, PROJECT, check_name, model_names, refresh_code, templates_digest
@@ -101,8 +101,12 @@ def make_export(args, repository, started):
     if own_code and modules[:1] and modules[0][0] not in TRUSTED_PIPELINES:
         fail(f"--trust-remote-code: {args.model} is a {modules[0][0]} pipeline; this export runs a checkpoint's own "
              f"code in {' and '.join(TRUSTED_PIPELINES)} pipelines and cross-encoders only")
-    # a static embedding folder has no transformers config (model2vec's config.json names no model_type)
-    config = None if modules[:1] and modules[0][0] == "StaticEmbedding" else read_config(args, folder)
+    # a static embedding folder has no transformers config (model2vec's config.json names no model_type); a Router's
+    # is its encoder route's (families/inference_free.py)
+    first = modules[0][0] if modules else None
+    config = None if first == "StaticEmbedding" else read_config(args, (
+        EMBEDDERS[first].config_folder(folder) if first in EMBEDDERS and hasattr(EMBEDDERS[first], "config_folder")
+        else folder))
     if config is not None and config.model_type in MULTIMODAL:
         if own_code:
             fail(f"--trust-remote-code: {args.model} is a {config.model_type} model, which this export builds from "

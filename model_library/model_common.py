@@ -277,20 +277,21 @@ class RerankModel(RequestModel):
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def call(model, inputs, outputs, deadline, parameters=None, rename=None):
+def call(model, inputs, outputs, deadline, parameters=None, rename=None, optional=()):
     """One BLS request to `model` with what is left of the request's timeout (Deadline.left_us: cancellation and
     time checked first): its outputs {name: array}, in host memory even when the step runs on a GPU (as_numpy needs
     that). A step's error is raised as this request's ModelError of the same kind, its field passed through
-    `rename(field)` (the caller's name for it: the tokenizer's `text[0]` is a rerank request's `query`). Traced
-    (tracing.py): Triton's trace of the request, or a span of ours, goes with the call."""
+    `rename(field)` (the caller's name for it: the tokenizer's `text[0]` is a rerank request's `query`). optional:
+    outputs the step may leave out (absent from the answer: the tokenizer's lookup outputs). Traced (tracing.py):
+    Triton's trace of the request, or a span of ours, goes with the call."""
     if tracing.ENABLED:
         with tracing.child_call(deadline.request, model, parameters) as (parameters, trace):
             return _call(model, inputs, outputs, deadline, parameters, rename, {} if trace is None else
-                         {"trace": trace})
-    return _call(model, inputs, outputs, deadline, parameters, rename, {})
+                         {"trace": trace}, optional)
+    return _call(model, inputs, outputs, deadline, parameters, rename, {}, optional)
 
 
-def _call(model, inputs, outputs, deadline, parameters, rename, traced):
+def _call(model, inputs, outputs, deadline, parameters, rename, traced, optional=()):
     request = pb_utils.InferenceRequest(
         model_name=model, inputs=inputs, requested_output_names=outputs, parameters=parameters or {},
         timeout=deadline.left_us(), preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0),
@@ -303,7 +304,10 @@ def _call(model, inputs, outputs, deadline, parameters, rename, traced):
         info = model_errors.parse(response.error().message())
         field = rename(info.field) if rename is not None and info.field else info.field
         raise ModelError(info.kind, field, model_errors.problem(info))
-    return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
+    if not optional:
+        return {name: pb_utils.get_output_tensor_by_name(response, name).as_numpy() for name in outputs}
+    found = {name: pb_utils.get_output_tensor_by_name(response, name) for name in outputs}
+    return {name: tensor.as_numpy() for name, tensor in found.items() if tensor is not None or name not in optional}
 
 
 # The launcher's drain creates this file when work must stop feeding (local_triton/launch.py, drain()); unset or

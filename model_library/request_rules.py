@@ -21,6 +21,11 @@ INVISIBLE = ("Cc", "Cf")  # control and format characters (NUL, zero-width space
 INPUT_TYPES = {"query": ("query",), "search_query": ("query",), "document": ("document", "passage"),
                "search_document": ("document", "passage"), "passage": ("passage", "document"),
                "classification": ("classification",), "clustering": ("clustering",)}
+# A Router's tasks (inference-free SPLADE: sentence-transformers' encode_query / encode_document) the input types
+# stand for, and the prompt each task takes when the request names no prompt (encode_query's, encode_document's)
+TASKS = {"query": "query", "search_query": "query", "document": "document", "search_document": "document",
+         "passage": "document"}
+TASK_PROMPTS = {"query": ("query",), "document": ("document", "passage", "corpus")}
 WEIGHTS = "must be 3 finite numbers >= 0: [dense, sparse, colbert]"
 
 
@@ -41,13 +46,16 @@ def text(value, field, refuse):
     raise refuse(field, NO_CONTENT, ErrorKind.INVALID_INPUT)
 
 
-def prompt(prompts, default, name, kind, refuse):
+def prompt(prompts, default, name, kind, refuse, routes=()):
     """The prompt a request's prompt_name or input_type picks (one of them; `default` when neither is given):
-    a prompt name the export has, or an input type (INPUT_TYPES) or prompt name for input_type."""
+    a prompt name the export has, or an input type (INPUT_TYPES) or prompt name for input_type. routes: a Router
+    export's tasks (query, document), which prompt_name may also name (task())."""
     names = ", ".join(prompts) or "none"
     if name is not None and kind is not None:
         raise refuse("prompt_name", "and input_type: give one of them, not both", ErrorKind.INVALID_VALUE)
     if name is not None:
+        if name not in prompts and name in routes:  # a Router's task with no prompt of its name: as encode_query
+            return next((p for p in TASK_PROMPTS.get(name, ()) if p in prompts), default)
         if name not in prompts:
             raise refuse("prompt_name", f"{json.dumps(name)} is not one of this model's prompts ({names})",
                          ErrorKind.NOT_SERVED)
@@ -60,6 +68,19 @@ def prompt(prompts, default, name, kind, refuse):
                                        f"prompts ({names})", ErrorKind.NOT_SERVED)
         return next((p for p in INPUT_TYPES[kind] if p in prompts), default)
     return default
+
+
+def task(routes, name, kind):
+    """A Router export's task for a request (the side that answers it: sentence-transformers' encode_query is
+    "query", encode_document "document"): its prompt_name where that names a route, else what its input_type stands
+    for (TASKS); None (the Router's default route, as SparseEncoder.encode) when neither says. routes: the export's
+    tasks (none: no Router, always None)."""
+    if not routes:
+        return None
+    if name is not None:
+        return name if name in routes else None
+    chosen = TASKS.get(kind) if kind is not None else None
+    return chosen if chosen in routes else None
 
 
 def width(dimensions, value, refuse):

@@ -72,6 +72,7 @@ class Card:
     unnormalized: bool = False  # the encoder's embedding_unnormalized (TEI's normalize: false)
     hidden_size: int | None = None  # the token vectors' width, when a Dense module makes it differ (registry.Card)
     dimensions: tuple = (DIM,)  # the widths `dimensions` may ask for (registry.Card)
+    routes: tuple = ()  # an inference-free SPLADE export's Router tasks (registry.Card)
 
 
 def stable_hash(text):

@@ -143,12 +143,13 @@ def test_images_benchmark_smoke(tmp_path):
 def test_families_benchmark_smoke(tmp_path):
     """bench/families.py --short (make bench's step 14): the builder's tiny decoder and the 1024-wide static embedder
     exported by name into one repository, a ceiling and a served reading per model and workload, the ratios printed,
-    and the section put into a benchmarks.md once however often it runs."""
+    and the section put into a benchmarks.md once however often it runs; beside them inference-free SPLADE's query
+    path (no encoder run) against its document path, same run."""
     work = tmp_path / "work"
     result = subprocess.run([sys.executable, "-m", "bench.families", "--short", "--work-dir", str(work)],
                             cwd=PROJECT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    for model in ("qwen3", "static"):  # both exports in the one repository that was served
+    for model in ("qwen3", "static", "neural-sparse"):  # every export in the one repository that was served
         assert (work / "repository" / f"{model}_bls" / "config.pbtxt").exists()
     run = json.loads((work / "results.json").read_text())
     assert {(r["model"], r["workload"]) for r in run["rows"]} == {
@@ -158,6 +159,10 @@ def test_families_benchmark_smoke(tmp_path):
         assert row["ratio"] == row["texts_per_s"] / row["ceiling"]["texts_per_s"]
         assert row["texts_per_s"] == max(level["texts_per_s"] for level in row["levels"].values())
     assert "families: qwen3 passages: served" in result.stdout and "| model | workload |" in result.stdout
+    sides = run["sparse"]["sides"]
+    assert sides["query"]["encoder_runs"] == 0 < sides["document"]["encoder_runs"], sides
+    assert sides["query"]["texts_per_s"] > 0 and sides["document"]["texts_per_s"] > 0
+    assert "families: neural-sparse queries: query path" in result.stdout
 
     from bench import families
 

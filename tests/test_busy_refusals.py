@@ -109,12 +109,14 @@ PARAMETERS = [{"prompt_name": "poem"}, {"input_type": "poem"}, {"prompt_name": "
               {"prompt_name": "passage"}, {"input_type": "image"}, {"prompt_name": ""}, {}]
 
 
+@pytest.mark.parametrize("routes", [(), ("query", "document")], ids=["no router", "router"])
 @pytest.mark.parametrize("prompts", [PROMPTS, ()], ids=["prompts", "none"])
-@pytest.mark.parametrize("parameters", PARAMETERS, ids=json.dumps)
-def test_prompt_name_and_input_type_are_refused_as_the_tokenizer_refuses_them(models, prompts, parameters):
+@pytest.mark.parametrize("parameters", PARAMETERS + [{"prompt_name": "document"}], ids=json.dumps)
+def test_prompt_name_and_input_type_are_refused_as_the_tokenizer_refuses_them(models, prompts, parameters, routes):
+    """(An inference-free SPLADE export's Router tasks, query and document, are prompt names too.)"""
     tokenizer = object.__new__(models.tokenizer.TritonPythonModel)
-    tokenizer.prompts, tokenizer.default_prompt = dict(prompts), None
-    card = Card("m", "m", ("dense",), prompts=prompts)
+    tokenizer.prompts, tokenizer.default_prompt, tokenizer.routes = dict(prompts), None, routes
+    card = Card("m", "m", ("dense",), prompts=prompts, routes=routes)
     expected = model_answer(lambda: tokenizer.prompt(parameters), ("input", 0))
     assert precheck_answer(lambda: prechecks.prompt(card, parameters)) == expected
 

@@ -16,6 +16,7 @@ import urllib.request
 import numpy as np
 import pytest
 
+import suite_stats
 from conftest import PROJECT, serve_exports
 from tiny_checkpoints import FAMILIES, HIDDEN
 from triton_clients import PROTOCOLS, VARIED_TEXTS, bytes_input, client, outputs, rerank, text_input
@@ -262,6 +263,93 @@ def test_splade_serves_the_sparse_encoders_weights_through_both_doors(served, re
     assert refused.value.code == 400 and json.load(refused.value)["error"]["code"] == "not_served"
 
 
+def sparse_rows(got):
+    """KServe's sparse outputs -> per row {token id: weight}."""
+    return [dict(zip(got["sparse_indices"][row, :int(n)].tolist(), got["sparse_values"][row, :int(n)].tolist()))
+            for row, n in enumerate(got["sparse_count"][:, 0])]
+
+
+SPARSE_FIGURES = {}  # {(side, door): the largest weight difference}: printed at the end (suite_stats.report)
+
+
+def assert_sparse_equal(rows, want, label):
+    worst = 0.0
+    for row, weights in enumerate(rows):
+        assert sorted(weights) == np.flatnonzero(want[row]).tolist(), (label, row)
+        worst = max([worst, *(abs(value - want[row][index]) for index, value in weights.items())])
+        assert worst <= 1e-3, (label, row)
+    SPARSE_FIGURES[str(label)] = worst
+
+
+def test_inference_free_splade_serves_both_sides_and_queries_never_run_the_encoder(served, references):
+    """A SparseEncoder with a Router (opensearch-neural-sparse-encoding-doc-v3-distill): the document side (no
+    input type, input_type document, TEI's /embed_sparse as it is) is SparseEncoder.encode_document's, from the
+    encoder; the query side (input_type / prompt_name query, through KServe's sparse outputs, /embed_sparse and
+    /v1/encode) is encode_query's, from the tokenizer model's weight lookup: the encoder's execution count does not
+    move. The ensemble's encoder step refuses a query by name."""
+    name, reference = "neural-sparse", references["neural-sparse"]
+    kwargs = {"convert_to_tensor": True, "convert_to_sparse_tensor": False}
+    queries = reference.encode_query(TEXTS, **kwargs).numpy()
+    documents = reference.encode_document(TEXTS, **kwargs).numpy()
+    assert not np.allclose(queries, documents)
+    names = ("sparse_indices", "sparse_values", "sparse_count", "num_tokens")
+    before = served.stats(f"{name}_embedding")["execution_count"]
+    for parameters in ({"input_type": "query"}, {"prompt_name": "query"}, {"input_type": "search_query"}):
+        got = kserve(served, name, names, parameters)
+        assert_sparse_equal(sparse_rows(got), queries, f"KServe {json.dumps(parameters)}")
+        # the query's own tokens (no special ones), as SparseStaticEmbedding counts them
+        assert got["num_tokens"][:, 0].tolist() == [len(reference.preprocess([t], task="query")["input_ids"][0])
+                                                    for t in TEXTS]
+    answer = post(served, "/embed_sparse", {"model": name, "inputs": TEXTS, "prompt_name": "query",
+                                             "truncate": True})
+    assert_sparse_equal([{e["index"]: e["value"] for e in row} for row in answer], queries,
+                        "/embed_sparse prompt_name query")
+    for body in ({"input_type": "query"}, {"prompt_name": "query"}):
+        for texts in (TEXTS, TEXTS[:1]):  # one text too: the BLS model answers it (the ensemble would run the encoder)
+            data = post(served, "/v1/encode", {"model": name, "input": texts, "return_dense": False,
+                                               "return_sparse": True, **body})["data"]
+            assert_sparse_equal([dict(zip(d["sparse"]["indices"], d["sparse"]["values"])) for d in data],
+                                queries[:len(texts)], f"/v1/encode {json.dumps(body)} ({len(texts)} texts)")
+    assert served.stats(f"{name}_embedding")["execution_count"] == before  # no query ran the encoder
+    # TEI's /tokenize under the query side: the query's own ids, as SparseStaticEmbedding tokenizes it
+    answer = post(served, "/tokenize", {"model": name, "inputs": TEXTS[:-1], "prompt_name": "query"})
+    features = reference.preprocess(TEXTS[:-1], task="query")
+    assert [[token["id"] for token in row] for row in answer] == [
+        [t for t, m in zip(row, mask) if m] for row, mask in zip(features["input_ids"].tolist(),
+                                                                 features["attention_mask"].tolist())]
+
+    for parameters in (None, {"input_type": "document"}, {"prompt_name": "document"}):
+        assert_sparse_equal(sparse_rows(kserve(served, name, names, parameters)), documents,
+                            f"KServe {json.dumps(parameters) if parameters else 'no input type'}")
+    assert served.stats(f"{name}_embedding")["execution_count"] > before
+    answer = post(served, "/embed_sparse", {"model": name, "inputs": TEXTS, "truncate": True})  # TEI: documents
+    assert_sparse_equal([{e["index"]: e["value"] for e in row} for row in answer], documents,
+                        "/embed_sparse (TEI: no input type)")
+    data = post(served, "/v1/encode", {"model": name, "input": TEXTS[:1], "return_dense": False,
+                                       "return_sparse": True})["data"]
+    assert_sparse_equal([dict(zip(d["sparse"]["indices"], d["sparse"]["values"])) for d in data], documents[:1],
+                        "/v1/encode no input type (1 text)")
+
+    # rerank: the query as a query (its lookup), the documents as documents: SparseEncoder's similarity, the dot
+    answer = post(served, "/v1/rerank", {"model": name, "query": TEXTS[0], "documents": TEXTS[1:6]})
+    scores = {result["index"]: result["relevance_score"] for result in answer["results"]}
+    for index in range(5):
+        want = float(queries[0] @ documents[index + 1])
+        assert abs(scores[index] - want) <= 1e-3 * max(1.0, abs(want)), index
+
+    connection = client("grpc", served.grpc_url)
+    try:
+        with pytest.raises(Exception) as refused:
+            connection.infer(name, [text_input("grpc", TEXTS[:1])], outputs=outputs("grpc", ("sparse_count",)),
+                             parameters={"input_type": "query"})
+    finally:
+        connection.close()
+    assert "[not_served input_type]" in str(refused.value)
+    suite_stats.report(["", f"inference-free SPLADE vs SparseEncoder ({len(TEXTS)} texts; query side vs encode_query, "
+                            "document side vs encode_document): largest weight difference",
+                        *(f"  {label:45s} {worst:.3g}" for label, worst in SPARSE_FIGURES.items())])
+
+
 def test_vectors_for_stores_keep_working_on_the_new_families(served, references):
     """On a decoder export: a Matryoshka width (`dimensions`: the vector cut, then normalized, as
     sentence-transformers' truncate_dim) and a quantized type (ubinary: the sign bits); on the static export (no
@@ -430,3 +518,19 @@ def test_a_causal_lm_is_a_yes_no_reranker_only_when_said(tmp_path):
         json.dump({**config, "chat_template": config["chat_template"].replace("enable_thinking is false", "false")},
                   handle)  # no empty think block: not the model card's prompt
     assert "chat template renders neither" in refused(tmp_path / "c", folder, "--yes-no-reranker")
+
+
+def test_a_router_the_export_does_not_build_is_refused_in_one_line(tmp_path):
+    """An inference-free SPLADE folder whose Router the export does not build: a route of other modules (here the
+    document side without its SpladePooling) or routes by modality are refused naming them, nothing exported."""
+    folder = FAMILIES["inference_free_splade"].build(str(tmp_path / "router"))
+    path = os.path.join(folder, "router_config.json")
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({**config, "structure": {**config["structure"], "document": ["document_0_MLMTransformer"]}}, handle)
+    assert "route 'document' is MLMTransformer;" in refused(tmp_path / "a", folder)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({**config, "parameters": {**config["parameters"], "route_mappings": {"(None, 'text')": "query"}}},
+                  handle)
+    assert "route_mappings" in refused(tmp_path / "b", folder)

@@ -428,3 +428,42 @@ def test_tokenize_and_decode_tasks_over_kserve(served, protocol):
         assert int(every.as_numpy("num_tokens")[0, 0]) == max_length and every.as_numpy("truncated")[0, 0]
     finally:
         connection.close()
+
+
+def test_a_routers_task_and_the_query_lookup(tmp_path, minilm_model_dir):
+    """Inference-free SPLADE's side rule (request_rules.task: prompt_name names a route, input_type stands for one;
+    neither, or another prompt: the default route) and its query side (query_lookup.py): the query's own tokens, no
+    special ones, each distinct id once with its non-zero weight, by weight, -1 / 0 past the count."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    from model_library import query_lookup, request_rules
+
+    routes = ("query", "document")
+    for name, kind, task in ((None, "query", "query"), (None, "search_query", "query"), (None, "passage", "document"),
+                             ("query", None, "query"), ("document", None, "document"), ("Retrieval", None, None),
+                             (None, "classification", None), (None, None, None)):
+        assert request_rules.task(routes, name, kind) == task, (name, kind)
+        assert request_rules.task((), name, kind) is None
+    assert request_rules.prompt({}, None, "query", None, ValueError, routes) is None  # a route, not a prompt
+    with pytest.raises(ValueError):
+        request_rules.prompt({}, None, "query", None, ValueError)
+
+    tokenizer = Tokenizer.from_file(os.path.join(minilm_model_dir, "tokenizer.json"))
+    tokenizer.save(str(tmp_path / query_lookup.TOKENIZER_FILE))
+    weights = np.zeros(tokenizer.get_vocab_size(), dtype=np.float32)
+    hello, world = tokenizer.token_to_id("hello"), tokenizer.token_to_id("world")
+    weights[hello], weights[world] = 1.5, 2.5
+    np.save(tmp_path / query_lookup.WEIGHTS_FILE, weights)
+    (tmp_path / query_lookup.SIDE_FILE).write_text(json.dumps(
+        {"routes": {"query": "lookup", "document": "encoder"}, "default_route": "document", "max_length": 4}))
+    lookup = query_lookup.QueryLookup.load(str(tmp_path))
+    assert lookup.looks_up("query") and not lookup.looks_up(None) and not lookup.looks_up("document")
+    encodings = lookup.encode(["hello world hello", "nothing weighs", "a b c d e f"])
+    assert encodings[0].ids == [hello, world, hello] and len(encodings[2].ids) == 4
+    assert bool(encodings[2].overflowing) and not encodings[0].overflowing  # cut at max_length
+    indices, values, counts = lookup.sparse([e.ids for e in encodings])
+    assert indices.tolist() == [[world, hello], [-1, -1], [-1, -1]] and counts[:, 0].tolist() == [2, 0, 0]
+    assert values.tolist() == [[2.5, 1.5], [0, 0], [0, 0]]
+    assert query_lookup.QueryLookup.load(str(tmp_path / "none")) is None

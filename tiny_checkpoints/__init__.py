@@ -545,6 +545,58 @@ def build_splade(folder, seed=108, active_fraction=0.0005):
     return folder
 
 
+def build_inference_free_splade(folder, seed=112, active_fraction=0.0005, zero_fraction=0.3):
+    """opensearch-project/opensearch-neural-sparse-encoding-doc-v3-distill: a SparseEncoder whose one module is a
+    Router (router_config.json; default route document): query → SparseStaticEmbedding (query_0_SparseStaticEmbedding:
+    config.json frozen, model.safetensors `weight`, a weight per vocabulary id, `zero_fraction` of them 0, and its
+    tokenizer), document → MLMTransformer (document_0_MLMTransformer: DistilBertForMaskedLM, max 512) → SpladePooling
+    (document_1_SpladePooling: max, log1p_relu); DistilBERT's uncased WordPiece (MiniLM's files); the empty query and
+    document prompts sentence-transformers 5 writes. The MLM bias is shifted as build_splade's."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer, DistilBertConfig, DistilBertForMaskedLM
+
+    folder = _folder(folder)
+    torch.manual_seed(seed)
+    config = DistilBertConfig(vocab_size=30522, dim=HIDDEN, n_layers=2, n_heads=2, hidden_dim=64,
+                              max_position_embeddings=512)
+    model = DistilBertForMaskedLM(config).eval()
+    _scale(model, 0.2)
+    tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
+    batch = tokenizer(list(_texts()[:16]), padding=True, truncation=True, max_length=64, return_tensors="pt",
+                      return_token_type_ids=False)
+    with torch.no_grad():
+        logits = model(**batch).logits[batch["attention_mask"].bool()]
+        threshold = logits.topk(max(1, round(active_fraction * config.vocab_size)), dim=1).values[:, -1].mean()
+        model.vocab_projector.bias -= threshold
+    document = os.path.join(folder, "document_0_MLMTransformer")
+    _save_model(model, document)
+    _copy_minilm_tokenizer(document)
+    _patch_json(os.path.join(document, "tokenizer_config.json"), tokenizer_class="DistilBertTokenizer")
+    _transformer_config(document, 512)
+    _write_json(os.path.join(folder, "document_1_SpladePooling", "config.json"),
+                {"pooling_strategy": "max", "activation_function": "log1p_relu", "word_embedding_dimension": None})
+    query = os.path.join(folder, "query_0_SparseStaticEmbedding")
+    os.makedirs(query, exist_ok=True)
+    _copy_minilm_tokenizer(query)
+    _patch_json(os.path.join(query, "tokenizer_config.json"), tokenizer_class="DistilBertTokenizer")
+    weight = torch.rand(config.vocab_size) * 5
+    weight[torch.rand(config.vocab_size) < zero_fraction] = 0.0
+    save_file({"weight": weight}, os.path.join(query, "model.safetensors"), metadata={"format": "pt"})
+    _write_json(os.path.join(query, "config.json"), {"frozen": True})
+    models = "sentence_transformers.sparse_encoder.models."
+    _write_json(os.path.join(folder, "router_config.json"), {
+        "types": {"query_0_SparseStaticEmbedding": models + "SparseStaticEmbedding",
+                  "document_0_MLMTransformer": models + "MLMTransformer",
+                  "document_1_SpladePooling": models + "SpladePooling"},
+        "structure": {"query": ["query_0_SparseStaticEmbedding"],
+                      "document": ["document_0_MLMTransformer", "document_1_SpladePooling"]},
+        "parameters": {"default_route": "document", "allow_empty_key": True}})
+    _modules(folder, ("", models + "Router"))
+    _st_config(folder, {"query": "", "document": ""}, similarity="dot", model_type="SparseEncoder")
+    return folder
+
+
 def build_qwen3_reranker(folder, seed=109, chat_template=True):
     """tomaarsen/Qwen3-Reranker-0.6B-seq-cls: Qwen3ForSequenceClassification (num_labels 1, pad_token_id set), Qwen2
     tokenizer padding on the left without EOS appended, saved by CrossEncoder.save (modules.json, activation Sigmoid).
@@ -771,6 +823,9 @@ FAMILIES = {
     "remote_bert": Family(build_remote_bert, "SentenceTransformer", "jinaai/jina-embeddings-v2-small-en",
                           "remote-bert", trust_remote_code=True),
     "splade": Family(build_splade, "SparseEncoder", "naver/splade-v3", "splade"),
+    "inference_free_splade": Family(build_inference_free_splade, "SparseEncoder",
+                                    "opensearch-project/opensearch-neural-sparse-encoding-doc-v3-distill",
+                                    "neural-sparse", prompt="query"),
     "electra_reranker": Family(build_electra_reranker, "CrossEncoder", "cross-encoder/ms-marco-electra-base",
                                "electra"),
     "modernbert_reranker": Family(build_modernbert_reranker, "CrossEncoder",

@@ -6,6 +6,8 @@ computes, the reference class it is checked against: reference.py loads it), the
                          encoders and decoder embedders (last-token pooling; Gemma3's bidirectional masks), bge-m3's
                          sparse and ColBERT heads
     splade.py            MLMTransformer → SpladePooling (SparseEncoder)
+    inference_free.py    Router: SPLADE documents, a token-weight lookup for queries (the tokenizer model's; no
+                         encoder run): opensearch-neural-sparse-encoding-doc-v2/v3
     static.py            StaticEmbedding [→ Normalize] (sentence-transformers' and model2vec's static embeddings)
     cross_encoder.py     sequence-classification models: the graph over (query, passage) pairs, the export, the
                          parity check against CrossEncoder (and FlagReranker)
@@ -19,11 +21,11 @@ computes, the reference class it is checked against: reference.py loads it), the
 A family of a kind already built is a row here (and its tiny checkpoint in tiny_checkpoints/); a new kind is a module
 beside these. ARCHITECTURE.md, "Add a model family", names the files."""
 from .. import fail
-from . import clip, cross_encoder, decoder_reranker, encoder, splade, static, yes_no_reranker
+from . import clip, cross_encoder, decoder_reranker, encoder, inference_free, splade, static, yes_no_reranker
 
 # Embedding pipelines, by the first module of a sentence-transformers folder's modules.json (a folder without one:
 # a transformers encoder, `encoder`)
-EMBEDDERS = {"Transformer": encoder, "MLMTransformer": splade, "StaticEmbedding": static}
+EMBEDDERS = {"Transformer": encoder, "MLMTransformer": splade, "StaticEmbedding": static, "Router": inference_free}
 # Sequence-classification models (architectures *ForSequenceClassification), by config.model_type: the module whose
 # rules serve them (a decoder's head reads its last non-pad token: decoder_reranker)
 CROSS_ENCODERS = {

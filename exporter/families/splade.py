@@ -17,21 +17,28 @@ SPARSE_WIDTH = "vocabulary"  # its sparse output: as wide as the fullest run, no
 
 def build(args, folder, config, pipeline):
     """The graph of a SparseEncoder folder, its tokenizer and its reference (the one model the graph wraps)."""
-    from transformers import AutoTokenizer
-
-    if args.outputs not in (None, "sparse"):
-        fail(f"--outputs {args.outputs}: a SPLADE model (SparseEncoder) has the sparse output only")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    max_length = args.max_length or detect_max_length(folder, config, tokenizer)
-    reference = load_reference(folder, pipeline, max_length)
-    if getattr(reference, "max_active_dims", None):
-        fail(f"config_sentence_transformers.json: max_active_dims {reference.max_active_dims} (the top weights "
-             "only) is not built into the graph")
+    tokenizer, max_length, reference = load(args, folder, config, pipeline, folder)
     splade = reference[1]
     encoder = build_splade(reference[0].auto_model.eval(), splade.pooling_strategy, splade.activation_function)
     return types.SimpleNamespace(encoder=encoder, tokenizer=tokenizer, outputs=["sparse"], max_length=max_length,
                                  reference=reference, sizes={"H": config.hidden_size}, special_ids=[],
                                  model_type=config.model_type)
+
+
+def load(args, folder, config, pipeline, mlm_folder):
+    """(tokenizer, max length, reference) of a SparseEncoder folder whose MLMTransformer is in `mlm_folder` (the
+    folder itself, or a Router's document route: inference_free.py); one line for what the graph does not build."""
+    from transformers import AutoTokenizer
+
+    if args.outputs not in (None, "sparse"):
+        fail(f"--outputs {args.outputs}: a SPLADE model (SparseEncoder) has the sparse output only")
+    tokenizer = AutoTokenizer.from_pretrained(mlm_folder)
+    max_length = args.max_length or detect_max_length(mlm_folder, config, tokenizer)
+    reference = load_reference(folder, pipeline, max_length)
+    if getattr(reference, "max_active_dims", None):
+        fail(f"config_sentence_transformers.json: max_active_dims {reference.max_active_dims} (the top weights "
+             "only) is not built into the graph")
+    return tokenizer, max_length, reference
 
 
 def check(reference, pipeline, onnx_path, tokenizer_json, prompts, min_cosine, ragged):

@@ -8,6 +8,10 @@ its own request, all at once; the rows come back in the request's order. Outputs
 padded to the request's longest row, as the ensemble returns them. Errors are the steps'
 own (the tokenizer's `text[i] ...` carry the request's row numbers). Settings: config.pbtxt, read once here.
 
+Inference-free SPLADE (a SparseEncoder with a Router): asked for the sparse outputs, this model asks the tokenizer for
+them too; the tokenizer answers a query-side request (its Router task: prompt_name / input_type) from its weight
+lookup, and that answer is returned as it is: no encoder run. A document-side request goes on as for SPLADE.
+
 Vectors for a store (request parameters and outputs): `dimensions` (a width from vectors.json, which export writes:
 the Matryoshka widths) truncates `embedding` and re-normalizes it, and truncates `embedding_unnormalized` (the pooled
 vector before the encoder's L2 step, TEI's `normalize: false`; asked of the encoder only for a request that asks for
@@ -162,7 +166,13 @@ class TritonPythonModel(model_common.RequestModel):
         model_common.read_bytes(request, "query", rank=2, optional=True)
         inputs = [pb_utils.get_input_tensor_by_name(request, name) for name in ("text", "query")]
         inputs = [tensor for tensor in inputs if tensor is not None]
-        tokens = call(self.tokenizer_model, inputs, self.tokenizer_outputs, deadline, parameters)
+        # SPLADE-kind exports: the tokenizer answers an inference-free export's query side itself (its lookup)
+        lookup = bool(self.vocabulary_outputs) and any(name in model_outputs.SPARSE for name in wanted)
+        asked = self.tokenizer_outputs + list(model_outputs.SPARSE) if lookup else self.tokenizer_outputs
+        tokens = call(self.tokenizer_model, inputs, asked, deadline, parameters,
+                      optional=model_outputs.SPARSE if lookup else ())
+        if lookup and model_outputs.SPARSE_COUNT in tokens:
+            return self.looked_up(tokens, wanted)
         encoder_outputs = [name for name in wanted if name not in FROM_TOKENIZER and name not in VECTORS
                            and name not in COLBERT_TYPES]
         if VECTORS & set(wanted):
@@ -202,6 +212,16 @@ class TritonPythonModel(model_common.RequestModel):
         self.vectors(results, wanted, dimensions)
         self.compact_colbert(results, wanted, pool_factor)
         return [pb_utils.Tensor(name, results[name]) for name in wanted]
+
+    @staticmethod
+    def looked_up(tokens, wanted):
+        """A query of an inference-free SPLADE export: the tokenizer's lookup is the answer (no encoder run); what
+        only the encoder gives is not served for queries."""
+        missing = next((name for name in wanted if name not in tokens), None)
+        if missing is not None:
+            raise model_common.ModelError(ErrorKind.NOT_SERVED, missing, "is not served for queries: this model's "
+                                          "query side is a token-weight lookup (the sparse outputs and counts only)")
+        return [pb_utils.Tensor(name, tokens[name]) for name in wanted]
 
     # ---------------------------------------------------------------- compact ColBERT
     def colbert_options(self, request):

@@ -11,7 +11,10 @@ padded positions of a passage shorter than the batch's longest are zero vectors,
 with it is never below 0. It is reproduced here, so the scores equal FlagEmbedding's.
 
 The texts are embedded by the export's BLS model (length groups); its errors name `text[i]`, reported here as the
-query (row 0) or `documents[i - 1]`. Settings: config.pbtxt, read once here.
+query (row 0) or `documents[i - 1]`. An inference-free SPLADE export's (config: `routes`): with no prompt_name or
+input_type in the request, the query is embedded as a query (the tokenizer model's weight lookup) and the documents
+as documents (the encoder), so the sparse score is SparseEncoder's similarity(encode_query, encode_document).
+Settings: config.pbtxt, read once here.
 """
 import json
 import sys
@@ -90,6 +93,8 @@ class TritonPythonModel(model_common.RerankModel):
         super().setup(args)
         self.embedding_model = self.parameters["embedding_model"]
         self.served = [mode for mode in self.parameters["served_outputs"].split(",") if mode in MODES]
+        # an inference-free SPLADE export's Router tasks: the query embedded as a query, the documents as documents
+        self.routes = [task for task in (self.parameters.get("routes") or "").split(",") if task]
 
     def weights(self, request):
         tensor = pb_utils.get_input_tensor_by_name(request, "weights")
@@ -110,8 +115,15 @@ class TritonPythonModel(model_common.RerankModel):
         texts = np.concatenate([query, documents]).astype(np.object_)
         names = [name for mode in weights for name in TENSORS[mode]] + [NUM_TOKENS, TRUNCATED]
         step = self.texts_per_call
-        parts = self.pieces(lambda i: self.embed(texts[i * step:(i + 1) * step], i * step, names, deadline, prompt),
-                            -(-len(texts) // step), deadline)
+        if {"query", "document"} <= set(self.routes) and not {"prompt_name", "input_type"} & set(prompt):
+            # a Router: the query's side (its lookup) and the documents' (the encoder), as encode_query/_document
+            first = [self.embed(texts[:1], 0, names, deadline, {**prompt, "input_type": "query"})]
+            parts = first + self.pieces(lambda i: self.embed(texts[1 + i * step:1 + (i + 1) * step], 1 + i * step,
+                                                             names, deadline, {**prompt, "input_type": "document"}),
+                                        -(-len(documents) // step), deadline)
+        else:
+            parts = self.pieces(lambda i: self.embed(texts[i * step:(i + 1) * step], i * step, names, deadline,
+                                                     prompt), -(-len(texts) // step), deadline)
         deadline.check_answer()
         outputs = {name: np.concatenate([part[name] for part in parts]) if name not in (SPARSE_INDICES,
                    SPARSE_VALUES, COLBERT_VECTORS) else [row for part in parts for row in part[name]]

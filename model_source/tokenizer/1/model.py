@@ -34,8 +34,15 @@ open_clip's own.
 
 Two more tasks, TEI's /tokenize and /decode, each answered alone (not grouped): a request that asks for the output
 `token_text` (and not `attention_mask`, which only the embedding task gives) gets every token of its texts (not
-truncated; add_special_tokens, prompts as above) with its text, its special flag and its bytes; a request with the
-input `token_ids` gets its rows decoded (`decoded`).
+truncated; add_special_tokens, prompts as above; an inference-free export's query side: the query's own tokens) with
+its text, its special flag and its bytes; a request with the input `token_ids` gets its rows decoded (`decoded`).
+
+Inference-free SPLADE (an export of a SparseEncoder with a Router: query_side.json beside tokenizer.json): the
+request's Router task (request_rules.task: prompt_name `query` / `document`, or what its input_type stands for;
+none: the default route, the document side) picks the side. The query side is a token-weight lookup answered here
+(model_library/query_lookup.py: the query's own tokenizer, no special tokens, each token's weight), alone, with the
+sparse outputs the BLS model asks for: no encoder runs. A query-side request that asks for the encoder's inputs
+without the sparse outputs (the ensemble's step) is refused naming its field: the ensemble runs the document side.
 """
 import html
 import json
@@ -50,6 +57,7 @@ sys.dont_write_bytecode = True  # the repository may be read-only storage: no __
 from grouping import pad_width, plan_groups, round_up
 from model_library import (
     model_common,
+    query_lookup,
     request_rules,
 )
 from model_library.model_errors import ErrorKind
@@ -62,6 +70,9 @@ from model_library.model_outputs import (
     NUM_TOKENS,
     OFFSETS,
     QUERY_TRUNCATED,
+    SPARSE_COUNT,
+    SPARSE_INDICES,
+    SPARSE_VALUES,
     TOKEN_SPECIAL,
     TOKEN_TEXT,
     TRUNCATED,
@@ -84,6 +95,9 @@ def _parameter(config, key):
 
 
 class TritonPythonModel:
+    lookup = None  # inference-free SPLADE's query side (query_lookup.QueryLookup); None: no Router
+    routes = ()  # its Router's tasks
+
     def initialize(self, args):
         config, here = model_common.start_model(args)
         self.tokenizer = Tokenizer.from_file(os.path.join(here, "tokenizer.json"))
@@ -109,6 +123,8 @@ class TritonPythonModel:
                 prompts = json.load(handle)
         self.prompts = prompts.get("prompts") or {}
         self.default_prompt = prompts.get("default_prompt_name")
+        self.lookup = query_lookup.QueryLookup.load(here)  # inference-free SPLADE's query side; None: no Router
+        self.routes = tuple(self.lookup.routes) if self.lookup else ()
         self.clean = None
         if os.path.exists(os.path.join(here, "text_cleaning.json")):
             with open(os.path.join(here, "text_cleaning.json"), encoding="utf-8") as handle:
@@ -153,7 +169,12 @@ class TritonPythonModel:
     def prompt(self, parameters):
         """The prompt name the request's parameters pick (or the default; None: no prompt), or InvalidInput."""
         return request_rules.prompt(self.prompts, self.default_prompt, parameters.get("prompt_name"),
-                                    parameters.get("input_type"), InvalidInput)
+                                    parameters.get("input_type"), InvalidInput, self.routes)
+
+    def looks_up(self, parameters):
+        """Whether the request's Router task is answered by the query side's weights (query_lookup.py)."""
+        task = request_rules.task(self.routes, parameters.get("prompt_name"), parameters.get("input_type"))
+        return self.lookup.looks_up(task)
 
     def decode(self, request, parameters):
         """(texts, queries, shared): the request's texts, per row its query (None: single texts), and whether one
@@ -293,6 +314,9 @@ class TritonPythonModel:
                 parameters = json.loads(request.parameters() or "{}")  # parsed once: every rule below reads it
                 keep = request_rules.truncate(parameters, InvalidInput)
                 decoded, queries, shared, prompt = self.decode_with_prompt(request, parameters)
+                if self.lookup is not None and queries is None and self.looks_up(parameters):
+                    self.answer_query(request, wanted, decoded, keep, parameters)
+                    continue
                 pairs = None if queries is None else self.pairs(queries, decoded)
             except ValueError as error:
                 self.reject(request, error)
@@ -371,6 +395,39 @@ class TritonPythonModel:
             result[row, :len(spans)][text] = np.maximum(spans[text], 0)
         return result
 
+    # ---------------------------------------------------------------- inference-free SPLADE's query side
+    def answer_query(self, request, wanted, texts, keep, parameters):
+        """A query-side request (texts: the prompt prepended), answered alone from the weights: the sparse outputs
+        (asked for by the BLS model), num_tokens and truncated (the query's own tokens: no special tokens, cut at the
+        query tokenizer's max length), and the ids as one piece when asked for (one length group)."""
+        if SPARSE_COUNT not in wanted and ATTENTION_MASK in wanted:
+            field = "prompt_name" if parameters.get("prompt_name") is not None else "input_type"
+            raise InvalidInput(field, f"{json.dumps(parameters.get(field))} picks the query side, a token-weight "
+                                      f"lookup that the BLS model answers (the sparse outputs): the ensemble's "
+                                      f"encoder step is the document side only", ErrorKind.NOT_SERVED)
+        encodings = self.lookup.encode(texts)
+        cut = [bool(e.overflowing) for e in encodings]
+        if not keep and any(cut):
+            raise request_rules.cut_refused(f"text[{cut.index(True)}]", self.lookup.max_length, InvalidInput)
+        rows = len(encodings)
+        lengths = [len(e.ids) for e in encodings]
+        outputs = [pb_utils.Tensor(NUM_TOKENS, np.array(lengths, dtype=np.int32).reshape(rows, 1)),
+                   pb_utils.Tensor(TRUNCATED, np.array(cut, dtype=bool).reshape(rows, 1))]
+        if SPARSE_COUNT in wanted or SPARSE_INDICES in wanted or SPARSE_VALUES in wanted:
+            indices, values, counts = self.lookup.sparse([e.ids for e in encodings])
+            outputs += [pb_utils.Tensor(SPARSE_INDICES, indices), pb_utils.Tensor(SPARSE_VALUES, values),
+                        pb_utils.Tensor(SPARSE_COUNT, counts)]
+        if INPUT_IDS in wanted or ATTENTION_MASK in wanted or LENGTH_GROUP in wanted:
+            width = max(1, *lengths)
+            ids, mask = np.zeros((rows, width), dtype=np.int64), np.zeros((rows, width), dtype=np.int64)
+            for row, encoding in enumerate(encodings):
+                ids[row, :lengths[row]], mask[row, :lengths[row]] = encoding.ids, 1
+            groups = np.zeros((rows, 2), dtype=np.int32)
+            groups[:, 1] = width
+            outputs += [pb_utils.Tensor(INPUT_IDS, ids), pb_utils.Tensor(ATTENTION_MASK, mask),
+                        pb_utils.Tensor(LENGTH_GROUP, groups)]
+        request.get_response_sender().send(pb_utils.InferenceResponse(output_tensors=outputs), flags=FINAL)
+
     # ---------------------------------------------------------------- TEI's /tokenize and /decode
     @staticmethod
     def flag(parameters, name, default):
@@ -388,10 +445,13 @@ class TritonPythonModel:
         if queries is not None:
             raise InvalidInput("query", "is not taken by tokenize: it lists the tokens of single texts",
                                ErrorKind.INVALID_VALUE)
-        if self.whole is None:
-            self.whole = Tokenizer.from_str(self.tokenizer.to_str())
-            self.whole.no_truncation()
-        encodings = self.whole.encode_batch(texts, add_special_tokens=special)
+        if self.lookup is not None and self.looks_up(parameters):  # a query's own tokens: no special ones
+            encodings = self.lookup.untruncated().encode_batch(texts, add_special_tokens=False)
+        else:
+            if self.whole is None:
+                self.whole = Tokenizer.from_str(self.tokenizer.to_str())
+                self.whole.no_truncation()
+            encodings = self.whole.encode_batch(texts, add_special_tokens=special)
         rows, width = len(texts), max(1, max(len(e.ids) for e in encodings))
         ids = np.full((rows, width), -1, dtype=np.int64)
         words = np.full((rows, width), b"", dtype=np.object_)

@@ -161,8 +161,9 @@ class Inference:
         started = time.perf_counter()
         names = [t for kind in outputs for t in TENSORS[kind]] + COUNTS
         parameters = {key: value for key, value in (parameters or {}).items() if value is not None}
+        # (an inference-free SPLADE export's query side is the BLS model's answer: the ensemble runs the encoder)
         bls = len(texts) > 1 or "dimensions" in parameters or "colbert_pool_factor" in parameters or \
-            any(kind in BLS_ONLY for kind in outputs)
+            any(kind in BLS_ONLY for kind in outputs) or bool(card.routes)
         rows, model = encoded(texts), card.bls if bls else card.name
         size = self.bls_rows.get(card.bls, 1) if bls else 1
         calls = [self.infer(card, model, {"text": np.array(rows[first:first + size], dtype=np.object_).reshape(-1, 1)},

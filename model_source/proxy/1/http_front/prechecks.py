@@ -44,7 +44,7 @@ def prompt(card, parameters):
     name, kind = parameters.get("prompt_name"), parameters.get("input_type")
     if name is not None or kind is not None:
         request_rules.prompt(dict(card.prompts), None, name, kind,
-                             lambda field, problem, kind: ClientError(problem, kind, field, field))
+                             lambda field, problem, kind: ClientError(problem, kind, field, field), card.routes)
 
 
 def documents(count, max_documents):

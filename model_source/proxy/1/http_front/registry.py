@@ -59,6 +59,9 @@ class Card:
     hidden_size: int | None = None
     # the widths `dimensions` may ask for (export.json's, the BLS model's vectors.json); empty: not recorded
     dimensions: tuple[int, ...] = ()
+    # inference-free SPLADE exports: the Router's tasks (query, document), which prompt_name may name and which the
+    # tokenizer model answers (its query side a lookup the BLS model returns); empty: no Router
+    routes: tuple[str, ...] = ()
 
     @property
     def models(self):
@@ -86,7 +89,8 @@ def read_card(repository, name):
             default_prompt_name=manifest.get("default_prompt_name"), pooling=manifest.get("pooling"),
             num_labels=manifest.get("num_labels"), served_names=tuple(manifest.get("served_names") or ()),
             labels=tuple(manifest.get("labels") or ()), unnormalized=bool(manifest.get("unnormalized_output")),
-            hidden_size=manifest.get("hidden_size"), dimensions=tuple(manifest.get("dimensions") or ()))
+            hidden_size=manifest.get("hidden_size"), dimensions=tuple(manifest.get("dimensions") or ()),
+            routes=tuple(manifest.get("routes") or ()))
     except (OSError, ValueError, KeyError):
         return None
 

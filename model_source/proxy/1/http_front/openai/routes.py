@@ -73,7 +73,9 @@ async def encode(request: Request, body: schemas.EncodeRequest):
     """Any combination of dense, sparse ({indices, values}, as Milvus and Qdrant take it) and ColBERT vectors per
     input, from one forward pass (FlagEmbedding's encode(return_dense, return_sparse, return_colbert_vecs)).
     ColBERT: `colbert_pool_factor` pools them (token pooling), `colbert_type` gives them as float (default), fp16,
-    int8 or binary (packed sign bits as 0-255 ints), as ensemble_bls computes them."""
+    int8 or binary (packed sign bits as 0-255 ints), as ensemble_bls computes them. `input_type` / `prompt_name`: the
+    prompt, and an inference-free SPLADE model's side (query: the tokenizer model's weight lookup, no encoder run;
+    document, the default, as SparseEncoder.encode: the encoder)."""
     texts = shared.check_texts(request, shared.as_list(body.input), "input")
     shared.need_items(texts, "input")
     card = shared.select(request, body.model)
@@ -84,6 +86,7 @@ async def encode(request: Request, body: schemas.EncodeRequest):
     wanted, parameters = colbert_options(card, body, wanted)  # first: its 400 names the compact field
     for kind in wanted:  # the 400 names the client's return_<output> flag
         shared.need(card, kind.split("_")[0], "/v1/encode", f"return_{kind.split('_')[0]}")
+    parameters = {**(parameters or {}), "input_type": body.input_type, "prompt_name": body.prompt_name}
     result = await shared.embed(request, card, texts, wanted, "input", body.truncate, parameters)
     data = []
     for i in range(len(texts)):

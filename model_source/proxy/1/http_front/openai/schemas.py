@@ -46,6 +46,11 @@ class EncodeRequest(RequestBody):
         "float", description="ColBERT vectors as float32, fp16, int8 (round(v * 127)) or binary (sign bits packed 8 "
         "per byte, 0-255)")
     truncate: bool = True
+    input_type: str | None = Field(None, description="query or document (Cohere's names too), or a prompt name: "
+                                   "the prompt, and an inference-free SPLADE model's side (query: its weight "
+                                   "lookup, no encoder run; document, the default: the encoder)")
+    prompt_name: str | None = Field(None, description="one of the model's prompts, or an inference-free SPLADE "
+                                    "model's side (sentence-transformers' Router task: query or document)")
 
 
 class ChunkEmbeddingsRequest(RequestBody):

@@ -67,7 +67,9 @@ async def embed_answer(request, body):
              responses=ERRORS)
 async def embed_sparse(request: Request, body: schemas.EmbedSparseRequest):
     """TEI's sparse route: `[[{"index": token id, "value": weight}, ...], ...]` per input. `truncate` as /embed's
-    (false or absent: an input over the model's max tokens is a 422)."""
+    (false or absent: an input over the model's max tokens is a 422). TEI's body has no input type: an
+    inference-free SPLADE model embeds documents (SparseEncoder.encode's default route, its encoder) unless
+    `prompt_name` is `query` (its query side: the tokenizer model's weight lookup, no encoder run)."""
     served_as_tei(body)
     texts = texts_of(request, body.inputs)
     card = shared.select(request, body.model)
