@@ -286,6 +286,18 @@ def _save_model(model, folder, architectures=None):
         _patch_json(os.path.join(folder, "config.json"), architectures=architectures)
 
 
+def _tiny_bert(model_class, seed):
+    """A seeded random 2-layer BERT of HIDDEN width over BERT's vocabulary (512 positions), weights scaled to 0.2."""
+    import torch
+    from transformers import BertConfig
+
+    torch.manual_seed(seed)
+    model = model_class(BertConfig(vocab_size=30522, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=2,
+                                   intermediate_size=64, max_position_embeddings=512))
+    _scale(model, 0.2)
+    return model
+
+
 def _folder(folder):
     folder = str(folder)
     os.makedirs(folder, exist_ok=True)
@@ -295,15 +307,10 @@ def _folder(folder):
 # ---------------------------------------------------------------- the families
 def build_labse(folder, seed=101):
     """sentence-transformers/LaBSE: BertModel, CLS pooling, Dense 768->768 with bias and tanh, Normalize; max 256."""
-    import torch
-    from transformers import BertConfig, BertModel
+    from transformers import BertModel
 
     folder = _folder(folder)
-    torch.manual_seed(seed)
-    config = BertConfig(vocab_size=30522, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512)
-    model = BertModel(config)
-    _scale(model, 0.2)
+    model = _tiny_bert(BertModel, seed)
     _save_model(model, folder)
     _copy_minilm_tokenizer(folder)
     _transformer_config(folder, 256)
@@ -518,20 +525,16 @@ def build_splade(folder, seed=108, active_fraction=0.0005):
     log1p(relu(logits)) max-pooled); MiniLM's tokenizer; max 512. The MLM bias is shifted so that about
     `active_fraction` of the vocabulary is positive at each token: tens to a few hundred non-zeros per text."""
     import torch
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+    from transformers import AutoTokenizer, BertForMaskedLM
 
     folder = _folder(folder)
-    torch.manual_seed(seed)
-    config = BertConfig(vocab_size=30522, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512)
-    model = BertForMaskedLM(config).eval()
-    _scale(model, 0.2)
+    model = _tiny_bert(BertForMaskedLM, seed).eval()
     tokenizer = AutoTokenizer.from_pretrained(minilm_dir())
     batch = tokenizer(list(_texts()[:16]), padding=True, truncation=True, max_length=64, return_tensors="pt")
     with torch.no_grad():
         logits = model(**batch).logits[batch["attention_mask"].bool()]
         # Each token's k-th largest logit, averaged: one shift of the whole vocabulary's bias.
-        threshold = logits.topk(max(1, round(active_fraction * config.vocab_size)), dim=1).values[:, -1].mean()
+        threshold = logits.topk(max(1, round(active_fraction * model.config.vocab_size)), dim=1).values[:, -1].mean()
         model.cls.predictions.bias -= threshold
     _save_model(model, folder)
     _copy_minilm_tokenizer(folder)
@@ -748,15 +751,10 @@ def build_remote_bert(folder, seed=114):
     would load it in silence) and maps AutoConfig / AutoModel to the checkpoint's own code (auto_map:
     configuration_remote_bert.py, modeling_remote_bert.py here, BERT with one visible difference: the second half
     of every token vector negated); MiniLM's tokenizer, mean pooling, Normalize; max 512."""
-    import torch
-    from transformers import BertConfig, BertModel
+    from transformers import BertModel
 
     folder = _folder(folder)
-    torch.manual_seed(seed)
-    config = BertConfig(vocab_size=30522, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512)
-    model = BertModel(config)
-    _scale(model, 0.2)
+    model = _tiny_bert(BertModel, seed)
     _save_model(model, folder, architectures=["RemoteBertModel"])
     auto_map = {"AutoConfig": "configuration_remote_bert.RemoteBertConfig",
                 "AutoModel": "modeling_remote_bert.RemoteBertModel"}
