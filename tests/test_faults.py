@@ -139,11 +139,11 @@ def stub_pid(server_pid, model):
 
 def wait_for_log(server, text, offset=0, timeout_s=30):
     """True once the server's log holds `text` past `offset`: a model's other instance may serve on before its
-    reload is done."""
+    reload is done. False at the deadline, or at once when tritonserver has exited."""
     deadline = time.monotonic() + timeout_s
     while text not in server.log()[offset:]:
-        if time.monotonic() > deadline:
-            return False
+        if time.monotonic() > deadline or server.process.poll() is not None:
+            return text in server.log()[offset:]
         time.sleep(0.2)
     return True
 
@@ -168,6 +168,15 @@ def wait_healthy(url, timeout_s=120):
 # ================================================================ in-place reload (RATE_LIMIT=off)
 # Class-scoped servers: each is stopped before the next one starts (2 cores).
 UPSTREAM_ABORT = "boost::interprocess::lock_exception"  # triton-inference-server/server#8882, still open
+# python_backend r24.07's ~ModelInstanceState joins its queue monitor only when the stub answers a health check in
+# time: an instance finalized in a reload (a BLS caller's, after the stub it called died) can std::terminate
+# tritonserver. The supervisor's docstring; CI saw it once in the tokenizer's reload-in-place test.
+FINALIZE_ABORT = "terminate called without an active exception"
+UPSTREAM_ABORTS = (UPSTREAM_ABORT, FINALIZE_ABORT)
+
+
+def upstream_abort_in(log):
+    return any(abort in log for abort in UPSTREAM_ABORTS)
 
 
 class Reloading:
@@ -192,11 +201,11 @@ class Reloading:
         return getattr(self.server, name)
 
     def aborted(self):
-        """Whether tritonserver died of the upstream abort (it must not die of anything else)."""
+        """Whether tritonserver died of one of the upstream aborts (it must not die of anything else)."""
         code = self.server.process.poll()
         if code is None:
             return False
-        assert code == -signal.SIGABRT and UPSTREAM_ABORT in self.server.log(), (code, self.server.log()[-3000:])
+        assert code == -signal.SIGABRT and upstream_abort_in(self.server.log()), (code, self.server.log()[-3000:])
         return True
 
     def start_again(self):
@@ -205,18 +214,21 @@ class Reloading:
         self.start()
 
 
-def fault_surviving_upstream_abort(reloading, scenario):
-    """Runs `scenario()`; if tritonserver aborted (UPSTREAM_ABORT), checks that no client hung or saw a 500, starts the
-    server again and runs the scenario once more: what is under test is the recovery when the server survives."""
-    for attempt in range(2):
+def fault_surviving_upstream_abort(reloading, scenario, recovered):
+    """Runs `scenario()` and waits for the supervisor's `recovered` log line or the server's exit; if tritonserver
+    aborted (UPSTREAM_ABORTS, in the fault or in the reload after it), checks that no client hung or saw a 500,
+    starts the server again and runs the scenario again: what is under test is the recovery when the server
+    survives. Three tries: the reload's abort is a race, not every time."""
+    for attempt in range(3):
         requests, fault_at = scenario()
+        wait_for_log(reloading, recovered, scenario.offset)
         if not reloading.aborted():
             return requests, fault_at
         outcomes = {str(r.outcome) for r in requests if r.ended > fault_at}
-        print(f"\ntritonserver aborted ({UPSTREAM_ABORT}), attempt {attempt + 1}: {sorted(outcomes)}")
+        print(f"\ntritonserver aborted (upstream), attempt {attempt + 1}: {sorted(outcomes)}")
         assert outcomes <= {"200", "503", "connection"}, outcomes
         reloading.start_again()
-    raise AssertionError(f"tritonserver aborted twice in a row ({UPSTREAM_ABORT})")
+    raise AssertionError("tritonserver aborted (upstream) three times in a row")
 
 
 @pytest.fixture(scope="class")
@@ -307,7 +319,7 @@ class TestReloadInPlace:
             return asyncio.run(under_load(reloading.proxy_url, kill_stub(reloading.process.pid, model),
                                           until=lambda: reloading.process.poll() is not None))
 
-        requests, fault_at = fault_surviving_upstream_abort(reloading, scenario)
+        requests, fault_at = fault_surviving_upstream_abort(reloading, scenario, f"supervisor: '{model}' reloaded")
         server_pid, dead = reloading.process.pid, scenario.dead
         measured = report(f"{model} stub killed (RATE_LIMIT=off: reload in place)", requests, fault_at)
         assert measured["503"] > 0  # the calls waiting on the dead stub were failed, not left hanging
@@ -328,7 +340,7 @@ class TestReloadInPlace:
             return asyncio.run(under_load(reloading.proxy_url, lambda: os.kill(scenario.hung, signal.SIGSTOP),
                                           until=lambda: reloading.process.poll() is not None))
 
-        requests, fault_at = fault_surviving_upstream_abort(reloading, scenario)
+        requests, fault_at = fault_surviving_upstream_abort(reloading, scenario, "supervisor: 'tokenizer' reloaded")
         server_pid, hung = reloading.process.pid, scenario.hung
         measured = report("tokenizer stub stopped (SIGSTOP): killed after 5 s, reloaded in place", requests, fault_at,
                           fail_fast_s=FAIL_FAST_S + 5.0)
@@ -403,7 +415,7 @@ class Supervised:
         or because the dead stub aborted the server first (UPSTREAM_ABORT: the launcher's other path)."""
         log = self.log()[offset:]
         asked = "starting tritonserver again: the supervisor asked" in log
-        aborted = "starting tritonserver again: it exited by itself (code -6)" in log and UPSTREAM_ABORT in log
+        aborted = "starting tritonserver again: it exited by itself (code -6)" in log and upstream_abort_in(log)
         return asked or aborted
 
     def server_pid(self):
@@ -490,7 +502,7 @@ class TestUnderTheLauncher:
                                                     recovery=restarted))
         measured = report("tokenizer stub killed (RATE_LIMIT=on: the launcher restarts tritonserver)", requests,
                           fault_at)
-        assert measured["503"] > 0 or UPSTREAM_ABORT in supervised.log()[offset:]  # (an aborted server answers none)
+        assert measured["503"] > 0 or upstream_abort_in(supervised.log()[offset:])  # (an aborted server answers none)
         assert measured["recovery_s"] < 60, measured
         assert supervised.server_pid() != server_pid
         assert supervised.restarted_since(offset), supervised.log()[-3000:]
@@ -640,11 +652,11 @@ class TestStrandedCalls:
             wait_healthy(few_bls_threads.proxy_url)
             requests, fault_at, restarted, server_pid, log = kill_under_load_and_watch_the_restart(few_bls_threads,
                                                                                                   ENCODER_PATH_STUB)
-            if UPSTREAM_ABORT not in log:
+            if not upstream_abort_in(log):
                 break
-            print(f"\ntritonserver aborted ({UPSTREAM_ABORT}), attempt {attempt + 1}")
+            print(f"\ntritonserver aborted (upstream), attempt {attempt + 1}")
         else:
-            raise AssertionError(f"tritonserver aborted twice in a row ({UPSTREAM_ABORT})")
+            raise AssertionError("tritonserver aborted (upstream) twice in a row")
         measured = report(f"{ENCODER_PATH_STUB} stub killed, 4 BLS threads for 8 clients (launcher restarts "
                           f"tritonserver)", requests, fault_at)
         assert measured["recovery_s"] < 60, measured
