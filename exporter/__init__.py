@@ -16,6 +16,7 @@ configs, the models' code copied in). build/export.py is its command (the flags)
     vectors.py         prompts, Matryoshka widths, int8/uint8 calibration (calibration/corpus.txt)
     repository.py      the Triton side: names, rendered configs, warm-up and tokenizer files, batchstrategy.so, install
     install.py         the staged export installed (and kept in the export cache: cache.py)
+    progress.py        where the export is: each stage's start, a heartbeat while one runs on, their times
     pbtxt.py           config.pbtxt through Triton's ModelConfig: parse, read and edit fields, write
     remove_export.py   `python -m exporter.remove_export NAME`: an export's models removed
 

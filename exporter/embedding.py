@@ -11,6 +11,7 @@ from .graph import OPSET, declared_dims, export_onnx, finalize_onnx
 from .install import install_export
 from .parity import parity_check
 from .pipeline import read_pipeline
+from .progress import mark
 from .repository import (
     build_batch_strategy,
     chunks_name,
@@ -68,6 +69,7 @@ def export(args, folder, config, repository, started):
         if getattr(made, "tokenizer_files", None):  # the family's own files for the tokenizer model (a query lookup)
             made.tokenizer_files(os.path.join(staging, names[1], "1"))
         served_tokenizer = os.path.join(staging, names[1], "1", "tokenizer.json")
+        mark("reference")
         figures["reference"] = family.check(reference, pipeline, onnx_path, served_tokenizer, prompts, min_cosine,
                                             args.ragged_batch)
         write_vectors(os.path.join(staging, names[3], "1"), dimensions, calibration)

@@ -8,6 +8,8 @@ This file and the family modules decide what every text embedding export's encod
 (repository.templates_digest) covers them, so `make serve` re-exports an export made from another version."""
 import os
 
+from .progress import staged
+
 OPSET = 17  # onnxruntime 1.18.1 (tritonserver 24.07) runs opset <= 20 and IR <= 9
 MAX_IR_VERSION = 9
 ONNX_PROTOBUF_LIMIT = 2 * 1024**3
@@ -54,6 +56,7 @@ def declared_dims(outputs, sizes):
             for kind in graph_families(outputs) for name, _, dims in OUTPUT_TENSORS[kind]}
 
 
+@staged("trace")
 def export_onnx(encoder, tokenizer, outputs, workdir):
     import torch
 
@@ -201,6 +204,7 @@ def ragged_feeds(input_ids, attention_mask):
             RAGGED_LENGTHS: lengths.astype(np.int32).reshape(-1, 1)}
 
 
+@staged("onnx")
 def finalize_onnx(exported, version_dir, fp16, external_data, static_dims, token_guard=None, ragged_pad_id=None):
     """Fix the declared output shapes (Triton's ORT backend compares them with config.pbtxt exactly), optionally
     convert to fp16, add the token guard (token_guard = (budget, message): add_token_guard), take ragged inputs

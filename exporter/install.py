@@ -7,7 +7,7 @@ import tempfile
 import time
 import types
 
-from . import cache, read_json
+from . import cache, progress, read_json
 from .repository import ensure_proxy, install, remove_chunks, templates_digest
 
 # The export cache's entry the export being made goes into (cache.py; None: off, or not cacheable), and its printout
@@ -17,6 +17,7 @@ CACHING = types.SimpleNamespace(key=None, printout=None, lock=None)
 def install_export(staging, repository, names, manifest, started):
     """The staged export, its manifest beside the ensemble, moved into the repository (with the proxy), and kept in
     the export cache when it is on."""
+    progress.mark("install")
     with open(os.path.join(staging, names[0], "1", "export.json"), "w", encoding="utf-8") as handle:
         json.dump({**manifest, "templates": templates_digest()}, handle, indent=2)
     if CACHING.key:
@@ -24,7 +25,8 @@ def install_export(staging, repository, names, manifest, started):
     os.makedirs(repository, exist_ok=True)
     install(staging, repository, names)
     ensure_proxy(repository)
-    print(f"export: done in {time.monotonic() - started:.1f} s")
+    progress.end()
+    print(f"export: done in {time.monotonic() - started:.1f} s ({progress.summary()})")
 
 
 def install_cached(staging, meta, args, repository, started):

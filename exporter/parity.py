@@ -11,6 +11,7 @@ import json
 
 from . import fail
 from .graph import output_names, ragged_feeds
+from .progress import staged
 
 PARITY_TEXTS = [
     "Hello world",
@@ -23,6 +24,7 @@ PARITY_TEXTS = [
 
 
 
+@staged("parity")
 def parity_check(encoder, tokenizer, onnx_path, outputs, max_length, min_cosine, max_norm_error=None, ragged=False):
     """ORT vs the PyTorch module on mixed lengths (one truncated), for every output. Returns the figures.
     ragged: the graph takes ragged inputs (graph.add_ragged_inputs); it gets each text unpadded, as one batch.

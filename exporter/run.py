@@ -9,7 +9,7 @@ import time
 from local_triton.run_stats import record
 from local_triton.settings import serving_repository
 
-from . import cache, embedding, fail, read_json
+from . import cache, embedding, fail, progress, read_json
 from .families import EMBEDDERS, MULTIMODAL, clip, cross_encoder, cross_encoder_of, yes_no_reranker_of
 from .install import CACHING, install_cached
 from .pipeline import module_list
@@ -28,6 +28,7 @@ def main(parse_args, argv=None):
         outcome = export(parse_args(argv))
         return 0
     finally:
+        progress.end()
         record("export", outcome=outcome, seconds=time.monotonic() - started)
 
 
@@ -68,6 +69,7 @@ def export(args):
             return "cached"
         if CACHING.key:
             CACHING.printout = sys.stdout = cache.Printout(sys.stdout)
+    progress.begin(started)  # a copy from the cache prints the stages of the export it copies, not its own
     try:
         make_export(args, repository, started)
     finally:

@@ -7,6 +7,7 @@ import json
 import os
 
 from . import fail, read_json
+from .progress import staged
 
 CALIBRATION_CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calibration", "corpus.txt")
 CALIBRATION_BATCH = 32
@@ -47,6 +48,7 @@ def detect_dimensions(folder, config, requested, hidden_size):
     return sorted(set(dims) | {hidden_size})
 
 
+@staged("calibrate")
 def calibrate(encoder, tokenizer, max_length, dimensions, prefix="", corpus=CALIBRATION_CORPUS):
     """Per width: the [2, width] float32 min / max of the corpus's embeddings (truncated to the width, then
     re-normalized), as sentence_transformers.quantization.quantize_embeddings takes them as `ranges`."""

@@ -3,9 +3,11 @@ exports beside each other, output choices, --skip-if-exported, fp16, and that no
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -471,3 +473,30 @@ def test_the_reference_check_refuses_a_graph_that_is_not_the_references(tmp_path
         check_dense(load_reference(other, read_pipeline(other), 64), pipeline, path, served, {}, 0.9999)
     with pytest.raises(SystemExit, match=r"reference check failed: text \d+ .*the served tokenizer gives ids"):
         check_dense(reference, pipeline, path, str(tmp_path / "cut_elsewhere" / "tokenizer.json"), {}, 0.9999)
+
+
+def test_export_progress_names_each_stage_its_time_and_a_long_one_while_it_runs(monkeypatch, capsys):
+    """Issue 71: a 16-minute export said where it was in a few lines. Each stage is announced with the elapsed time,
+    one that runs past the heartbeat says so while it runs, and the closing summary lists every stage's time."""
+    from exporter import progress
+
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.2)
+    progress.begin(time.monotonic())
+    time.sleep(0.05)
+
+    @progress.staged("trace")
+    def trace():
+        time.sleep(1.3)  # 0.2 s heartbeats, checked once a second at most: at least one "still running"
+
+    trace()
+    progress.mark("trace")  # the same stage again goes on, not a new one
+    progress.mark("install")
+    progress.end()
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("] ")[1] for line in lines if line.endswith("...")] == ["load...", "trace...", "install..."]
+    assert any(re.search(r"trace: still running \(1 s so far\)", line) for line in lines), lines
+    assert all(re.match(r"export: \[ *\d+\.\d s\] ", line) for line in lines), lines
+    summary = progress.summary()
+    assert re.fullmatch(r"load 0\.\d s, trace 1\.\d s, install 0\.0 s", summary), summary
+    time.sleep(0.3)
+    assert capsys.readouterr().out == ""  # the heartbeat stopped with the export

@@ -12,6 +12,7 @@ import types
 from .. import fail, image_config
 from ..graph import OPSET, finalize_onnx
 from ..install import install_export
+from ..progress import staged
 from ..repository import (
     build_batch_strategy,
     clip_image_names,
@@ -152,6 +153,7 @@ def build_towers(model, source):
     return Tower(hf_text).eval(), Tower(hf_image).eval()
 
 
+@staged("trace")
 def export_towers(text_tower, image_tower, tokenizer, image_size, workdir):
     """Both towers to ONNX (opset 17, dynamic batch; the text tower also a dynamic width). Returns the two paths."""
     import torch
@@ -174,6 +176,7 @@ def export_towers(text_tower, image_tower, tokenizer, image_size, workdir):
     return text_path, image_path
 
 
+@staged("parity")
 def parity_check(reference, tokenizer, text_path, image_path, image_size, min_cosine):
     """The exported graphs in onnxruntime against the library's own functions: open_clip's tokenize + encode_text
     / encode_image, or transformers' get_text_features / get_image_features; and our tokenizer's ids against the

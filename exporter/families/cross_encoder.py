@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from .. import fail
 from ..graph import OPSET, finalize_onnx
 from ..install import install_export
+from ..progress import staged
 from ..repository import (
     build_batch_strategy,
     model_names,
@@ -96,6 +97,7 @@ def build_cross_encoder(model, tokenizer, decoder=False):
     return CrossEncoder().eval()
 
 
+@staged("trace")
 def export_onnx(graph, tokenizer, path, opset):
     import torch
 
@@ -165,6 +167,7 @@ def flag_reranker_ids(flag, pairs, max_length):
     return rows
 
 
+@staged("parity")
 def parity_check(folder, tokenizer, onnx_path, max_length, tolerance, reference=None, template=None, decoder=False,
                  trust_remote_code=False):
     """The tokenizer model's token ids against CrossEncoder's own preprocessing, pair for pair, then the ONNX graph
