@@ -163,6 +163,14 @@ def with_parameters(config, values):
     return _edited(config, edit)
 
 
+def with_new_parameters(config, values):
+    """`config` with a string parameter for each key of `values` (added, or replaced)."""
+    def edit(message):
+        for key, value in values.items():
+            message.parameters[key].string_value = str(value)
+    return _edited(config, edit)
+
+
 def with_instance_count(config, count):
     """`config` with its (first) instance group's count; KeyError when it has no instance group."""
     def edit(message):

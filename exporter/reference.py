@@ -126,7 +126,7 @@ def check_dense(reference, pipeline, onnx_path, tokenizer_json, prompts, min_cos
         figures[label] = figure
     print(f"export: reference check vs {type(reference).__name__} on {len(PARITY_TEXTS)} texts x "
           f"{len(figures)} prompt(s): {json.dumps(figures)}")
-    return {"against": type(reference).__name__, "by_prompt": figures}
+    return {"against": type(reference).__name__, "texts": len(PARITY_TEXTS), "by_prompt": figures}
 
 
 def check_ids(served, expected, prompt_name):
@@ -162,4 +162,4 @@ def check_sparse(reference, onnx_path, tokenizer_json, prompts, ragged=False, ma
         figures[label] = {"max_abs_diff": worst, "non_zero": [int(c) for c in counts[:, 0]]}
     print(f"export: reference check vs {type(reference).__name__} on {len(PARITY_TEXTS)} texts x "
           f"{len(figures)} prompt(s): {json.dumps(figures)}")
-    return {"against": type(reference).__name__, "by_prompt": figures}
+    return {"against": type(reference).__name__, "texts": len(PARITY_TEXTS), "by_prompt": figures}

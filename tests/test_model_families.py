@@ -367,6 +367,47 @@ def test_vectors_for_stores_keep_working_on_the_new_families(served, references)
     assert cosines(answer, static).min() >= 0.9999
 
 
+def test_every_export_reports_its_reference_check_through_both_doors(served):
+    """Issue 70 item 4: the export's reference check, kept in export.json, is what /v1/models, TEI's /info and the
+    ensemble's config (KServe: GET /v2/models/NAME/config) show, the same report through each; for every family
+    and for the default export beside them: the reference class the row names and its installed version, the texts
+    (or pairs) and prompts checked, and a worst figure within the family's tolerance."""
+    from importlib.metadata import version
+
+    def get(url):
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return json.load(response)
+
+    cards = {card["id"]: card for card in get(served.proxy_url + "/v1/models")["data"]}
+    default = [id for id, card in cards.items() if id not in EXPORTS and "root" not in card]  # MiniLM's
+    assert default
+    for name in [*EXPORTS, *default]:
+        family = FAMILIES[EXPORTS[name]] if name in EXPORTS else None
+        report = cards[name]["parity"]
+        assert report["checked"] is True and "why" not in report, (name, report)
+        if family is None or family.reference != "CrossEncoder":
+            assert report["reference"] == (family.reference if family else "SentenceTransformer"), (name, report)
+            assert report["reference_version"] == version("sentence-transformers"), (name, report)
+            assert report["texts"] >= 6 and "none" in report["prompts"], (name, report)
+            if family and family.prompt:
+                assert family.prompt in report["prompts"], (name, report)
+            if report["reference"] == "SparseEncoder":
+                assert report["worst_abs_diff"] <= 1e-3, (name, report)
+            else:
+                assert report["worst_cosine"] >= 0.9999, (name, report)
+            assert report["graph_vs_pytorch_worst_cosine"] >= 0.9999, (name, report)
+        else:  # CrossEncoder's pairs, or where it cannot render a yes/no folder's pairs, the model card's scoring
+            assert report["reference"] in ("CrossEncoder", "transformers"), (name, report)
+            library = "sentence-transformers" if report["reference"] == "CrossEncoder" else "transformers"
+            assert report["reference_version"] == version(library), (name, report)
+            assert (report["pairs"] or 0) >= 16 or report["model_card"], (name, report)
+            assert report["worst_abs_diff"] <= 1e-4, (name, report)
+        assert get(f"{served.proxy_url}/info?model={name}")["parity"] == report, name
+        ensemble = name if family else "ensemble"  # a named export's ensemble is its name; the default's, ensemble
+        config = get(f"http://{served.http_url}/v2/models/{ensemble}/config")
+        assert json.loads(config["parameters"]["parity_report"]["string_value"]) == report, name
+
+
 def test_what_a_family_does_not_have_is_refused_by_name(served):
     """Late chunking needs token vectors in the embedding's space: an export whose Dense modules project the pooled
     vector (LaBSE, EmbeddingGemma) has no chunks model and says so; the default export is unchanged beside them."""

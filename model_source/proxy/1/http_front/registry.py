@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from model_library.model_errors import ErrorKind
+from model_library.parity_report import parity_report
 
 from .errors import NotFound, Unavailable
 
@@ -62,6 +63,8 @@ class Card:
     # inference-free SPLADE exports: the Router's tasks (query, document), which prompt_name may name and which the
     # tokenizer model answers (its query side a lookup the BLS model returns); empty: no Router
     routes: tuple[str, ...] = ()
+    # the export's reference check (model_library/parity_report.py), as JSON text: /v1/models and TEI's /info show it
+    parity_report: str = "{}"
 
     @property
     def models(self):
@@ -90,7 +93,7 @@ def read_card(repository, name):
             num_labels=manifest.get("num_labels"), served_names=tuple(manifest.get("served_names") or ()),
             labels=tuple(manifest.get("labels") or ()), unnormalized=bool(manifest.get("unnormalized_output")),
             hidden_size=manifest.get("hidden_size"), dimensions=tuple(manifest.get("dimensions") or ()),
-            routes=tuple(manifest.get("routes") or ()))
+            routes=tuple(manifest.get("routes") or ()), parity_report=json.dumps(parity_report(manifest)))
     except (OSError, ValueError, KeyError):
         return None
 

@@ -1,6 +1,7 @@
 """OpenAI's API and this server's own routes in its shape: POST /v1/embeddings (CLIP exports: images too, images.py
 turns the items into bytes), GET /v1/models[/{id}] (each also without /v1, as Infinity's clients post), bge-m3's
 POST /v1/encode, and late chunking's POST /v1/chunk_embeddings. Errors in OpenAI's shape."""
+import json
 import os
 
 from fastapi import Request
@@ -165,7 +166,7 @@ def card_json(card, name=None):
             "embedding_size": card.embedding_size, "max_input_tokens": card.max_length,
             "outputs": list(card.outputs), "source": card.source, "kind": card.kind,
             "prompts": dict(card.prompts), "default_prompt_name": card.default_prompt_name,
-            **({"root": card.id} if name and name != card.id else {})}
+            "parity": json.loads(card.parity_report), **({"root": card.id} if name and name != card.id else {})}
 
 
 @router.get("/models", dependencies=shared.USER, response_model=schemas.ModelList, responses=ERRORS)

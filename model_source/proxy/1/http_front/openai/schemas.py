@@ -135,6 +135,9 @@ class ModelCard(BaseModel):
         default_factory=dict, description="the prompts the model prepends, by name: `prompt_name` picks one, and "
                                           "`input_type` query / document picks its query or document prompt")
     default_prompt_name: str | None = Field(None, description="the prompt prepended when the request names none")
+    parity: dict = Field(default_factory=dict, description=(
+        "the export's reference check: `checked`, the `reference` class and `reference_version`, the `texts` (or "
+        "`pairs`) and `prompts` checked, `worst_cosine` / `worst_abs_diff`; `why` when it was not checked"))
 
 
 class ModelList(BaseModel):

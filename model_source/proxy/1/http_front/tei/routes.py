@@ -9,6 +9,7 @@ table's TEI column, errors.KINDS): 422 for a validation error, 413 for too many 
 fields (`texts`, `inputs.sentences`). `truncate` is false unless asked on every route (TEI started with
 --auto-truncate false, as /info says). TEI serves one model; here a body's `model` picks an export, else the default
 one."""
+import json
 
 import numpy as np
 from fastapi import Request
@@ -298,5 +299,5 @@ async def info(request: Request, model: str | None = None):
         "max_batch_tokens": card.max_length * settings.max_inputs_per_request, "max_batch_requests": None,
         "max_client_batch_size": settings.max_inputs_per_request, "auto_truncate": False,
         "tokenization_workers": 1, "version": VERSION, "sha": None, "docker_label": None,
-        "served_model_id": card.id})
+        "served_model_id": card.id, "parity": json.loads(card.parity_report)})
 
