@@ -65,3 +65,20 @@ def test_a_process_holds_one_module_object_per_library_file():
     assert {f"model_library.{name}" for name in ("model_errors", "model_outputs", "request_rules", "tracing",
                                                  "triton_server", "in_process")} <= library
     assert not set(LIBRARY) & set(sys.modules)  # and this process (the suite's) holds none by a bare name
+
+
+def test_a_parity_report_says_when_an_export_was_not_checked():
+    """Issue 70 item 4: an export without a reference check (no figures: an export.json written by hand, or by an
+    export that had none) is reported as unchecked, with why, never as a pass."""
+    from model_library.parity_report import parity_report
+
+    for manifest in ({"kind": "embedding"}, {"kind": "embedding", "parity": {"dense": {"min_cosine": 1.0}}},
+                     {"kind": "cross-encoder", "parity": {"pairs": 16}}):
+        report = parity_report(manifest)
+        assert report["checked"] is False and report["why"], (manifest, report)
+    checked = parity_report({"kind": "embedding", "reference_versions": {"sentence_transformers": "6.2.0"},
+                             "parity": {"dense": {"min_cosine": 0.99995},
+                                        "reference": {"against": "SentenceTransformer", "texts": 6, "by_prompt": {
+                                            "none": {"min_cosine": 1.0}, "query": {"min_cosine": 0.99991}}}}})
+    assert checked["checked"] and checked["reference_version"] == "6.2.0" and checked["prompts"] == ["none", "query"]
+    assert checked["worst_cosine"] == 0.99991 and checked["graph_vs_pytorch_worst_cosine"] == 0.99995
