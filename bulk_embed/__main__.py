@@ -3,6 +3,7 @@
     python -m bulk_embed corpus.jsonl vectors.parquet                 # the default export, KServe gRPC :8001
     python -m bulk_embed passages.parquet out.parquet --model NAME --outputs float,int8 --dimensions 512
     python -m bulk_embed lines.txt vectors.npy                          # an .npy matrix + vectors.ids.jsonl
+    python -m bulk_embed requests.jsonl answers.jsonl --http URL        # OpenAI's batch files (batch_file.py)
     API_KEY=... python -m bulk_embed corpus.jsonl out.parquet --http http://host:8080
 
 Killed (kill -9 included) and started again with the same arguments, it goes on where it stopped; rows the server
@@ -16,7 +17,7 @@ import json
 import os
 import sys
 
-from bulk_embed import corpus, ids, job, lock, store
+from bulk_embed import batch_file, corpus, ids, job, lock, store
 from bulk_embed.doors import KINDS, QUANTIZED, HttpDoor, JobError, KServeDoor
 from local_triton.settings import SERVING_REPOSITORY
 
@@ -102,6 +103,8 @@ JOB_LAYOUT = 2  # parts with typed ids, duplicate_id rejects, blank lines skippe
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.format == "jsonl" and batch_file.is_batch_file(args.input):  # OpenAI's batch input: its own job
+        return batch_file.run(args)
     if args.duplicates == "fail" and corpus.has_ids(args.format, args.id_field):  # before the server, before a part
         found = ids.first_duplicate(corpus.rows(args.input, args.format, args.id_field, args.text_field))
         if found:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import numpy as np
 import pyarrow as pa
@@ -620,3 +621,94 @@ def test_two_make_embed_on_one_output_the_second_refuses_and_the_file_holds_ever
     table = pq.read_table(output)
     assert table.column("id").to_pylist() == [f"d{i}" for i in range(len(texts))]
     assert not parts.exists() and not os.path.exists(f"{output}.lock")
+
+
+# ---------------------------------------------------------------- OpenAI's batch files (issue 70 item 3)
+def batch_line(custom_id, url, body):
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body})
+
+
+def test_a_batch_file_naming_a_custom_id_twice_is_refused_before_any_request(tmp_path):
+    (tmp_path / "b.jsonl").write_text("\n".join([batch_line("a", "/v1/embeddings", {"input": "x"}),
+                                                 batch_line("b", "/v1/embeddings", {"input": "y"}),
+                                                 batch_line("a", "/v1/embeddings", {"input": "z"})]) + "\n")
+    result = subprocess.run([sys.executable, "-m", "bulk_embed", str(tmp_path / "b.jsonl"), str(tmp_path / "o.jsonl"),
+                             "--http", "http://127.0.0.1:1"], cwd=PROJECT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and result.stderr == "embed: custom_id 'a' on line 3 repeats line 1: a batch file " \
+                                                       "names each request once\n", result.stderr
+    assert os.listdir(tmp_path) == ["b.jsonl"]  # no lock, no partial answers: nothing was started
+
+
+def test_openai_batch_files_through_the_http_front_killed_and_resumed(ce_server, tmp_path):
+    """OpenAI's batch input (custom_id, method, url, body) for /v1/embeddings and /v1/rerank on named exports beside
+    the default: one output line per request in input order, the server's own answers (a refused request keeps its
+    400 and error body), lines that are no request as BatchError objects, read back with the openai SDK's types;
+    killed with SIGKILL mid-way, a second job on the same output refused while the first runs, and resumed: each
+    custom_id answered once, equal to the same requests sent one by one."""
+    from openai.types import BatchError, CreateEmbeddingResponse
+
+    texts = distinct_texts(90)
+    lines = [batch_line("rerank", "/v1/rerank", {"model": "rerank-v3.5", "query": "capital of France",
+                                                 "documents": ["Paris is the capital of France.", "Bananas."]}),
+             batch_line("empty", "/v1/embeddings", {"model": "emb", "input": ""}),
+             "{not json", "",
+             batch_line("chat", "/v1/chat/completions", {"model": "emb", "messages": []}),
+             batch_line("b64", "/v1/embeddings", {"input": texts[:3], "encoding_format": "float"})]
+    lines += [batch_line(f"e{i}", "/v1/embeddings", {"model": "text-embedding-3-small", "input": text})
+              for i, text in enumerate(texts)]
+    (tmp_path / "b.jsonl").write_text("\n".join(lines) + "\n")
+    output, partial = tmp_path / "answers.jsonl", tmp_path / "answers.jsonl.partial"
+    run = [sys.executable, "-m", "bulk_embed", str(tmp_path / "b.jsonl"), str(output), "--http", ce_server.proxy_url,
+           "--in-flight", "1"]
+    process = subprocess.Popen(run, cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, killed, second = time.monotonic() + 120, False, None
+    while time.monotonic() < deadline and process.poll() is None:
+        if partial.exists() and partial.read_bytes().count(b"\n") >= 8:
+            process.send_signal(signal.SIGSTOP)  # mid-way, holding its output: a second job is refused, then kill -9
+            second = subprocess.run(run, cwd=PROJECT, capture_output=True, text=True, timeout=60)
+            process.send_signal(signal.SIGKILL)
+            killed = True
+            break
+        time.sleep(0.02)
+    process.wait()
+    assert killed, "the batch job ended before it could be killed"
+    assert second.returncode == 1 and "being written by another embed job" in second.stderr, second.stderr
+    assert not output.exists()
+    log = run_command(tmp_path / "b.jsonl", output, ce_server, "--http", ce_server.proxy_url)
+    before = int(log.split(" answered before")[0].rsplit(", ", 1)[1])
+    assert 8 <= before < len(lines) - 1, log  # the resume sent only what was not answered
+    assert f"embed: done: {len(lines) - 1} answers" in log, log
+
+    answers = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [a["custom_id"] for a in answers] == ["rerank", "empty", None, "chat", "b64", *(f"e{i}" for i in
+                                                                                           range(len(texts)))]
+    assert [a["id"] for a in answers] == [f"batch_req_{n}" for n in (1, 2, 3, 5, 6, *range(7, 7 + len(texts)))]
+    by_id = {a["custom_id"]: a for a in answers}
+    for bad in (answers[2], by_id["chat"]):
+        assert bad["response"] is None
+        error = BatchError.model_validate(bad["error"])
+        assert error.code == "invalid_request" and error.line in (3, 5)
+    assert "/v1/chat/completions" in by_id["chat"]["error"]["message"]
+    refused = by_id["empty"]["response"]
+    assert refused["status_code"] == 400 and by_id["empty"]["error"] is None
+    assert refused["body"]["error"]["message"]  # the front's own error answer, kept
+    with urllib.request.urlopen(urllib.request.Request(
+            ce_server.proxy_url + "/v1/rerank", data=json.dumps({"model": "rerank-v3.5", "query": "capital of France",
+                                                                 "documents": ["Paris is the capital of France.",
+                                                                               "Bananas."]}).encode(),
+            headers={"Content-Type": "application/json"})) as response:
+        direct = json.load(response)
+    assert by_id["rerank"]["response"]["status_code"] == 200
+    assert by_id["rerank"]["response"]["body"]["results"] == direct["results"]
+    for i in (0, 45, len(texts) - 1):
+        answer = by_id[f"e{i}"]["response"]
+        assert answer["status_code"] == 200 and answer["request_id"].startswith("req_")
+        got = CreateEmbeddingResponse.model_validate(answer["body"])
+        with urllib.request.urlopen(urllib.request.Request(
+                ce_server.proxy_url + "/v1/embeddings", data=json.dumps({"model": "text-embedding-3-small",
+                                                                         "input": texts[i]}).encode(),
+                headers={"Content-Type": "application/json"})) as response:
+            want = json.load(response)["data"][0]["embedding"]
+        assert got.data[0].embedding == want
+    assert len(CreateEmbeddingResponse.model_validate(by_id["b64"]["response"]["body"]).data) == 3
+    assert sorted(os.listdir(tmp_path)) == ["answers.jsonl", "b.jsonl"]  # no partial, no lock left
