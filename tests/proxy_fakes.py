@@ -73,6 +73,8 @@ class Card:
     hidden_size: int | None = None  # the token vectors' width, when a Dense module makes it differ (registry.Card)
     dimensions: tuple = (DIM,)  # the widths `dimensions` may ask for (registry.Card)
     routes: tuple = ()  # an inference-free SPLADE export's Router tasks (registry.Card)
+    # the export's reference check, JSON text (registry.Card: model_library/parity_report.py's report)
+    parity_report: str = '{"checked": false, "why": "a fake export: no reference check"}'
 
 
 def stable_hash(text):
