@@ -355,6 +355,7 @@ class Inference:
                 name, k = model_errors.split_field(error.field or "")
                 if name == "chunks":
                     rename_field(error, f"inputs[{i}]" + ("" if k is None else f"[{k}]"))
+                    error.param = "inputs"
                 raise
             return DocumentChunks({name: result[name] for name in outputs}, result[CHUNK_SPANS],
                                   result[CHUNK_WINDOWS], result[NUM_TOKENS], int(result[TEXT_TOKENS][0]))

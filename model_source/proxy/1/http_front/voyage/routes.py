@@ -15,8 +15,8 @@ from .. import route_helpers as shared
 from ..errors import ApiError
 from . import schemas
 
-router = dialects.router("voyage")
-ERRORS = shared.error_responses("openai")
+router = dialects.router("voyage", shape="voyage")
+ERRORS = shared.error_responses("voyage", schemas.VoyageErrorResponse)
 # output_dtype -> the late chunking model's output, and the bytes base64 carries (Voyage's client decodes them so)
 OUTPUTS = {"float": model_outputs.TENSORS["dense"][0], **model_outputs.QUANTIZED}
 BYTES = {"float": "<f4", "int8": "i1", "uint8": "u1", "binary": "i1", "ubinary": "u1"}
@@ -44,7 +44,8 @@ async def contextualized_embeddings(request: Request, body: schemas.Contextualiz
         raise ApiError(f"model '{card.id}' has no late chunking model, which serves contextualized chunks (its "
                        f"vectors are projected past the token vectors, or it was exported before late chunking)",
                        ErrorKind.NOT_SERVED, "model")
-    output = OUTPUTS[body.output_dtype]
+    dtype = body.output_dtype or "float"  # Voyage's client sends null for its default
+    output = OUTPUTS[dtype]
     parameters = {"input_type": body.input_type, "dimensions": body.output_dimension}
     with shared.client_fields({"dimensions": "output_dimension"}):
         result = await request.app.state.service.document_chunks(card, body.inputs, [output], parameters)
@@ -53,7 +54,7 @@ async def contextualized_embeddings(request: Request, body: schemas.Contextualiz
 
     def encode(row):
         if body.encoding_format == "base64":
-            return base64.b64encode(np.ascontiguousarray(row).astype(BYTES[body.output_dtype]).tobytes()).decode()
+            return base64.b64encode(np.ascontiguousarray(row).astype(BYTES[dtype]).tobytes()).decode()
         return row.tolist()
 
     data = [{"object": "list", "index": i,

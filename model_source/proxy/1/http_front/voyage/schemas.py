@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..schemas import NOT_EMPTY, Count, RequestBody, Text
+from ..schemas import NOT_EMPTY, Count, ErrorBody, RequestBody, Text
 
 
 class ContextualizedEmbeddingsRequest(RequestBody):
@@ -17,7 +17,8 @@ class ContextualizedEmbeddingsRequest(RequestBody):
     input_type: Literal["query", "document"] | None = Field(None, description=(
         "query or document: the export's query or document prompt (as every route's input_type)"))
     output_dimension: Count | None = Field(None, description="a Matryoshka width the export serves")
-    output_dtype: Literal["float", "int8", "uint8", "binary", "ubinary"] = "float"
+    output_dtype: Literal["float", "int8", "uint8", "binary", "ubinary"] | None = Field(None, description=(
+        "the vectors' type (default float): int8 / uint8 with the export's calibrated ranges, binary packed"))
     encoding_format: Literal["base64"] | None = Field(None, description=(
         "base64: each vector as its little-endian bytes (float32, or the dtype's), as Voyage's client asks"))
     enable_auto_chunking: bool = Field(False, description="not served: send the chunks (server-side chunking is "
@@ -47,3 +48,9 @@ class ContextualizedEmbeddingsResponse(BaseModel):
     data: list[DocumentEmbeddings]
     model: str
     usage: ContextualizedUsage
+
+
+class VoyageErrorResponse(BaseModel):
+    """Voyage's `detail` (what its client reads), OpenAI's error object beside it."""
+    detail: str
+    error: ErrorBody
