@@ -463,6 +463,68 @@ def test_a_folder_with_its_own_code_is_refused_in_one_line_unless_told_to_run_it
     assert cosines(own, native).max() < 0.99
 
 
+def rename_weights(folder, old, new, drop=()):
+    """The folder's model.safetensors with `old` replaced by `new` in every key (`drop`: keys left out): a state
+    dict named for other code than the class transformers loads for the folder."""
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(folder, "model.safetensors")
+    state = load_file(path)
+    save_file({key.replace(old, new): value for key, value in state.items() if key not in drop}, path,
+              metadata={"format": "pt"})
+    return folder
+
+
+def test_a_folder_whose_weights_its_class_does_not_hold_is_refused_in_one_line(tmp_path, monkeypatch):
+    """A folder whose weights do not fit the class transformers loads for it (its state dict named for the
+    checkpoint's own code: here every `layer` renamed) would load with those weights randomly initialized, and the
+    reference, loading the same class, would agree: the export stops in one line naming the missing weights and the
+    checkpoint's unplaced ones, with counts, exit code 1, nothing installed. Weights the served graph never reads may
+    be missing (a BERT pooler, when the checkpoint is the MLM: its MLM head unexpected too); a weight the graph holds
+    a copy of (the yes/no reranker's LM head rows, when the head is not tied) may not."""
+    import shutil
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModelForCausalLM, BertForMaskedLM, BertModel, Qwen3Config, Qwen3ForCausalLM
+
+    from exporter import weights
+    from exporter.families.encoder import build_encoder
+    from exporter.families.yes_no_reranker import build_yes_no
+
+    labse = FAMILIES["labse"].build(str(tmp_path / "labse"))
+    mlm_folder = shutil.copytree(labse, tmp_path / "mlm")
+    renamed = rename_weights(labse, "layer", "block")
+    line = refused(tmp_path / "a", renamed, "--max-length", "32")
+    assert line.startswith("export: BertModel loads ") and "without 32 weight(s) the served graph reads (" in line
+    assert "encoder.layer.0.attention" in line and "and 29 more" in line and "32 weight(s) BertModel has no place " \
+        "for (encoder.block.0.attention" in line, line
+
+    from transformers import modeling_utils
+
+    monkeypatch.setattr(modeling_utils, "log_state_dict_report", modeling_utils.log_state_dict_report)  # undone after
+    weights.record()
+    base = BertModel.from_pretrained(mlm_folder)
+    mlm = BertForMaskedLM(base.config)
+    mlm.bert.load_state_dict(base.state_dict(), strict=False)
+    mlm.save_pretrained(mlm_folder)  # the MLM's checkpoint: no pooler, an MLM head
+    reference = SentenceTransformer(str(mlm_folder), device="cpu")
+    report = weights._LOADS[-1][2]
+    assert sorted(report.missing_keys) == ["pooler.dense.bias", "pooler.dense.weight"] and report.unexpected_keys
+    weights.check((build_encoder(reference[0].auto_model, ("mean",), ["dense"], {}, []),
+                   weights.sample(reference.tokenizer)))  # the pooler is never read: not refused
+
+    folder = str(tmp_path / "qwen3")  # Qwen3-Reranker's class with its own LM head, absent from the checkpoint
+    Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                                 tie_word_embeddings=False)).save_pretrained(folder)
+    rename_weights(folder, "layer", "layer", drop=("lm_head.weight",))
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    assert sorted(weights._LOADS[-1][2].missing_keys) == ["lm_head.weight"]
+    with pytest.raises(SystemExit, match=r"without 1 weight\(s\) the served graph reads \(lm_head\.weight\)"):
+        weights.check((build_yes_no(model, 5, 6), (torch.tensor([[1, 2, 3]]), torch.tensor([[1, 1, 1]]))))
+
+
 def test_the_served_max_length_is_the_references_or_refused_naming_both(tmp_path):
     """Where transformers' config and sentence-transformers disagree on the max length (nomic-embed's case: 2048
     positions in config.json, max_seq_length 8192), the export serves the reference's length when the graph can take

@@ -111,6 +111,7 @@ def build_yes_no(model, true_id, false_id):
             super().__init__()
             self.decoder = model.base_model
             self.register_buffer("rows", rows)
+            self.copied_weights = (head.weight,)  # what rows copies: weights.check asks whether it was loaded
 
         def forward(self, input_ids, attention_mask):
             hidden = self.decoder(input_ids=input_ids, attention_mask=attention_mask,
