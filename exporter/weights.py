@@ -61,11 +61,16 @@ def record():
 
 
 def sample(tokenizer, pairs=False):
-    """A two-row batch (input_ids, attention_mask) of texts, or of (query, passage) pairs, for check()."""
+    """For check(): what makes a two-row batch (input_ids, attention_mask) of texts, or of (query, passage) pairs
+    (made only when a weight is missing)."""
     texts = (["export sample", "a query"], ["a passage", "a second, longer export passage"]) if pairs else \
         (["export sample", "a second, longer export sample"],)
-    batch = tokenizer(*texts, padding=True, return_tensors="pt")
-    return batch["input_ids"], batch["attention_mask"]
+
+    def make():
+        batch = tokenizer(*texts, padding=True, return_tensors="pt")
+        return batch["input_ids"], batch["attention_mask"]
+
+    return make
 
 
 def named(keys):
@@ -75,8 +80,9 @@ def named(keys):
 
 
 def check(*runs):
-    """runs: (module, inputs) pairs, the graph's modules with a sample batch each. Stops the export if their outputs
-    read (or they copied) a parameter of a recorded model that its checkpoint did not hold."""
+    """runs: (module, make inputs) pairs, the graph's modules with what makes a sample batch for each (a function of
+    no arguments). Stops the export if their outputs read (or they copied) a parameter of a recorded model that its
+    checkpoint did not hold."""
     import torch
 
     unloaded = {}  # id(parameter): (parameter, model class, folder, key, report)
@@ -100,8 +106,8 @@ def check(*runs):
             parameter.requires_grad_(True)
         with torch.enable_grad():
             total = None
-            for module, inputs in runs:
-                outputs = module(*inputs)
+            for module, make_inputs in runs:
+                outputs = module(*make_inputs())
                 for output in outputs if isinstance(outputs, (tuple, list)) else (outputs,):
                     if torch.is_tensor(output) and output.is_floating_point() and output.requires_grad:
                         total = output.float().sum() if total is None else total + output.float().sum()

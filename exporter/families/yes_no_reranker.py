@@ -25,7 +25,16 @@ Checked before anything is installed against the model card's own scoring with t
 prefix and suffix tokenized apart, its instruction format, AutoModelForCausalLM's yes/no logits at the last
 position of a left-padded batch, log_softmax over [no, yes]: the served token ids must be the card's, the scores
 within 1e-4) and, where CrossEncoder renders the folder's pairs, against CrossEncoder (token ids and scores,
-cross_encoder.parity_check)."""
+cross_encoder.parity_check).
+
+Rerankers whose prompt is their reference code's, not the folder's (PieceCard: mxbai-rerank-v2's MxbaiRerankV2,
+bge-reranker-v2-gemma's FlagLLMReranker) build it from pieces tokenized apart, each with its own cut, which no fixed
+text around the pair reproduces (a piece's last token may merge with the next in one text): pair_template.json then
+holds the pieces (their fixed ids, the formats, the cuts) and the tokenizer model builds each pair from them
+(piece_ids here, piece_pairs there: the same steps). Their score is the reference's: logit("1") - logit("0")
+(mxbai) or logit("Yes") alone (FlagLLMReranker: one row of the LM head) as `logits`, its sigmoid as `scores`; they
+are checked against that code's scoring, transcribed step for step with transformers (flag_llm_scores,
+mxbai_v2_scores), at the reference's own max length unless --max-length says otherwise."""
 from dataclasses import dataclass
 
 from .. import fail, read_json

@@ -12,7 +12,9 @@ FlagReranker's rule: the query alone to query_max_length, then the text so the p
 says the pair was cut, `query_truncated` (when asked for) that its query was. A decoder reranker exported with its
 chat template (pair_template.json beside tokenizer.json, the template rendered at export into fixed text) gets
 CrossEncoder's rule instead: prefix + query + between + text + suffix tokenized as one text without special tokens,
-cut at max_length, and a cut row's last tokens overwritten with the template's tail (suffix_ids).
+cut at max_length, and a cut row's last tokens overwritten with the template's tail (suffix_ids). A yes/no reranker
+whose prompt is its reference code's (pair_template.json's `pieces`: mxbai-rerank-v2, bge-reranker-v2-gemma) gets
+that code's rule: its fixed ids around the query and the document tokenized apart, each cut as the code cuts it.
 
 A caller that runs the encoder itself (the BLS model beside the ensemble) asks for the output `length_group`:
 then the request is one piece padded to its longest row, is not held to max_batch_tokens, and each row is told
