@@ -247,10 +247,12 @@ YES_LABELS = {"CrossEncoder": "yes", "FlagLLMReranker": "Yes", "MxbaiRerankV2": 
 
 
 def test_yes_no_rerankers_score_as_their_model_card_through_every_route(served, folders):
-    """A causal LM published as a yes/no reranker (Qwen3-Reranker) against its model card's own scoring with
-    transformers: `scores` are P(yes) (and `logits` the log-odds, logit(yes) - logit(no)) through KServe's rerank
-    model and pair ensemble, and the HTTP front's /v1/rerank, Cohere's /v2/rerank, TEI's /rerank and /predict,
-    one document cut at the max length; the graph holds two rows of the LM head, not the vocabulary."""
+    """A causal LM published as a yes/no reranker against its own reference (reference_scores: Qwen3-Reranker's
+    model card with transformers, FlagLLMReranker for bge-reranker-v2-gemma, MxbaiRerankV2's code for
+    mxbai-rerank-v2): `scores` (P(yes), or the sigmoid of the raw score) and `logits` (the raw score: the log-odds,
+    logit(1) - logit(0), logit(Yes)) through KServe's rerank model and pair ensemble, and the HTTP front's
+    /v1/rerank, Cohere's /v2/rerank, TEI's /rerank and /predict, one document cut at the max length; the graph holds
+    two rows of the LM head (one for FlagLLMReranker's "Yes"), not the vocabulary."""
     import onnx
     import tritonclient.grpc as grpcclient
     from transformers import AutoTokenizer
