@@ -13,6 +13,8 @@ configs, the models' code copied in). build/export.py is its command (the flags)
     graph.py           the graph's outputs, ONNX export and finalizing (token guard, ragged inputs)
     parity.py          the exported graph checked against PyTorch
     reference.py       the export checked against sentence-transformers' own class for the folder
+    weights.py         every transformers load's report kept; a weight the graph reads that the checkpoint did not
+                       hold stops the export
     vectors.py         prompts, Matryoshka widths, int8/uint8 calibration (calibration/corpus.txt)
     repository.py      the Triton side: names, rendered configs, warm-up and tokenizer files, batchstrategy.so, install
     install.py         the staged export installed (and kept in the export cache: cache.py)

@@ -6,7 +6,7 @@ import os
 import tempfile
 import time
 
-from . import fail
+from . import fail, weights
 from .graph import OPSET, declared_dims, export_onnx, finalize_onnx
 from .install import install_export
 from .parity import parity_check
@@ -38,6 +38,7 @@ def export(args, folder, config, repository, started):
     made = family.build(args, folder, config, pipeline)
     encoder, tokenizer, outputs, max_length, reference = (made.encoder, made.tokenizer, made.outputs,
                                                           made.max_length, made.reference)
+    weights.check((encoder, weights.sample(tokenizer)))  # before anything is traced: no weight it reads is random
     names = model_names(args.name)
     dim = made.sizes.get("D")
     # Late chunking pools token vectors: they are the embedding's space only when nothing projects the pooled one.

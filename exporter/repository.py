@@ -33,8 +33,10 @@ PAIR_INPUTS = TEXT_INPUT + ',\n  { name: "query", data_type: TYPE_STRING, dims: 
 # The outputs whose dimension is the vector's width: the BLS model's are as wide as the request's `dimensions`
 WIDTH_OUTPUTS = ("embedding", "embedding_unnormalized")
 # The code of the graph the encoder runs (its outputs; each family's module: pooling, normalization, what it wraps;
-# pipeline.py: which modules of a folder it builds): part of the export digest
+# pipeline.py: which modules of a folder it builds; weights.py: which folders' weights it may be built from): part of
+# the export digest
 GRAPH_CODE = (os.path.join("exporter", "graph.py"), os.path.join("exporter", "pipeline.py"),
+              os.path.join("exporter", "weights.py"),
               os.path.join("exporter", "families", "*.py"))
 # The BLS model's quantized forms of `embedding` (sentence_transformers.quantization.quantize_embeddings' precisions)
 QUANTIZED_OUTPUTS = [("embedding_int8", "TYPE_INT8"), ("embedding_uint8", "TYPE_UINT8"),

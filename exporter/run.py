@@ -9,7 +9,7 @@ import time
 from local_triton.run_stats import record
 from local_triton.settings import serving_repository
 
-from . import cache, embedding, fail, progress, read_json
+from . import cache, embedding, fail, progress, read_json, weights
 from .families import EMBEDDERS, MULTIMODAL, clip, cross_encoder, cross_encoder_of, yes_no_reranker_of
 from .install import CACHING, install_cached
 from .pipeline import module_list
@@ -92,6 +92,7 @@ def read_config(args, folder):
 
 def make_export(args, repository, started):
     """The export made by the exporter: the model's family (families/) decides how."""
+    weights.record()  # every model's loading report, for the check that no weight the graph reads is random
     if args.open_clip:
         if args.trust_remote_code:
             fail("--trust-remote-code: open_clip models are built from open_clip's own classes")

@@ -25,7 +25,8 @@ MAX_LENGTH = 96
 # {export name: family}: names as a user would give them (the rows another module serves and checks left out)
 EXPORTS = {family.export_name: key for key, family in FAMILIES.items() if family.checked_in is None}
 DENSE = [name for name, family in EXPORTS.items() if FAMILIES[family].reference == "SentenceTransformer"]
-EMBEDDERS = [name for name, family in EXPORTS.items() if FAMILIES[family].reference != "CrossEncoder"]
+EMBEDDERS = [name for name, family in EXPORTS.items()
+             if FAMILIES[family].reference in ("SentenceTransformer", "SparseEncoder")]
 RERANKERS = [name for name, family in EXPORTS.items() if FAMILIES[family].reference == "CrossEncoder"]
 # causal LMs published as yes/no rerankers (their score: P("yes") against "no" after the model card's prompt)
 YES_NO = [name for name, family in EXPORTS.items() if "--yes-no-reranker" in FAMILIES[family].export_args]
@@ -50,6 +51,8 @@ def references(folders):
     for name, folder in folders.items():
         family = FAMILIES[EXPORTS[name]]
         trust = {"trust_remote_code": family.trust_remote_code}  # the folder's own code, as the export runs it
+        if not hasattr(sentence_transformers, family.reference):  # scored by its own reference code: the yes/no test
+            continue
         if family.reference == "CrossEncoder":  # cut at the export's --max-length
             loaded[name] = sentence_transformers.CrossEncoder(folder, max_length=family.max_length or MAX_LENGTH,
                                                               device="cpu", **trust)
@@ -157,6 +160,64 @@ MODEL_CARDS = {"Qwen/Qwen3-Reranker-0.6B": {
     "task": "Given a web search query, retrieve relevant passages that answer the query"}}
 
 
+def reference_scores(family, folder, query, documents):
+    """(scores, raw scores) per document from the yes/no reranker's own reference: Qwen3-Reranker's model card with
+    transformers (P(yes), logit(yes) - logit(no)); FlagEmbedding's FlagLLMReranker itself (compute_score with
+    normalize on and off: sigmoid(logit Yes), logit Yes); mxbai-rerank's MxbaiRerankV2 as its code computes it
+    (mxbai_v2_scores: the package needs transformers 4's prepare_for_model; sigmoid(logit 1 - logit 0), the
+    difference)."""
+    max_length = family.max_length or MAX_LENGTH
+    if family.reference == "FlagLLMReranker":
+        from FlagEmbedding import FlagLLMReranker
+
+        reranker = FlagLLMReranker(folder, use_fp16=False, devices="cpu", max_length=max_length)
+        pairs = [(query, document) for document in documents]
+        return (np.asarray(reranker.compute_score(pairs, max_length=max_length, normalize=True)),
+                np.asarray(reranker.compute_score(pairs, max_length=max_length)))
+    if family.reference == "MxbaiRerankV2":
+        raw = mxbai_v2_scores(folder, query, documents, max_length)
+        return 1 / (1 + np.exp(-raw)), raw
+    return model_card_scores(folder, family.checkpoint, query, documents, max_length)
+
+
+def mxbai_v2_scores(folder, query, documents, max_length):
+    """MxbaiRerankV2.predict (mxbai-rerank 0.1.6, mxbai_rerank_v2.py) as its code computes it, with transformers 4's
+    prepare_for_model(..., truncation="only_second") on ids written out (transformers 5 has none)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model_max_length = AutoConfig.from_pretrained(folder).max_position_embeddings
+
+    def get_input_ids(x):
+        return tokenizer(x, return_tensors=None, add_special_tokens=False)["input_ids"]
+
+    yes_loc, no_loc = get_input_ids("1")[0], get_input_ids("0")[0]
+    task = get_input_ids("You are a search relevance expert who evaluates how well documents match search queries. "
+                         "For each query-document pair, carefully analyze the semantic relationship between them, "
+                         "then provide your binary relevance judgment (0 for not relevant, 1 for relevant).\n"
+                         "Relevance:")
+    sep = get_input_ids("\n")
+    prefix = get_input_ids("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+                           "assistant.<|im_end|>\n<|im_start|>user\n")
+    suffix = get_input_ids("<|im_end|>\n<|im_start|>assistant\n")
+    predefined = len(prefix) + len(task) + len(suffix) + len(sep)
+    max_length = min(max_length, model_max_length - predefined)
+    rows = []
+    for document in documents:
+        q = tokenizer(f"query: {query}", add_special_tokens=False, max_length=max_length * 3 // 4,
+                      truncation=True)["input_ids"]
+        d = sep + tokenizer(f"document: {document}", add_special_tokens=False, truncation=True,
+                            max_length=min(model_max_length - len(q) - predefined, max_length))["input_ids"]
+        over = len(q) + len(d) - max_length
+        rows.append(prefix + q + (d[:-over] if 0 < over < len(d) else d) + sep + task + suffix)
+    batch = tokenizer.pad({"input_ids": rows}, padding="longest", pad_to_multiple_of=8, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch).logits[:, -1, :]
+    return (logits[:, yes_loc] - logits[:, no_loc]).numpy()
+
+
 def model_card_scores(folder, checkpoint, query, documents, max_length):
     """(P(yes), logit(yes) - logit(no)) per document, computed as the model card does with transformers."""
     import torch
@@ -181,11 +242,17 @@ def model_card_scores(folder, checkpoint, query, documents, max_length):
     return batch_scores[:, 1].exp().numpy(), (batch_scores[:, 1] - batch_scores[:, 0]).numpy()
 
 
+# the label each yes/no reranker's score is served under (TEI's /predict): its "yes" token, by reference
+YES_LABELS = {"CrossEncoder": "yes", "FlagLLMReranker": "Yes", "MxbaiRerankV2": "1"}
+
+
 def test_yes_no_rerankers_score_as_their_model_card_through_every_route(served, folders):
-    """A causal LM published as a yes/no reranker (Qwen3-Reranker) against its model card's own scoring with
-    transformers: `scores` are P(yes) (and `logits` the log-odds, logit(yes) - logit(no)) through KServe's rerank
-    model and pair ensemble, and the HTTP front's /v1/rerank, Cohere's /v2/rerank, TEI's /rerank and /predict,
-    one document cut at the max length; the graph holds two rows of the LM head, not the vocabulary."""
+    """A causal LM published as a yes/no reranker against its own reference (reference_scores: Qwen3-Reranker's
+    model card with transformers, FlagLLMReranker for bge-reranker-v2-gemma, MxbaiRerankV2's code for
+    mxbai-rerank-v2): `scores` (P(yes), or the sigmoid of the raw score) and `logits` (the raw score: the log-odds,
+    logit(1) - logit(0), logit(Yes)) through KServe's rerank model and pair ensemble, and the HTTP front's
+    /v1/rerank, Cohere's /v2/rerank, TEI's /rerank and /predict, one document cut at the max length; the graph holds
+    two rows of the LM head (one for FlagLLMReranker's "Yes"), not the vocabulary."""
     import onnx
     import tritonclient.grpc as grpcclient
     from transformers import AutoTokenizer
@@ -193,15 +260,17 @@ def test_yes_no_rerankers_score_as_their_model_card_through_every_route(served, 
     assert YES_NO, "a yes/no reranker row in tiny_checkpoints.FAMILIES"
     for name in YES_NO:
         family = FAMILIES[EXPORTS[name]]
-        want, log_odds = model_card_scores(folders[name], family.checkpoint, QUERY, TEXTS, family.max_length)
+        want, log_odds = reference_scores(family, folders[name], QUERY, TEXTS)
         assert np.ptp(want) > 1e-3, want
         manifest = json.load(open(os.path.join(served.repository, name, "1", "export.json"), encoding="utf-8"))
-        assert manifest["parity"]["model_card_max_abs_diff"] <= 1e-4 and manifest["labels"] == ["yes"], manifest
+        label = YES_LABELS[family.reference]
+        assert manifest["parity"]["model_card_max_abs_diff"] <= 1e-4 and manifest["labels"] == [label], manifest
         graph = onnx.load(os.path.join(served.repository, f"{name}_embedding", "1", "model.onnx"),
                           load_external_data=False)
         shapes = [list(t.dims) for t in graph.graph.initializer]
         vocabulary = len(AutoTokenizer.from_pretrained(folders[name]))
-        assert [2, HIDDEN] in shapes or [HIDDEN, 2] in shapes, shapes  # the "yes" and "no" rows of the LM head
+        rows = 1 if family.reference == "FlagLLMReranker" else 2  # the "yes" (and "no") rows of the LM head
+        assert [rows, HIDDEN] in shapes or [HIDDEN, rows] in shapes, shapes
         assert sum(shape[:1] == [vocabulary] for shape in shapes) == 1, shapes  # the input embedding alone
         for protocol in PROTOCOLS:
             got = rerank(protocol, served, QUERY, TEXTS, model=f"{name}_rerank")
@@ -229,7 +298,7 @@ def test_yes_no_rerankers_score_as_their_model_card_through_every_route(served, 
         assert np.abs(np.array([r["score"] for r in tei]) - want[order]).max() <= SCORE_TOLERANCE, name
         predicted = post(served, "/predict", {"model": name, "truncate": True,
                                               "inputs": [[QUERY, text] for text in TEXTS[:4]]})
-        assert [row[0]["label"] for row in predicted] == ["yes"] * 4, predicted
+        assert [row[0]["label"] for row in predicted] == [label] * 4, predicted
         assert np.abs(np.array([row[0]["score"] for row in predicted]) - want[:4]).max() <= SCORE_TOLERANCE, name
 
 
@@ -385,7 +454,7 @@ def test_every_export_reports_its_reference_check_through_both_doors(served):
         family = FAMILIES[EXPORTS[name]] if name in EXPORTS else None
         report = cards[name]["parity"]
         assert report["checked"] is True and "why" not in report, (name, report)
-        if family is None or family.reference != "CrossEncoder":
+        if cards[name]["kind"] != "cross-encoder":
             assert report["reference"] == (family.reference if family else "SentenceTransformer"), (name, report)
             assert report["reference_version"] == version("sentence-transformers"), (name, report)
             assert report["texts"] >= 6 and "none" in report["prompts"], (name, report)
@@ -502,6 +571,68 @@ def test_a_folder_with_its_own_code_is_refused_in_one_line_unless_told_to_run_it
     own = sentence_transformers.SentenceTransformer(folder, device="cpu", trust_remote_code=True).encode(texts)
     native = sentence_transformers.SentenceTransformer(folder, device="cpu").encode(texts)
     assert cosines(own, native).max() < 0.99
+
+
+def rename_weights(folder, old, new, drop=()):
+    """The folder's model.safetensors with `old` replaced by `new` in every key (`drop`: keys left out): a state
+    dict named for other code than the class transformers loads for the folder."""
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(folder, "model.safetensors")
+    state = load_file(path)
+    save_file({key.replace(old, new): value for key, value in state.items() if key not in drop}, path,
+              metadata={"format": "pt"})
+    return folder
+
+
+def test_a_folder_whose_weights_its_class_does_not_hold_is_refused_in_one_line(tmp_path, monkeypatch):
+    """A folder whose weights do not fit the class transformers loads for it (its state dict named for the
+    checkpoint's own code: here every `layer` renamed) would load with those weights randomly initialized, and the
+    reference, loading the same class, would agree: the export stops in one line naming the missing weights and the
+    checkpoint's unplaced ones, with counts, exit code 1, nothing installed. Weights the served graph never reads may
+    be missing (a BERT pooler, when the checkpoint is the MLM: its MLM head unexpected too); a weight the graph holds
+    a copy of (the yes/no reranker's LM head rows, when the head is not tied) may not."""
+    import shutil
+
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModelForCausalLM, BertForMaskedLM, BertModel, Qwen3Config, Qwen3ForCausalLM
+
+    from exporter import weights
+    from exporter.families.encoder import build_encoder
+    from exporter.families.yes_no_reranker import build_yes_no
+
+    labse = FAMILIES["labse"].build(str(tmp_path / "labse"))
+    mlm_folder = shutil.copytree(labse, tmp_path / "mlm")
+    renamed = rename_weights(labse, "layer", "block")
+    line = refused(tmp_path / "a", renamed, "--max-length", "32")
+    assert line.startswith("export: BertModel loads ") and "without 32 weight(s) the served graph reads (" in line
+    assert "encoder.layer.0.attention" in line and "and 29 more" in line and "32 weight(s) BertModel has no place " \
+        "for (encoder.block.0.attention" in line, line
+
+    from transformers import modeling_utils
+
+    monkeypatch.setattr(modeling_utils, "log_state_dict_report", modeling_utils.log_state_dict_report)  # undone after
+    weights.record()
+    base = BertModel.from_pretrained(mlm_folder)
+    mlm = BertForMaskedLM(base.config)
+    mlm.bert.load_state_dict(base.state_dict(), strict=False)
+    mlm.save_pretrained(mlm_folder)  # the MLM's checkpoint: no pooler, an MLM head
+    reference = SentenceTransformer(str(mlm_folder), device="cpu")
+    report = weights._LOADS[-1][2]
+    assert sorted(report.missing_keys) == ["pooler.dense.bias", "pooler.dense.weight"] and report.unexpected_keys
+    weights.check((build_encoder(reference[0].auto_model, ("mean",), ["dense"], {}, []),
+                   weights.sample(reference.tokenizer)))  # the pooler is never read: not refused
+
+    folder = str(tmp_path / "qwen3")  # Qwen3-Reranker's class with its own LM head, absent from the checkpoint
+    Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                 num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                                 tie_word_embeddings=False)).save_pretrained(folder)
+    rename_weights(folder, "layer", "layer", drop=("lm_head.weight",))
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    assert sorted(weights._LOADS[-1][2].missing_keys) == ["lm_head.weight"]
+    with pytest.raises(SystemExit, match=r"without 1 weight\(s\) the served graph reads \(lm_head\.weight\)"):
+        weights.check((build_yes_no(model, 5, 6), lambda: (torch.tensor([[1, 2, 3]]), torch.tensor([[1, 1, 1]]))))
 
 
 def test_the_served_max_length_is_the_references_or_refused_naming_both(tmp_path):

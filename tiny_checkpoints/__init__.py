@@ -649,6 +649,59 @@ def build_qwen3_yes_no_reranker(folder, seed=112, chat_model_template=False):
     return folder
 
 
+def build_mxbai_rerank_v2(folder, seed=115):
+    """mixedbread-ai/mxbai-rerank-base-v2: Qwen2ForCausalLM (Qwen2.5's: tied embeddings, the LM head is the
+    embedding matrix), scored by mxbai-rerank's MxbaiRerankV2 as logit("1") - logit("0") at the last token after its
+    own prompt (its code's, not the folder's); Qwen2 tokenizer (<|endoftext|> padding, <|im_start|> and <|im_end|>
+    for the chat turn its prompt writes), no EOS appended; Qwen2.5's chat template (which the prompt does not use).
+    No sentence-transformers files: --yes-no-reranker says it is a reranker."""
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    folder = _folder(folder)
+    tokenizer = _save_qwen_tokenizer(folder, "left", eos_appended=False)
+    missing = [token for token in ("0", "1") if tokenizer.token_to_id(token) is None]
+    assert not missing, f"the tiny Qwen vocabulary lacks {missing}"  # the score reads their logits
+    _patch_json(os.path.join(folder, "tokenizer_config.json"), chat_template=QWEN3_CHAT_TEMPLATE)
+    model = _qwen_decoder(Qwen2Config, Qwen2ForCausalLM, tokenizer.get_vocab_size(), seed)
+    _save_model(model, folder)
+    AutoTokenizer.from_pretrained(folder)  # fails here, not in a test, if the files do not load
+    return folder
+
+
+def build_bge_reranker_v2_gemma(folder, seed=116):
+    """BAAI/bge-reranker-v2-gemma: GemmaForCausalLM (gemma-2b's: tied embeddings, no logit soft-capping), scored by
+    FlagEmbedding's FlagLLMReranker as the logit of "Yes" at the last token after its own prompt ("A: " query, "B: "
+    passage, its instruction); Gemma tokenizer (BPE with byte fallback: <pad> <eos> <bos> <unk> first) adding <bos>
+    in front only, "Yes" one token as in the real vocabulary. No sentence-transformers files."""
+    import torch
+    from tokenizers import pre_tokenizers
+    from transformers import AutoTokenizer, GemmaConfig, GemmaForCausalLM, GemmaTokenizerFast
+
+    folder = _folder(folder)
+    tokenizer = _train_bpe(GemmaTokenizerFast().backend_tokenizer, 2000,
+                           front=("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"),
+                           byte_tokens=True, post_processor=_appending("<bos>", "$A"),
+                           train_pre_tokenizer=pre_tokenizers.Metaspace(prepend_scheme="never", split=True),
+                           more_texts=("Yes", "No") * 200)
+    assert tokenizer.token_to_id("Yes") is not None, "the tiny Gemma vocabulary lacks Yes"
+    tokenizer.save(os.path.join(folder, "tokenizer.json"))
+    _write_json(os.path.join(folder, "tokenizer_config.json"), {
+        "tokenizer_class": "GemmaTokenizer", "add_bos_token": True, "add_eos_token": False, "bos_token": "<bos>",
+        "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": "<mask>",
+        "extra_special_tokens": ["<start_of_turn>", "<end_of_turn>"], "clean_up_tokenization_spaces": False,
+        "spaces_between_special_tokens": False, "sp_model_kwargs": {}, "model_max_length": 8192})
+    torch.manual_seed(seed)
+    config = GemmaConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=HIDDEN, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16, intermediate_size=64,
+                         max_position_embeddings=8192, pad_token_id=0, eos_token_id=1, bos_token_id=2,
+                         tie_word_embeddings=True, use_cache=False)
+    model = GemmaForCausalLM(config)
+    _scale(model, 0.3)
+    _save_model(model, folder)
+    AutoTokenizer.from_pretrained(folder)  # fails here, not in a test, if the files do not load
+    return folder
+
+
 def build_electra_reranker(folder, seed=111):
     """cross-encoder/ms-marco-electra-base: ElectraForSequenceClassification (num_labels 1: one logit, CrossEncoder's
     sigmoid), ELECTRA's uncased WordPiece (BERT's vocabulary: MiniLM's files, tokenizer_class ElectraTokenizer),
@@ -792,7 +845,8 @@ def build_static_embedding(folder, seed=110, dimension=HIDDEN):
 @dataclass(frozen=True)
 class Family:
     build: object  # build(folder) -> folder: the tiny checkpoint laid out as `checkpoint`
-    reference: str  # the sentence-transformers class that loads it: SentenceTransformer, SparseEncoder, CrossEncoder
+    reference: str  # the sentence-transformers class that loads it: SentenceTransformer, SparseEncoder, CrossEncoder;
+    # or the reference code that scores it where no sentence-transformers class does (FlagLLMReranker, MxbaiRerankV2)
     checkpoint: str  # the real checkpoint it stands for
     export_name: str  # the name tests export it by (--name), as a user would give it
     export_args: tuple = ()  # more flags (tests/test_model_families.py adds --max-length unless own_max_length)
@@ -833,6 +887,11 @@ FAMILIES = {
     # the model card's prompt alone is ~130 tokens of the tiny vocabulary: room for the pair, the long text still cut
     "qwen3_yes_no_reranker": Family(build_qwen3_yes_no_reranker, "CrossEncoder", "Qwen/Qwen3-Reranker-0.6B",
                                     "qwen3-reranker", export_args=("--yes-no-reranker",), max_length=256),
+    # causal LMs scored by their reference code's prompt (FlagLLMReranker, MxbaiRerankV2): checked against it
+    "mxbai_rerank_v2": Family(build_mxbai_rerank_v2, "MxbaiRerankV2", "mixedbread-ai/mxbai-rerank-base-v2",
+                              "mxbai-rerank-v2", export_args=("--yes-no-reranker",)),
+    "bge_reranker_v2_gemma": Family(build_bge_reranker_v2_gemma, "FlagLLMReranker", "BAAI/bge-reranker-v2-gemma",
+                                    "bge-gemma", export_args=("--yes-no-reranker",)),
     "qwen3_reranker": Family(build_qwen3_reranker, "CrossEncoder", "tomaarsen/Qwen3-Reranker-0.6B-seq-cls", "qr",
                              checked_in="tests/test_decoder_reranker.py"),
 }

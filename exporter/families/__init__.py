@@ -13,9 +13,10 @@ computes, the reference class it is checked against: reference.py loads it), the
                          parity check against CrossEncoder (and FlagReranker)
     decoder_reranker.py  sequence-classification decoders (the last non-pad token), their chat template as fixed
                          text around the pair
-    yes_no_reranker.py   causal LMs published as rerankers (Qwen3-Reranker): P(yes) against "no" at the last token
-                         after their prompt, from two rows of the LM head; said by --yes-no-reranker or the folder's
-                         modules.json (Transformer → LogitScore)
+    yes_no_reranker.py   causal LMs published as rerankers (Qwen3-Reranker, mxbai-rerank-v2, bge-reranker-v2-gemma):
+                         P(yes) against "no" (or the yes logit alone) at the last token after their prompt, from two
+                         rows (or one) of the LM head; said by --yes-no-reranker or the folder's modules.json
+                         (Transformer → LogitScore)
     clip.py              CLIP (open_clip, or a Hugging Face folder): a text tower and an image tower
 
 A family of a kind already built is a row here (and its tiny checkpoint in tiny_checkpoints/); a new kind is a module
@@ -43,6 +44,12 @@ CROSS_ENCODERS = {
 # model card its MODEL_CARDS names (only when said: --yes-no-reranker, or modules.json Transformer → LogitScore)
 YES_NO_RERANKERS = {
     "qwen3": yes_no_reranker,  # Qwen/Qwen3-Reranker-0.6B/4B/8B (Qwen3ForCausalLM): P("yes") against "no"
+    # mixedbread-ai/mxbai-rerank-base-v2 / large-v2 (Qwen2ForCausalLM): logit("1") - logit("0") after mxbai-rerank's
+    # prompt (its code's pieces, not the folder's chat template); `scores` its sigmoid
+    "qwen2": yes_no_reranker,
+    # BAAI/bge-reranker-v2-gemma (GemmaForCausalLM): FlagLLMReranker's logit("Yes") after its prompt; `scores` its
+    # sigmoid (compute_score(normalize=True))
+    "gemma": yes_no_reranker,
 }
 # Text and image models, by config.model_type (open_clip's architectures: --open-clip)
 MULTIMODAL = {"clip": clip}

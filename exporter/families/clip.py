@@ -9,7 +9,7 @@ import tempfile
 import time
 import types
 
-from .. import fail, image_config
+from .. import fail, image_config, weights
 from ..graph import OPSET, finalize_onnx
 from ..install import install_export
 from ..progress import staged
@@ -260,6 +260,8 @@ def export(args, repository, started, folder=None):
         architecture, pretrained, cleaning = "clip", None, None
     text_tower, image_tower = build_towers(model, reference.source)
     image_size = (pixels["height"], pixels["width"])
+    # no weight either tower reads is random (a Hugging Face folder whose weights CLIPModel does not name)
+    weights.check((text_tower, weights.sample(tokenizer)), (image_tower, lambda: (torch.zeros(1, 3, *image_size),)))
     with torch.no_grad():
         dim = int(image_tower(torch.zeros(1, 3, *image_size)).shape[-1])
     names = model_names(args.name)[:4] + (None,)  # no rerank model

@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from .. import fail
+from .. import fail, weights
 from ..graph import OPSET, finalize_onnx
 from ..install import install_export
 from ..progress import staged
@@ -279,6 +279,7 @@ def install(args, folder, config, repository, started, scorer):
     """The five models over pairs around `scorer`'s graph, checked against CrossEncoder (and the family's own
     checks), then installed."""
     tokenizer, max_length, labels, template = scorer.tokenizer, scorer.max_length, scorer.labels, scorer.template
+    weights.check((scorer.graph, weights.sample(tokenizer, pairs=True)))  # no weight the graph reads is random
     names = model_names(args.name)
     print(f"export: {args.model} ({scorer.title}) → {repository} as {names[0]}")
     warmup = warmup_lengths(max_length)

@@ -12,7 +12,9 @@ FlagReranker's rule: the query alone to query_max_length, then the text so the p
 says the pair was cut, `query_truncated` (when asked for) that its query was. A decoder reranker exported with its
 chat template (pair_template.json beside tokenizer.json, the template rendered at export into fixed text) gets
 CrossEncoder's rule instead: prefix + query + between + text + suffix tokenized as one text without special tokens,
-cut at max_length, and a cut row's last tokens overwritten with the template's tail (suffix_ids).
+cut at max_length, and a cut row's last tokens overwritten with the template's tail (suffix_ids). A yes/no reranker
+whose prompt is its reference code's (pair_template.json's `pieces`: mxbai-rerank-v2, bge-reranker-v2-gemma) gets
+that code's rule: its fixed ids around the query and the document tokenized apart, each cut as the code cuts it.
 
 A caller that runs the encoder itself (the BLS model beside the ensemble) asks for the output `length_group`:
 then the request is one piece padded to its longest row, is not held to max_batch_tokens, and each row is told
@@ -142,7 +144,7 @@ class TritonPythonModel:
         if os.path.exists(os.path.join(here, "pair_template.json")):
             with open(os.path.join(here, "pair_template.json"), encoding="utf-8") as handle:
                 self.template = json.load(handle)
-            if len(self.template["suffix_ids"]) >= self.max_length:
+            if "pieces" not in self.template and len(self.template["suffix_ids"]) >= self.max_length:
                 raise pb_utils.TritonModelException(f"max_length {self.max_length} leaves no room before the "
                                                     f"chat template's tail of {len(self.template['suffix_ids'])} "
                                                     f"tokens")
@@ -213,6 +215,8 @@ class TritonPythonModel:
         """(query, passage) rows -> (pair encodings, (query cut, pair cut) per row), FlagReranker's rule (or the
         chat template's), or InvalidInput."""
         if self.template is not None:
+            if "pieces" in self.template:
+                return self.piece_pairs(queries, passages)
             return self.template_pairs(queries, passages)
         encoded = {}
         for query in queries:
@@ -250,6 +254,35 @@ class TritonPythonModel:
                 ids = ids[:kept] + tail[len(tail) - keep:]
             query_cut = cut and (kept == 0 or encoding.offsets[kept - 1][1] < len(prefix) + len(query))
             encodings.append(TemplatePair(ids))
+            flags.append((query_cut, cut))
+        return encodings, flags
+
+    def piece_pairs(self, queries, passages):
+        """A yes/no reranker whose prompt is its reference code's (exporter/families/yes_no_reranker.py, PieceCard;
+        piece_ids there: the same steps): the query and the document formatted and tokenized apart, each cut, the
+        separator and the document cut 'only_second' so the pair fits, the fixed pieces' ids around them."""
+        pieces = self.template["pieces"]
+        encoder = self.tokenizer  # cut at the served length, past every piece's own cut: the same first ids
+        texts = [pieces["query"].format(query=query) for query in queries]
+        documents = [pieces["document"].format(document=passage) for passage in passages]
+        encodings, flags = [], []
+        for q, d in zip(encoder.encode_batch(texts, add_special_tokens=False),
+                        encoder.encode_batch(documents, add_special_tokens=False)):
+            q = q.ids
+            query_cut = len(q) > pieces["query_max_length"]
+            q = q[:pieces["query_max_length"]]
+            limit = pieces["document_max_length"]
+            if pieces["document_room"] is not None:
+                limit = min(limit, pieces["document_room"] - len(q))
+            d = d.ids
+            cut = query_cut or len(d) > limit
+            first = (pieces["prefix_ids"] if pieces["prefix_in_pair"] else []) + q
+            second = pieces["separator_ids"] + d[:limit]
+            over = len(first) + len(second) - pieces["pair_max_length"]
+            if 0 < over < len(second):  # 'only_second', as transformers 4 cut it (left whole when it cannot)
+                second, cut = second[:-over], True
+            head = [] if pieces["prefix_in_pair"] else pieces["prefix_ids"]
+            encodings.append(TemplatePair(head + first + second + pieces["suffix_ids"]))
             flags.append((query_cut, cut))
         return encodings, flags
 
