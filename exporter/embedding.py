@@ -77,7 +77,9 @@ def export(args, folder, config, repository, started):
         write_configs(staging, names, outputs, made.sizes, warmup, max_length, ragged=args.ragged_batch,
                       sparse_width=family.SPARSE_WIDTH, routes=tuple(getattr(made, "manifest", {}).get("routes", ())))
         if chunks:
-            write_chunks_config(staging, names, chunks, dim)
+            write_chunks_config(staging, names, chunks, dim, max_length)
+            # the chunks' vectors are the embedding's space (above): the same widths and calibrated ranges
+            write_vectors(os.path.join(staging, chunks, "1"), dimensions, calibration)
         else:
             remove_chunks(repository, args.name)
         write_warmup(staging, names[2], tokenizer, warmup)

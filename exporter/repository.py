@@ -53,7 +53,7 @@ COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8
 # Triton's stub puts on sys.path: every model imports it as everything outside Triton does (`from model_library
 # import model_errors`). in_process.py (running a model's code outside Triton) is never installed.
 LIBRARY_MODULES = ("__init__", "model_common", "model_errors", "model_outputs", "parity_report", "query_lookup",
-                   "request_rules", "tracing", "triton_server")
+                   "request_rules", "tracing", "triton_server", "vector_forms")
 LIBRARY = [(os.path.join("model_library", f"{module}.py"), "1/model_library/") for module in LIBRARY_MODULES]
 MODEL_CODE = {
     "tokenizer": [("model_source/tokenizer/config.pbtxt", "config.pbtxt"),
@@ -163,14 +163,14 @@ def refresh_code(repository):
     ensure_proxy(repository)
 
 
-def write_chunks_config(staging, names, chunks, hidden_size):
+def write_chunks_config(staging, names, chunks, hidden_size, max_length):
     """The late chunking model: its config rendered from model_source/late_chunking/config.pbtxt.template, its
     code copied (for the default export too: the folder holds the template and the code, like the others)."""
     _, tokenizer, encoder, _, _ = names
     os.makedirs(os.path.join(staging, chunks, "1"), exist_ok=True)
     with open(os.path.join(staging, chunks, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render(os.path.join(MODEL_SOURCE, "late_chunking", "config.pbtxt.template"),
-                            tokenizer=tokenizer, encoder=encoder, dim=hidden_size))
+                            tokenizer=tokenizer, encoder=encoder, dim=hidden_size, max_length=max_length))
     copy_model_code("late_chunking", os.path.join(staging, chunks))
 
 

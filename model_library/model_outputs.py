@@ -58,6 +58,7 @@ QUERY_TRUNCATED = "query_truncated"
 # the late chunking model's, beside each chunk's vector (DENSE) and tokens (NUM_TOKENS): its [start, end) characters
 # and the whole text's tokens
 CHUNK_SPANS = "chunk_spans"
+CHUNK_WINDOWS = "chunk_windows"  # per chunk: the [start, end) of the window its vector was pooled from
 TEXT_TOKENS = "text_tokens"
 # the tensors with a per-token dimension (padded to the widest row of their request or run)
 PER_TOKEN = (SPARSE[0], SPARSE[1], COLBERT[0], *COLBERT_COMPACT.values(), TOKEN_EMBEDDINGS)

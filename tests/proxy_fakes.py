@@ -262,6 +262,24 @@ class FakeModels:
                                                      len(text.split()) + 2))
         return proxy_service.ChunkEmbeddings(results, 1.0)
 
+    async def document_chunks(self, card, documents, outputs, parameters):
+        """Each document's chunks joined with one space, one window; a vector per chunk text in each output."""
+        proxy_service.admit_request()  # as the real service's first Triton call
+        self.calls.append((card.id, [list(d) for d in documents], outputs, parameters))
+        results = []
+        for chunks in documents:
+            for k, chunk in enumerate(chunks):
+                if not chunk.strip():
+                    raise model_error("invalid_input", f"chunks[{k}]", "is empty or only whitespace", card, None)
+            starts = np.cumsum([0] + [len(c) + 1 for c in chunks[:-1]])
+            spans = np.array([[a, a + len(c)] for a, c in zip(starts, chunks)], dtype=np.int64).reshape(-1, 2)
+            dense = np.stack([fake_vectors(c) for c in chunks])
+            vectors = {name: dense if name == "embedding" else (dense > 0).astype(np.uint8) for name in outputs}
+            windows = np.array([[0, int(spans[-1, 1])]] * len(chunks), dtype=np.int64).reshape(-1, 2)
+            results.append(proxy_service.DocumentChunks(vectors, spans, windows, np.full(len(chunks), 2, np.int32),
+                                                        sum(len(c.split()) for c in chunks) + 2))
+        return proxy_service.ChunkedDocuments(results, 1.0)
+
     async def load(self, model_id):
         self.admin.append(("load", model_id))
         return 0.5

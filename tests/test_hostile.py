@@ -530,6 +530,22 @@ def test_every_python_model_answers_forged_bytes_with_a_400_naming_the_field(hos
     assert raw_bytes_grpc(hostile.grpc_url, model, good, parameters) == (grpc.StatusCode.OK, "")
 
 
+CHUNKS_CASES = [case for case in FORGED if case[2][0] in (1, 2)]
+
+
+@pytest.mark.parametrize("case", CHUNKS_CASES, ids=[c[0] for c in CHUNKS_CASES])
+@pytest.mark.parametrize("surface", ["kserve-http", "grpc"])
+def test_late_chunkings_document_chunks_answer_forged_bytes_with_a_400_naming_the_chunk(hostile, surface, case):
+    """Issue 70: the late chunking model's `chunks` (a document as its chunks, [n]) read as every BYTES input: a
+    forged element is a 400 naming chunks[i], no stub dies, a good document is answered right after."""
+    name, raw, shape, expected = case
+    check_forged(send_forged(hostile, surface, "late_chunking", [("chunks", shape[:1], raw)], {}), surface,
+                 expected.format(field="chunks"), name)
+    assert_alive(hostile)
+    good = [("chunks", [2], prefixed(b"a good chunk.", b"and its neighbour."))]
+    assert raw_bytes_grpc(hostile.grpc_url, "late_chunking", good, {}) == (grpc.StatusCode.OK, "")
+
+
 def cross_encoder_inputs(label, shape, raw):
     """The forged input first, then the others; a per-row text has the forged input's rows where they fit in a
     request (one row where they wrap), so a wrapped `query` is the one Triton sets the batch from last."""

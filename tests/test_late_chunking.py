@@ -3,6 +3,8 @@ gRPC) and POST /v1/chunk_embeddings, against a reference computed here from the 
 last_hidden_state (the mean over each chunk's tokens, then L2 normalization), for a mean-pooling model
 (all-MiniLM-L6-v2, the default export) and a CLS one (a tiny random XLM-R, exported beside it as `xcls`);
 chunk_tokens' sentence groups; bad spans refused naming the span; a text over the max length refused."""
+import json
+import os
 import re
 
 import numpy as np
@@ -222,3 +224,98 @@ def test_http_errors_name_the_cause(served, body, status, param, words):
     got, answer = post(served, body)
     assert got == status and answer["error"]["param"] == param and words in answer["error"]["message"], answer
     assert post(served, {"input": TEXT, "chunk_tokens": 30})[0] == 200  # still serving
+
+
+# ---------------------------------------------------------------- contextualized chunks (issue 70 item 2)
+def test_windows_hold_their_chunks_whole_with_context_on_both_sides():
+    """plan_windows: a document that fits is one window; past the room, every chunk is the target of one window
+    that holds it whole, targets take at most half a window, whole context chunks fill the rest, nearest first on
+    both sides (so windows overlap), nothing is over the room; a chunk over the room alone is refused (IndexError
+    names it)."""
+    from conftest import import_python_model
+
+    late_chunking = import_python_model("late_chunking")
+    assert late_chunking.plan_windows([10, 20, 30], 60) == [(0, 0, 3, 3)]
+    tokens = [14, 9, 17, 12, 30, 8, 11, 15, 13, 16, 10, 12]
+    windows = late_chunking.plan_windows(tokens, 60)
+    targets = [i for _, start, end, _ in windows for i in range(start, end)]
+    assert targets == list(range(len(tokens)))  # each chunk pooled once, in order
+    for first, start, end, last in windows:
+        assert first <= start < end <= last and sum(tokens[first:last]) <= 60
+        assert sum(tokens[start:end]) <= 30 or end - start == 1
+    inner = [w for w in windows if w[1] > 0 and w[2] < len(tokens)]
+    assert inner and all(w[0] < w[1] or w[2] < w[3] for w in inner)  # context (whole chunks: one side may not fit)
+    even = late_chunking.plan_windows([10] * 12, 60)  # chunks of one size: context on both sides of every window
+    assert all(w[0] < w[1] and w[2] < w[3] for w in even if w[1] > 0 and w[2] < 12), even
+    with pytest.raises(IndexError) as refused:
+        late_chunking.plan_windows([10, 70, 5], 60)
+    assert refused.value.args[0] == 1
+
+
+def chunks_call(server, chunks, model="xcls_chunks", outputs=("embedding", "chunk_spans", "chunk_windows"),
+                parameters=None):
+    connection = client("grpc", url_for(server, "grpc"))
+    try:
+        document = grpcclient.InferInput("chunks", [len(chunks)], "BYTES")
+        document.set_data_from_numpy(np.array([c.encode() for c in chunks], dtype=np.object_))
+        result = connection.infer(model, [document], outputs=[grpcclient.InferRequestedOutput(n) for n in outputs],
+                                  parameters=parameters)
+        return {name: result.as_numpy(name) for name in outputs}
+    finally:
+        connection.close()
+
+
+def test_contextualized_chunks_through_voyages_client_and_kserve(served, references):
+    """Voyage's own client (voyageai, base_url the front) on POST /v1/contextualizedembeddings, and KServe's
+    `chunks` input of the late chunking model: a document that fits is its chunks joined with one space, each chunk
+    the reference's mean over its tokens in one forward pass; a document over the max length (the tiny XLM-R's 128
+    tokens) runs in windows, each chunk equal to the reference run on its window's text (`chunk_windows`), windows
+    overlapping (the seam: a chunk near a window's edge has context on both sides); ubinary and int8 are the float
+    vectors quantized; bad chunks refused naming inputs[i][j]."""
+    import voyageai
+    from sentence_transformers.util.quantization import quantize_embeddings
+
+    voyage = voyageai.Client(api_key="unused", base_url=served.proxy_url + "/v1", max_retries=0)
+    short = ["Berlin is the capital of Germany.", "It has about four million inhabitants!",
+             "The city lies on the Spree."]
+    long = [f"Sentence number {i} talks about topic {i * 7} in a few words." for i in range(30)]
+    answer = voyage.contextualized_embed(inputs=[short, long], model="xcls", input_type="document")
+    assert [len(r.embeddings) for r in answer.results] == [3, 30] and answer.total_tokens > 0
+
+    joined = " ".join(short)
+    spans = [(joined.index(c), joined.index(c) + len(c)) for c in short]
+    want, _, _ = reference(references, "xcls_chunks", joined, spans)
+    assert (np.asarray(answer.results[0].embeddings) * want).sum(1).min() >= 0.9999
+
+    kserve = chunks_call(served, long)
+    np.testing.assert_allclose(kserve["embedding"], answer.results[1].embeddings, atol=1e-6, rtol=0)
+    document = " ".join(long)
+    windows = [tuple(w) for w in kserve["chunk_windows"].tolist()]
+    assert len(set(windows)) > 2 and windows[0][0] == 0 and windows[-1][1] == len(document)
+    for i, ((a, b), (start, end)) in enumerate(zip(windows, kserve["chunk_spans"].tolist())):
+        assert (start, end) == (document.index(long[i]), document.index(long[i]) + len(long[i]))
+        assert a <= start and end <= b  # whole in its window
+        got, _, _ = reference(references, "xcls_chunks", document[a:b], [(start - a, end - a)])
+        assert float(got[0] @ kserve["embedding"][i]) >= 0.9999, i
+    seams = [i for i in range(1, len(long)) if windows[i] != windows[i - 1]]
+    assert seams and all(windows[i][0] < kserve["chunk_spans"][i - 1][1] for i in seams)  # the windows overlap
+    assert any(windows[i][0] < kserve["chunk_spans"][i][0] and kserve["chunk_spans"][i][1] < windows[i][1]
+               for i in seams)  # a chunk at a seam sees text on both sides
+
+    floats = np.asarray(answer.results[1].embeddings, dtype=np.float32)
+    packed = voyage.contextualized_embed(inputs=[long], model="xcls", input_type="document", output_dtype="ubinary")
+    assert np.array_equal(np.asarray(packed.results[0].embeddings, dtype=np.uint8), np.packbits(floats > 0, axis=-1))
+    with open(os.path.join(served.repository, "xcls_chunks", "1", "vectors.json"), encoding="utf-8") as handle:
+        ranges = np.asarray(json.load(handle)["calibration"]["ranges"][str(floats.shape[1])], dtype=np.float32)
+    int8 = voyage.contextualized_embed(inputs=[long], model="xcls", input_type="document", output_dtype="int8")
+    assert np.array_equal(np.asarray(int8.results[0].embeddings, dtype=np.int8),
+                          quantize_embeddings(floats, "int8", ranges=ranges))
+
+    for body, field in (({"inputs": [short, ["fine", "  "]], "model": "xcls"}, "inputs[1][1]"),
+                        ({"inputs": [["x " * 200]], "model": "xcls"}, "inputs[0][0]"),
+                        ({"inputs": [[]], "model": "xcls"}, "inputs[0]"),
+                        ({"inputs": [short], "model": "xcls", "output_dimension": 7}, "output_dimension")):
+        status, error = triton_clients.post(served, "/v1/contextualizedembeddings", body)
+        assert status in (400, 422) and error["error"]["param"] in ("inputs", "output_dimension") and \
+            field in error["error"]["message"], (body, error)
+    assert triton_clients.post(served, "/v1/contextualizedembeddings", {"inputs": [short]})[0] == 200  # serving

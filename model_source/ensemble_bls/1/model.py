@@ -56,6 +56,7 @@ from model_library.model_outputs import (
     TOKEN_EMBEDDINGS,
     TRUNCATED,
 )
+from model_library.vector_forms import at_width, quantize, read_vectors_json
 
 TOKENIZER_OUTPUTS = [INPUT_IDS, ATTENTION_MASK, NUM_TOKENS, TRUNCATED, LENGTH_GROUP]
 FROM_TOKENIZER = {NUM_TOKENS, TRUNCATED, QUERY_TRUNCATED}
@@ -74,19 +75,6 @@ COLBERT_SOURCES = list(model_outputs.COLBERT)  # what the compact forms are comp
 ON_REQUEST = {TOKEN_EMBEDDINGS, UNNORMALIZED}
 
 
-def quantize(vectors, precision, ranges):
-    """sentence_transformers.quantization.quantize_embeddings(vectors, precision, ranges), line for line."""
-    if precision == "binary":
-        return (np.packbits(vectors > 0, axis=-1) - 128).astype(np.int8)
-    if precision == "ubinary":
-        return np.packbits(vectors > 0, axis=-1)
-    starts = ranges[0, :]
-    steps = (ranges[1, :] - starts) / 255
-    steps = np.where(steps == 0, 1, steps)
-    q_vals = np.clip(np.floor((vectors - starts) / steps), 0, 255)
-    return q_vals.astype(np.uint8) if precision == "uint8" else (q_vals - 128).astype(np.int8)
-
-
 class TritonPythonModel(model_common.RequestModel):
     def setup(self, args):
         config, parameters = self.config, self.parameters
@@ -100,14 +88,8 @@ class TritonPythonModel(model_common.RequestModel):
         self.vocabulary_outputs = set(model_outputs.SPARSE[:2]) if parameters.get("sparse_width") == "vocabulary" \
             else set()
         self.tokenizer_outputs = TOKENIZER_OUTPUTS + [n for n in self.outputs if n == QUERY_TRUNCATED]
-        path = os.path.join(args["model_repository"], args["model_version"], "vectors.json")
-        vectors = {}
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as handle:
-                vectors = json.load(handle)
-        self.dimensions = vectors.get("dimensions") or []
-        ranges = (vectors.get("calibration") or {}).get("ranges", {})
-        self.ranges = {int(width): np.asarray(r, dtype=np.float32) for width, r in ranges.items()}
+        self.dimensions, self.ranges = read_vectors_json(os.path.join(args["model_repository"],
+                                                                      args["model_version"]))
         threads = int(parameters.get("bls_threads") or 32)
         self.requests_pool = ThreadPoolExecutor(threads, thread_name_prefix="bls-request")
         self.runs_pool = ThreadPoolExecutor(threads, thread_name_prefix="bls-run")
@@ -145,9 +127,7 @@ class TritonPythonModel(model_common.RequestModel):
         if dense is None:
             return
         if width is not None:
-            dense = dense[:, :width]
-            dense = (dense / np.maximum(np.linalg.norm(dense, axis=1, keepdims=True), 1e-12)).astype(np.float32)
-            results[DENSE] = dense
+            dense = results[DENSE] = at_width(dense, width)
         for name in wanted:
             if name in QUANTIZED:
                 ranges = self.ranges.get(dense.shape[1])

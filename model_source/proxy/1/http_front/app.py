@@ -1,6 +1,7 @@
 """The HTTP app, assembled: one router per dialect, each in its folder with its types (openai/: OpenAI's API and
 this server's own routes in its shape; seed/: the seed API; cohere/: Cohere's API; tei/: TEI's API; admin/: load
-and unload; server/: the probes and /metrics: each routes.py's docstring lists its routes), the error handlers
+and unload; server/: the probes and /metrics; voyage/: Voyage's contextualized chunk embeddings: each routes.py's
+docstring lists its routes), the error handlers
 (http_errors.py: every error in its path's dialect), and the protocol of the service the routes call (service.py
 calls Triton through BLS, tests pass a fake). No route and no Triton import here. The server runs
 create_server_app: the plain routes' requests (every route with a body: bodies.py) go to their functions directly
@@ -19,13 +20,23 @@ from .admin import routes as admin_routes
 from .cohere import routes as cohere_routes
 from .direct import DirectRoutes
 from .guard import HttpGuard
-from .inference import ChunkEmbeddings, Embeddings, ImageEmbeddings, Measured, Prediction, RerankScores, Token
+from .inference import (
+    ChunkedDocuments,
+    ChunkEmbeddings,
+    Embeddings,
+    ImageEmbeddings,
+    Measured,
+    Prediction,
+    RerankScores,
+    Token,
+)
 from .metrics import MetricsMiddleware
 from .openai import routes as openai_routes
 from .registry import Card, Health
 from .seed import routes as seed_routes
 from .server import routes as server_routes
 from .tei import routes as tei_routes
+from .voyage import routes as voyage_routes
 
 
 class ServiceProtocol(Protocol):
@@ -66,6 +77,8 @@ class ServiceProtocol(Protocol):
 
     async def chunk_embed(self, card: Card, texts, spans, parameters) -> ChunkEmbeddings: ...
 
+    async def document_chunks(self, card: Card, documents, outputs, parameters) -> ChunkedDocuments: ...
+
     async def load(self, model_id: str) -> float: ...
 
     async def unload(self, model_id: str) -> float: ...
@@ -74,7 +87,7 @@ class ServiceProtocol(Protocol):
 # Every dialect's router, in the order their routes are matched (OpenAI's GET /v1/models/{id} before the admin's
 # POST /v1/models/{id}/load: different methods, so either order serves both).
 ROUTERS = (server_routes.router, openai_routes.router, seed_routes.router, admin_routes.router, cohere_routes.router,
-           tei_routes.router)
+           tei_routes.router, voyage_routes.router)
 # All of them in one router (their own route objects: FastAPI's include_router would nest them), as the app
 # includes them and direct.py answers the plain ones.
 router = APIRouter(routes=[route for routes in ROUTERS for route in routes.routes])

@@ -154,8 +154,9 @@ def client_indices(param, indices):
 
 def response(error, shape):
     """The HTTP answer to `error` in a dialect's shape: "openai" {"error": {message, type, param, code, field}};
-    "cohere" that with Cohere's own {"message"} beside it; "tei" TEI's {error, error_type} and ours (code, param,
-    field), with TEI's status."""
+    "cohere" that with Cohere's own {"message"} beside it; "voyage" that with Voyage's own {"detail"} beside it
+    (its client reads nothing else); "tei" TEI's {error, error_type} and ours (code, param, field), with TEI's
+    status."""
     if tracing.ENABLED:  # the kind on the request's span (model_library/tracing.py)
         tracing.error_kind(error.kind)
     kind = KINDS[error.kind]
@@ -171,6 +172,8 @@ def response(error, shape):
     body = {"error": {"message": message, "type": kind.type, "param": param, "code": error.kind, "field": field}}
     if shape == "cohere":
         body = {"message": message, **body}
+    elif shape == "voyage":
+        body = {"detail": message, **body}
     return Response(orjson.dumps(body), kind.status, headers or None, "application/json")
 
 

@@ -17,6 +17,7 @@ from model_library import model_errors, model_outputs, tracing
 from model_library.model_errors import ErrorKind
 from model_library.model_outputs import (
     CHUNK_SPANS,
+    CHUNK_WINDOWS,
     DECODED,
     DENSE,
     LENGTH_GROUP,
@@ -112,6 +113,22 @@ class TextChunks:
 @dataclass
 class ChunkEmbeddings:
     texts: list  # [TextChunks], one per text in the order given
+    inference_ms: float
+
+
+@dataclass
+class DocumentChunks:
+    """One document's contextualized chunks (Inference.document_chunks): a vector per chunk, in each form asked."""
+    vectors: dict  # output name (embedding, embedding_int8...) -> [chunks, d]
+    spans: np.ndarray  # [chunks, 2]: each chunk's [start, end] in the document (its chunks joined)
+    windows: np.ndarray  # [chunks, 2]: the [start, end] of the text each chunk's vector was pooled from
+    chunk_tokens: np.ndarray  # [chunks]
+    tokens: int  # the tokens the encoder ran on (every window's)
+
+
+@dataclass
+class ChunkedDocuments:
+    documents: list  # [DocumentChunks], one per document in the order given
     inference_ms: float
 
 
@@ -321,6 +338,29 @@ class Inference:
             return TextChunks(result[DENSE], result[CHUNK_SPANS], result[NUM_TOKENS], int(result[TEXT_TOKENS][0]))
         results = await asyncio.gather(*(one(i) for i in range(len(texts))))
         return ChunkEmbeddings(list(results), (time.perf_counter() - started) * 1000)
+
+    async def document_chunks(self, card, documents, outputs, parameters):
+        """Contextualized chunk embeddings: one call to the export's late chunking model per document (its chunks,
+        in order; a document over the max length runs in the model's windows), all at once. outputs: the vector
+        outputs wanted (embedding, embedding_int8...). A bad chunk is named inputs[i][j], a document inputs[i]."""
+        started = time.perf_counter()
+        parameters = {key: value for key, value in parameters.items() if value is not None}
+        names = [*outputs, CHUNK_SPANS, CHUNK_WINDOWS, NUM_TOKENS, TEXT_TOKENS]
+
+        async def one(i):
+            inputs = {"chunks": np.array(encoded(documents[i]), dtype=np.object_)}
+            try:
+                result = await self.infer(card, card.chunks, inputs, names, None, parameters)
+            except ClientError as error:
+                name, k = model_errors.split_field(error.field or "")
+                if name == "chunks":
+                    rename_field(error, f"inputs[{i}]" + ("" if k is None else f"[{k}]"))
+                    error.param = "inputs"
+                raise
+            return DocumentChunks({name: result[name] for name in outputs}, result[CHUNK_SPANS],
+                                  result[CHUNK_WINDOWS], result[NUM_TOKENS], int(result[TEXT_TOKENS][0]))
+        results = await asyncio.gather(*(one(i) for i in range(len(documents))))
+        return ChunkedDocuments(list(results), (time.perf_counter() - started) * 1000)
 
     async def measure(self, card, texts, param, parameters=None, queries=None):
         """What the export's tokenizer makes of `texts` (each alone with the request's prompt; or paired with

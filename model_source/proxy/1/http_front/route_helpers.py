@@ -1,7 +1,7 @@
-"""What every dialect's routes share (openai/, seed/, cohere/, tei/, admin/: each folder's routes.py): the key gates,
-the model lookup, HTTP's own rules on a request's inputs (each written once, naming the field in the dialect's own
-words), the embed and rerank calls with their metrics, and the answer's pieces. A request the gate refuses is the
-service's business (busy.py), never a route's. No Triton import here."""
+"""What every dialect's routes share (openai/, seed/, cohere/, tei/, voyage/, admin/: each folder's routes.py): the
+key gates, the model lookup, HTTP's own rules on a request's inputs (each written once, naming the field in the
+dialect's own words), the embed and rerank calls with their metrics, and the answer's pieces. A request the gate
+refuses is the service's business (busy.py), never a route's. No Triton import here."""
 import base64
 import hmac
 import uuid

@@ -2,7 +2,8 @@
 BusyPath (what a request the gate refused still gets: the busy path, once), inference.py (each export's models
 through BLS, the models' errors as the error table's kinds), model_control.py (load and unload through Triton's
 repository API), readiness.py's ModelReadiness (which models are ready, kept off the request path). Its answers are
-inference.py's dataclasses (Embeddings, ImageEmbeddings, RerankScores, Prediction, ChunkEmbeddings, Measured, Token),
+inference.py's dataclasses (Embeddings, ImageEmbeddings, RerankScores, Prediction, ChunkEmbeddings, ChunkedDocuments,
+Measured, Token),
 re-exported here for the routes' fakes. Errors are errors.py's kinds; pb_utils is handed in (tests import this
 file)."""
 import threading
@@ -11,7 +12,9 @@ import time
 from .busy import BusyPath
 from .errors import ClientError, Timeout, Unavailable
 from .inference import (
+    ChunkedDocuments,
     ChunkEmbeddings,
+    DocumentChunks,
     Embeddings,
     ImageEmbeddings,
     Inference,
@@ -28,7 +31,8 @@ from .model_control import ModelControl
 from .readiness import ModelReadiness
 from .registry import Health
 
-__all__ = ["Service", "BusyPath", "Embeddings", "ImageEmbeddings", "ChunkEmbeddings", "TextChunks", "Measured",
+__all__ = ["Service", "BusyPath", "Embeddings", "ImageEmbeddings", "ChunkEmbeddings", "TextChunks", "ChunkedDocuments",
+           "DocumentChunks", "Measured",
            "Prediction", "RerankScores", "SparseWeights", "Token", "admit_request", "step_error", "ClientError",
            "Timeout", "Unavailable", "Health"]
 
