@@ -36,7 +36,7 @@ from .errors import FROM_MODEL, ApiError, ClientError, NotAdmitted, Timeout, Una
 TENSORS = model_outputs.TENSORS
 QUANTIZED = tuple(model_outputs.QUANTIZED)  # the BLS model's outputs (not the ensemble's)
 COLBERT_KINDS = ("colbert", *model_outputs.COLBERT_COMPACT)  # one of them per request
-BLS_ONLY = (*QUANTIZED, *COLBERT_KINDS[1:], "tokens", "muvera")
+BLS_ONLY = (*QUANTIZED, *COLBERT_KINDS[1:], "tokens", model_outputs.MUVERA)
 PER_TOKEN = model_outputs.PER_TOKEN
 SPARSE_INDICES, SPARSE_VALUES, SPARSE_COUNT = model_outputs.SPARSE
 COLBERT_LENGTH = model_outputs.COLBERT[1]  # beside the ColBERT vectors of every form
@@ -207,7 +207,7 @@ class Inference:
                                                                    flat[NUM_TOKENS].reshape(-1))]
             if "tokens" in outputs else None,
             unnormalized=flat[model_outputs.UNNORMALIZED] if "unnormalized" in outputs else None,
-            muvera=flat[model_outputs.MUVERA] if "muvera" in outputs else None)
+            muvera=flat[model_outputs.MUVERA] if model_outputs.MUVERA in outputs else None)
 
     async def tokenize(self, card, texts, param, parameters):
         """Every token of each text (the tokenizer model's tokenize task: not truncated) -> per text [Token]."""

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from model_library import model_outputs
 from model_library.model_errors import ErrorKind
 from model_library.parity_report import parity_report
 
@@ -95,7 +96,7 @@ def read_card(repository, name):
             labels=tuple(manifest.get("labels") or ()), unnormalized=bool(manifest.get("unnormalized_output")),
             hidden_size=manifest.get("hidden_size"), dimensions=tuple(manifest.get("dimensions") or ()),
             routes=tuple(manifest.get("routes") or ()), parity_report=json.dumps(parity_report(manifest)),
-            muvera_size=(manifest.get("muvera") or {}).get("size"))
+            muvera_size=(manifest.get(model_outputs.MUVERA) or {}).get("size"))
     except (OSError, ValueError, KeyError):
         return None
 

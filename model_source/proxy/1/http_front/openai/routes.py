@@ -6,6 +6,7 @@ import os
 
 from fastapi import Request
 
+from model_library import model_outputs
 from model_library.model_errors import ErrorKind
 
 from .. import dialects, images
@@ -96,7 +97,8 @@ async def encode(request: Request, body: schemas.EncodeRequest):
                            f"{', '.join(card.outputs)}), exported by this version", ErrorKind.NOT_SERVED,
                            "return_muvera")
         # MUVERA is computed from the ColBERT vectors: asked for with them (the float ones unless a type was asked)
-        wanted = (*wanted, *(() if any(k.startswith("colbert") for k in wanted) else ("colbert",)), "muvera")
+        wanted = (*wanted, *(() if any(k.startswith("colbert") for k in wanted) else ("colbert",)),
+                  model_outputs.MUVERA)
     parameters = {**(parameters or {}), "input_type": body.input_type, "prompt_name": body.prompt_name}
     result = await shared.embed(request, card, texts, wanted, "input", body.truncate, parameters)
     data = []
