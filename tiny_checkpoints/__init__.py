@@ -770,6 +770,39 @@ def build_remote_bert(folder, seed=114):
     return folder
 
 
+COLBERT_SKIPLIST = list("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")  # string.punctuation, as PyLate writes it
+
+
+def build_colbert(folder, seed=115, out_features=16):
+    """lightonai/answerai-colbert-small-v1 (and colbertv2.0 as PyLate loads it): a PyLate ColBERT folder. BertModel
+    (modules.json: Transformer, then pylate.models.Dense.Dense in 1_Dense: a Linear hidden -> `out_features` without
+    bias or activation, on every token vector); MiniLM's uncased WordPiece; config_sentence_transformers.json as
+    PyLate 1.6 saves it: query_prefix [unused0] and document_prefix [unused1] (tokens of the vocabulary, inserted
+    after [CLS]), query_length 32 (queries padded with [MASK] to it: query expansion, not attended to),
+    document_length 180, the punctuation skiplist, model_type ColBERT."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import BertModel
+
+    folder = _folder(folder)
+    model = _tiny_bert(BertModel, seed)
+    _save_model(model, folder)
+    _copy_minilm_tokenizer(folder)
+    _transformer_config(folder, 179)
+    os.makedirs(os.path.join(folder, "1_Dense"), exist_ok=True)
+    save_file({"linear.weight": torch.randn(out_features, HIDDEN) * 0.3},
+              os.path.join(folder, "1_Dense", "model.safetensors"), metadata={"format": "pt"})
+    _write_json(os.path.join(folder, "1_Dense", "config.json"),
+                {"in_features": HIDDEN, "out_features": out_features, "bias": False,
+                 "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False})
+    _modules(folder, TRANSFORMER, ("1_Dense", "pylate.models.Dense.Dense"))
+    _st_config(folder, similarity="MaxSim", model_type="ColBERT")
+    _patch_json(os.path.join(folder, "config_sentence_transformers.json"), query_prefix="[unused0]",
+                document_prefix="[unused1]", query_length=32, document_length=180, attend_to_expansion_tokens=False,
+                skiplist_words=COLBERT_SKIPLIST, do_query_expansion=True)
+    return folder
+
+
 def build_static_embedding(folder, seed=110, dimension=HIDDEN):
     """sentence-transformers/static-retrieval-mrl-en-v1: one StaticEmbedding module (0_StaticEmbedding: tokenizer.json
     and model.safetensors with embedding.weight, the mean of token vectors), bert-base-uncased's tokenizer (MiniLM's
