@@ -30,7 +30,7 @@ result = {
     "query_prefix_id": model.query_prefix_id, "document_prefix_id": model.document_prefix_id,
     "query_length": model.query_length, "document_length": model.document_length,
     "do_query_expansion": model.do_query_expansion, "attend_to_expansion_tokens": model.attend_to_expansion_tokens,
-    "skiplist": sorted(set(int(t) for t in model.skiplist)), "expansion_id": tokenizer.pad_token_id,
+    "skiplist": sorted({int(t) for t in model.skiplist}), "expansion_id": tokenizer.pad_token_id,
     "tokenizer_size": len(tokenizer), "embedding_rows": embeddings,
     "modules": [type(module).__name__ for module in model],
 }

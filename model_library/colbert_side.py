@@ -20,12 +20,15 @@ SIDES = ("query", "document")
 
 
 class Encoding:
-    """What the tokenizer model reads of a row (as a tokenizers Encoding): ids, and whether the text was cut."""
-    __slots__ = ("ids", "overflowing")
+    """What the tokenizer model reads of a row (as a tokenizers Encoding): ids, whether the text was cut, each
+    token's character span and special flag (the marker and expansion tokens: special, no span)."""
+    __slots__ = ("ids", "overflowing", "offsets", "special_tokens_mask")
 
-    def __init__(self, ids, overflowing):
+    def __init__(self, ids, overflowing, offsets, special_tokens_mask):
         self.ids = ids
         self.overflowing = overflowing
+        self.offsets = offsets
+        self.special_tokens_mask = special_tokens_mask
 
 
 class ColbertSide:
@@ -66,7 +69,11 @@ class ColbertSide:
         for encoding in self.tokenizers[side].encode_batch(texts):
             ids = list(encoding.ids)
             ids = ids[:1] + [marker] + ids[1:]
+            offsets = [*encoding.offsets[:1], (0, 0), *encoding.offsets[1:]]
+            special = [*encoding.special_tokens_mask[:1], 1, *encoding.special_tokens_mask[1:]]
             if expand:
-                ids += [settings["expansion_id"]] * (width - len(ids))
-            rows.append(Encoding(ids, bool(encoding.overflowing)))
+                more = width - len(ids)
+                ids, offsets, special = ids + [settings["expansion_id"]] * more, offsets + [(0, 0)] * more, \
+                    special + [1] * more
+            rows.append(Encoding(ids, bool(encoding.overflowing), offsets, special))
         return rows

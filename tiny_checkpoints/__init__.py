@@ -825,7 +825,8 @@ def build_static_embedding(folder, seed=110, dimension=HIDDEN):
 @dataclass(frozen=True)
 class Family:
     build: object  # build(folder) -> folder: the tiny checkpoint laid out as `checkpoint`
-    reference: str  # the sentence-transformers class that loads it: SentenceTransformer, SparseEncoder, CrossEncoder
+    reference: str  # the class that loads it: sentence-transformers' SentenceTransformer, SparseEncoder, CrossEncoder;
+    # PyLate's ColBERT
     checkpoint: str  # the real checkpoint it stands for
     export_name: str  # the name tests export it by (--name), as a user would give it
     export_args: tuple = ()  # more flags (tests/test_model_families.py adds --max-length unless own_max_length)
@@ -866,6 +867,9 @@ FAMILIES = {
     # the model card's prompt alone is ~130 tokens of the tiny vocabulary: room for the pair, the long text still cut
     "qwen3_yes_no_reranker": Family(build_qwen3_yes_no_reranker, "CrossEncoder", "Qwen/Qwen3-Reranker-0.6B",
                                     "qwen3-reranker", export_args=("--yes-no-reranker",), max_length=256),
+    # PyLate's ColBERT (reference: PyLate's own encoder, in its own process): served as ColBERT vectors
+    "colbert": Family(build_colbert, "ColBERT", "lightonai/answerai-colbert-small-v1", "colbert", own_max_length=True,
+                      checked_in="tests/test_colbert.py"),
     "qwen3_reranker": Family(build_qwen3_reranker, "CrossEncoder", "tomaarsen/Qwen3-Reranker-0.6B-seq-cls", "qr",
                              checked_in="tests/test_decoder_reranker.py"),
 }

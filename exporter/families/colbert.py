@@ -29,6 +29,7 @@ KIND = "colbert"  # export.json's `pipeline`
 MODULES = ("Transformer", "Dense")
 REFERENCE = "ColBERT"  # PyLate's class (config_sentence_transformers.json's model_type)
 SPARSE_WIDTH = "tokens"
+COLBERT_WIDTH = "tokens"  # up to a vector per token (a query's every position): the BLS model's config
 # PyLate 1.6's defaults for a key its config_sentence_transformers.json lacks (ColBERT.__init__)
 DEFAULTS = {"query_prefix": "[Q] ", "document_prefix": "[D] ", "query_length": 32, "document_length": 180,
             "do_query_expansion": True, "attend_to_expansion_tokens": False,
@@ -135,7 +136,8 @@ def build(args, folder, config, pipeline):
                                  sizes={"H": config.hidden_size, "C": projections[-1].out_features},
                                  model_type=config.model_type, tokenizer_files=tokenizer_files,
                                  manifest={"routes": {"query": "query", "document": "document"},
-                                           "default_route": "document", "colbert": side})
+                                           "default_route": "document", "colbert": side,
+                                           "colbert_score": "sum"})  # PyLate's MaxSim: the sum over query vectors
 
 
 def build_late_interaction(model, projections, side):

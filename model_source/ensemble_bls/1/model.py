@@ -60,9 +60,9 @@ from model_library.model_outputs import (
 TOKENIZER_OUTPUTS = [INPUT_IDS, ATTENTION_MASK, NUM_TOKENS, TRUNCATED, LENGTH_GROUP]
 FROM_TOKENIZER = {NUM_TOKENS, TRUNCATED, QUERY_TRUNCATED}
 PAD_VALUES = {model_outputs.SPARSE[0]: -1}  # the encoder pads sparse ids with -1; every other output with 0
-# Per token of a row, the encoder's outputs that follow its width have one entry, ColBERT's one fewer (no vector for
-# CLS). A ragged encoder (export --ragged-batch) pads them to the widest row of its run: what is past the row's own
-# width is padding, cut here.
+# Per token of a row, the encoder's outputs that follow its width have one entry, bge-m3's ColBERT one fewer (no
+# vector for CLS; a PyLate ColBERT's, config colbert_width "tokens": one). A ragged encoder (export --ragged-batch)
+# pads them to the widest row of its run: what is past the row's own width is padding, cut here.
 PAST_WIDTH = {model_outputs.COLBERT[0]: -1}
 QUANTIZED = {name: precision for precision, name in model_outputs.QUANTIZED.items()}  # output -> its precision
 VECTORS = {DENSE, *QUANTIZED}  # their -1 dimension is the request's width, not a per-token one
@@ -99,6 +99,8 @@ class TritonPythonModel(model_common.RequestModel):
         # SPLADE's sparse outputs hold weights over the vocabulary: their width follows no text's (config.pbtxt)
         self.vocabulary_outputs = set(model_outputs.SPARSE[:2]) if parameters.get("sparse_width") == "vocabulary" \
             else set()
+        self.past_width = {**PAST_WIDTH, **({model_outputs.COLBERT[0]: 0} if parameters.get("colbert_width") ==
+                                             "tokens" else {})}
         self.tokenizer_outputs = TOKENIZER_OUTPUTS + [n for n in self.outputs if n == QUERY_TRUNCATED]
         path = os.path.join(args["model_repository"], args["model_version"], "vectors.json")
         vectors = {}
@@ -196,12 +198,12 @@ class TritonPythonModel(model_common.RequestModel):
             for name, part in parts.items():
                 dims = () if name in self.vocabulary_outputs else self.variable_dims.get(name, ())
                 if dims:
-                    part = part[(slice(None), *(slice(0, cut + PAST_WIDTH.get(name, 0)) if i in dims else slice(None)
+                    part = part[(slice(None), *(slice(0, cut + self.past_width.get(name, 0)) if i in dims else slice(None)
                                                 for i in range(part.ndim - 1)))]
                 if name not in results:
                     shape = list(part.shape)
                     for dim in dims:
-                        shape[dim + 1] += width - cut  # sparse: `width` ids; ColBERT: `width - 1` vectors
+                        shape[dim + 1] += width - cut  # sparse: `width` ids; ColBERT: `width (- 1)` vectors
                     if name in self.vocabulary_outputs:  # as many weights as the fullest run found
                         shape[1] = max(other[name].shape[1] for _, _, other in finished)
                     shape[0] = len(ids)

@@ -1,0 +1,188 @@
+"""PyLate ColBERT checkpoints (issue 68 item 2): a tiny folder laid out as lightonai/answerai-colbert-small-v1
+(tiny_checkpoints.build_colbert: Transformer → pylate Dense, [unused0] / [unused1] markers, query expansion to 32
+with [MASK], the punctuation skiplist, documents cut at 180) exported by name beside the default MiniLM export, and
+served through both doors equal to PyLate 1.6.0's own encoder (run in its own process: requirements-pylate.txt,
+PYLATE_SITE): per side (input_type query / document), the same token ids and counts, each token vector at cosine >=
+0.9999, over KServe (NAME_bls: colbert_vectors / colbert_length) and the HTTP front (/v1/encode); the MaxSim rerank
+(NAME_rerank, /v1/rerank) as PyLate's colbert_scores ranks (the sum over query vectors); compact ColBERT from the
+same vectors. What the graph would serve otherwise is refused at export in one line."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import PROJECT, serve_exports
+from tiny_checkpoints import build_colbert
+from triton_clients import bytes_input, client, outputs, post, text_input
+
+NAME = "colbert"
+QUERY = "What is the capital of France?"
+TEXTS = [
+    "Paris is the capital and most populous city of France.",
+    "short",
+    "Hello, world! (Punctuation: dropped from documents; kept in queries.)",
+    "Ünïcödé, 日本語のテキスト, and emoji 🚀🔥 all in one line.",
+    "A query that is longer than thirty-two tokens: it is cut at the query length, one token left for the marker, "
+    "so nothing of it is expanded at all.",
+    "The Seine flows through Paris, past the Louvre. " * 30,  # over 180 tokens: the document is cut
+]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return build_colbert(tmp_path_factory.mktemp("colbert"))
+
+
+@pytest.fixture(scope="module")
+def pylate(folder):
+    """PyLate's ColBERT.encode of TEXTS and the query, both sides (exporter/pylate_reference.py)."""
+    from exporter.families.colbert import run_pylate
+
+    return run_pylate(folder, [*TEXTS, QUERY])
+
+
+@pytest.fixture(scope="module")
+def served(server, folder):
+    with serve_exports(server, {NAME: ["--model", folder]}):
+        yield server
+
+
+def kserve(server, side, names=("colbert_vectors", "colbert_length"), parameters=None, texts=TEXTS):
+    connection = client("grpc", server.grpc_url)
+    try:
+        result = connection.infer(f"{NAME}_bls", [text_input("grpc", texts)], outputs=outputs("grpc", names),
+                                  parameters={"input_type": side, **(parameters or {})})
+        return {n: result.as_numpy(n) for n in names}
+    finally:
+        connection.close()
+
+
+def assert_pylates(rows, want, label):
+    """Each row's vectors as many as PyLate's, in its order, cosine >= 0.9999 each."""
+    assert len(rows) == len(want), label
+    for i, (got, expected) in enumerate(zip(rows, want)):
+        got, expected = np.asarray(got, np.float64), np.asarray(expected["vectors"], np.float64)
+        assert got.shape == expected.shape, (label, i, got.shape, expected.shape)
+        cos = (got * expected).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(expected, axis=-1))
+        assert cos.min() >= 0.9999, (label, i, cos.min())
+
+
+def test_export_is_checked_against_pylate(served):
+    import json
+
+    with open(os.path.join(served.repository, NAME, "1", "export.json"), encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    assert manifest["pipeline"] == "colbert" and manifest["outputs"] == ["colbert"], manifest
+    assert manifest["modules"] == ["Transformer", "Dense"] and manifest["colbert_size"] == 16
+    reference = manifest["parity"]["reference"]
+    assert reference["against"].startswith("pylate 1.6.0"), reference
+    assert min(reference["query"]["min_cosine"], reference["document"]["min_cosine"]) >= 0.9999, reference
+    assert set(reference["query"]["vectors"]) == {32}, reference  # every query expanded to query_length
+
+
+@pytest.mark.parametrize("side", ["query", "document"])
+def test_kserve_gives_pylates_vectors(served, pylate, side):
+    got = kserve(served, side)
+    lengths = got["colbert_length"].reshape(-1)
+    assert lengths.tolist() == [len(row["ids"]) for row in pylate[side][:len(TEXTS)]], side
+    assert_pylates([v[:n] for v, n in zip(got["colbert_vectors"], lengths)], pylate[side][:len(TEXTS)], side)
+
+
+@pytest.mark.parametrize("side", ["query", "document"])
+def test_token_ids_are_pylates(served, pylate, side):
+    """The tokenizer model's rows (NAME_tokenizer) are PyLate's: the marker, the cut, the expansion; the document's
+    skiplist tokens are in the row (the encoder reads them) but not among its vectors."""
+    connection = client("grpc", served.grpc_url)
+    try:
+        result = connection.infer(f"{NAME}_tokenizer", [text_input("grpc", TEXTS)],
+                                  outputs=outputs("grpc", ("input_ids", "attention_mask")),
+                                  parameters={"input_type": side})
+    finally:
+        connection.close()
+    ids, mask = result.as_numpy("input_ids"), result.as_numpy("attention_mask").astype(bool)
+    skiplist = set(pylate["skiplist"])
+    rows = [row[keep].tolist() for row, keep in zip(ids, mask)]
+    kept = [row if side == "query" else [t for t in row if t not in skiplist] for row in rows]
+    assert kept == [row["ids"] for row in pylate[side][:len(TEXTS)]], side
+    assert all(row[1] == pylate[f"{side}_prefix_id"] for row in rows)
+
+
+@pytest.mark.parametrize("side", ["query", "document"])
+def test_http_encode_gives_pylates_vectors(served, pylate, side):
+    status, answer = post(served, "/v1/encode", {"model": NAME, "input": TEXTS, "input_type": side,
+                                                 "return_dense": False, "return_colbert": True})
+    assert status == 200, answer
+    assert_pylates([item["colbert"] for item in answer["data"]], pylate[side][:len(TEXTS)], side)
+    # the long query is cut at query_length only; the long document at document_length on both sides
+    assert [item["truncated"] for item in answer["data"]] == [False] * 4 + [side == "query", True]
+
+
+def test_no_side_is_the_document(served, pylate):
+    status, answer = post(served, "/v1/encode", {"model": NAME, "input": TEXTS[:3], "return_dense": False,
+                                                 "return_colbert": True})
+    assert status == 200, answer
+    assert_pylates([item["colbert"] for item in answer["data"]], pylate["document"][:3], "default")
+
+
+def test_maxsim_rerank_is_pylates_score_through_both_doors(served, pylate):
+    """/v1/rerank and NAME_rerank: the query embedded as a query, the documents as documents, scored as PyLate's
+    colbert_scores (the sum over query vectors of the best dot product)."""
+    query = np.asarray(pylate["query"][-1]["vectors"])
+    want = [float((query @ np.asarray(doc["vectors"]).T).max(axis=1).sum()) for doc in pylate["document"][:-1]]
+    status, answer = post(served, "/v1/rerank", {"model": NAME, "query": QUERY, "documents": TEXTS})
+    assert status == 200, answer
+    got = {item["index"]: item["relevance_score"] for item in answer["results"]}
+    np.testing.assert_allclose([got[i] for i in range(len(TEXTS))], want, atol=1e-4, rtol=1e-5)
+    connection = client("grpc", served.grpc_url)
+    try:
+        from tritonclient import grpc as grpcclient
+
+        result = connection.infer(f"{NAME}_rerank", [bytes_input(grpcclient, "query", [QUERY], [1]),
+                                                     bytes_input(grpcclient, "documents", TEXTS, [len(TEXTS)])])
+    finally:
+        connection.close()
+    np.testing.assert_allclose(result.as_numpy("scores").reshape(-1), want, atol=1e-4, rtol=1e-5)
+
+
+def test_compact_colbert_is_the_served_vectors(served):
+    """colbert_vectors_int8 of a document: round(v * 127) of its float vectors; token pooling gives fewer."""
+    got = kserve(served, "document", ("colbert_vectors", "colbert_vectors_int8", "colbert_length"))
+    n = int(got["colbert_length"][0, 0])
+    np.testing.assert_array_equal(got["colbert_vectors_int8"][0, :n],
+                                  np.round(got["colbert_vectors"][0, :n] * 127).astype(np.int8))
+    pooled = kserve(served, "document", parameters={"colbert_pool_factor": 2})["colbert_length"].reshape(-1)
+    assert (pooled < got["colbert_length"].reshape(-1)).all() or (pooled <= 2).any(), pooled
+
+
+def export_line(folder, *extra):
+    done = subprocess.run([sys.executable, os.path.join(PROJECT, "build", "export.py"), "--model", str(folder),
+                           "--name", "refused", "--repository", os.path.join(str(folder), "repository"), *extra],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": PROJECT})
+    return done.returncode, done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+
+
+def test_what_the_graph_does_not_build_is_refused_in_one_line(tmp_path):
+    """A Dense with an activation, a query marker the tokenizer lacks, prompts, --max-length: one line, exit 1."""
+    import json
+
+    cases = []
+    folder = build_colbert(tmp_path / "activation")
+    config = os.path.join(folder, "1_Dense", "config.json")
+    with open(config, encoding="utf-8") as handle:
+        data = json.load(handle)
+    with open(config, "w", encoding="utf-8") as handle:
+        json.dump({**data, "activation_function": "torch.nn.modules.activation.Tanh"}, handle)
+    cases.append((folder, (), "plain Linear only"))
+    folder = build_colbert(tmp_path / "marker")
+    path = os.path.join(folder, "config_sentence_transformers.json")
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({**data, "query_prefix": "[Q] "}, handle)
+    cases.append((folder, (), "untrained embedding"))
+    cases.append((build_colbert(tmp_path / "length"), ("--max-length", "64"), "leave --max-length out"))
+    for folder, extra, words in cases:
+        code, line = export_line(folder, *extra)
+        assert code != 0 and line.startswith("export: ") and words in line, (folder, line)
