@@ -198,7 +198,8 @@ class TritonPythonModel(model_common.RequestModel):
             for name, part in parts.items():
                 dims = () if name in self.vocabulary_outputs else self.variable_dims.get(name, ())
                 if dims:
-                    part = part[(slice(None), *(slice(0, cut + self.past_width.get(name, 0)) if i in dims else slice(None)
+                    past = self.past_width.get(name, 0)
+                    part = part[(slice(None), *(slice(0, cut + past) if i in dims else slice(None)
                                                 for i in range(part.ndim - 1)))]
                 if name not in results:
                     shape = list(part.shape)
