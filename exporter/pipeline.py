@@ -69,6 +69,12 @@ def read_pipeline(folder, pooling_flag=None):
     """The folder's pipeline (Pipeline), or a one-line refusal naming what this export does not build."""
     modules = module_list(folder)
     if modules is None:
+        architectures = (read_json(folder, "config.json") or {}).get("architectures") or []
+        if read_json(folder, "artifact.metadata") is not None or "HF_ColBERT" in architectures:
+            # Stanford's colbert-ai layout (colbertv2.0): PyLate converts it on load; as a transformers folder it
+            # would be served as one pooled vector, which is not what the checkpoint computes
+            fail("a ColBERT checkpoint in colbert-ai's layout (artifact.metadata / HF_ColBERT); save it with PyLate "
+                 "(models.ColBERT(path).save(folder)) and export that folder")
         return Pipeline(kind="dense", reference=None, pooling=(pooling_flag or "cls",))
     model_type = (read_json(folder, "config_sentence_transformers.json") or {}).get("model_type",
                                                                                      "SentenceTransformer")

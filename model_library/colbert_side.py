@@ -64,8 +64,7 @@ class ColbertSide:
         expand = side == "query" and settings["do_query_expansion"]
         width = int(settings["query_length"])
         rows = []
-        # sentence-transformers' Transformer.tokenize strips each text (and lower-cases it with do_lower_case)
-        texts = [text.strip().lower() if settings.get("do_lower_case") else text.strip() for text in texts]
+        texts = [text.strip() for text in texts]  # as sentence-transformers' Transformer.tokenize does
         for encoding in self.tokenizers[side].encode_batch(texts):
             ids = list(encoding.ids)
             ids = ids[:1] + [marker] + ids[1:]

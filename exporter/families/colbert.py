@@ -77,13 +77,14 @@ def settings(folder, tokenizer):
     for key in ("query_length", "document_length"):
         if not isinstance(values[key], int) or values[key] < 3:
             fail(f"config_sentence_transformers.json: {key} {values[key]!r} is not a length this export serves")
-    lower = (read_json(folder, "sentence_bert_config.json") or {}).get("do_lower_case", False)
+    if (read_json(folder, "sentence_bert_config.json") or {}).get("do_lower_case"):
+        fail("sentence_bert_config.json: do_lower_case changes the text before the model; not built")
     return {"query_prefix_id": ids["query"], "document_prefix_id": ids["document"],
             "query_length": values["query_length"], "document_length": values["document_length"],
             "do_query_expansion": bool(values["do_query_expansion"]),
             # PyLate attends to no expansion token without expansion
             "attend_to_expansion_tokens": bool(values["attend_to_expansion_tokens"] and values["do_query_expansion"]),
-            "expansion_id": int(expansion), "do_lower_case": bool(lower), "default_side": "document",
+            "expansion_id": int(expansion), "default_side": "document",
             "skiplist": sorted({int(tokenizer.convert_tokens_to_ids(word)) for word in values["skiplist_words"]})}
 
 
