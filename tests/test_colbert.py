@@ -1,11 +1,13 @@
-"""PyLate ColBERT checkpoints (issue 68 item 2): a tiny folder laid out as lightonai/answerai-colbert-small-v1
-(tiny_checkpoints.build_colbert: Transformer → pylate Dense, [unused0] / [unused1] markers, query expansion to 32
-with [MASK], the punctuation skiplist, documents cut at 180) exported by name beside the default MiniLM export, and
-served through both doors equal to PyLate 1.6.0's own encoder (run in its own process: requirements-pylate.txt,
-PYLATE_SITE): per side (input_type query / document), the same token ids and counts, each token vector at cosine >=
-0.9999, over KServe (NAME_bls: colbert_vectors / colbert_length) and the HTTP front (/v1/encode); the MaxSim rerank
-(NAME_rerank, /v1/rerank) as PyLate's colbert_scores ranks (the sum over query vectors); compact ColBERT from the
-same vectors. What the graph would serve otherwise is refused at export in one line."""
+"""PyLate ColBERT checkpoints (issue 68 item 2): tiny folders laid out as lightonai/answerai-colbert-small-v1
+(tiny_checkpoints.build_colbert: BERT → pylate Dense, [unused0] / [unused1] markers, query expansion to 32 with
+[MASK], the punctuation skiplist, documents cut at 180) and lightonai/GTE-ModernColBERT-v1 (build_modern_colbert:
+ModernBERT, BPE, "[Q] " / "[D] " added tokens, documents cut at 300), the FAMILIES rows this module checks, exported
+by name beside the default MiniLM export, and served through both doors equal to PyLate 1.6.0's own encoder (run in
+its own process: requirements-pylate.txt, PYLATE_SITE): per side (input_type query / document), the same token ids
+and counts, each token vector at cosine >= 0.9999, over KServe (NAME_bls: colbert_vectors / colbert_length) and the
+HTTP front (/v1/encode); the MaxSim rerank (NAME_rerank, /v1/rerank) as PyLate's colbert_scores ranks (the sum over
+query vectors); compact ColBERT from the same vectors. What the graph would serve otherwise is refused at export in
+one line."""
 import os
 import subprocess
 import sys
@@ -14,10 +16,11 @@ import numpy as np
 import pytest
 
 from conftest import PROJECT, serve_exports
-from tiny_checkpoints import build_colbert
+from tiny_checkpoints import FAMILIES, build_colbert
 from triton_clients import bytes_input, client, outputs, post, text_input
 
-NAME = "colbert"
+# {export name: its FAMILIES row}: the rows this module serves and checks
+EXPORTS = {row.export_name: row for row in FAMILIES.values() if row.checked_in == "tests/test_colbert.py"}
 QUERY = "What is the capital of France?"
 TEXTS = [
     "Paris is the capital and most populous city of France.",
@@ -31,28 +34,38 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    return build_colbert(tmp_path_factory.mktemp("colbert"))
+def folders(tmp_path_factory):
+    return {name: row.build(tmp_path_factory.mktemp(name)) for name, row in EXPORTS.items()}
 
 
 @pytest.fixture(scope="module")
-def pylate(folder):
-    """PyLate's ColBERT.encode of TEXTS and the query, both sides (exporter/pylate_reference.py)."""
+def pylates(folders):
+    """{export name: PyLate's ColBERT.encode of TEXTS and the query, both sides} (exporter/pylate_reference.py)."""
     from exporter.families.colbert import run_pylate
 
-    return run_pylate(folder, [*TEXTS, QUERY])
+    return {name: run_pylate(folder, [*TEXTS, QUERY]) for name, folder in folders.items()}
 
 
 @pytest.fixture(scope="module")
-def served(server, folder):
-    with serve_exports(server, {NAME: ["--model", folder]}):
+def served(server, folders):
+    with serve_exports(server, {name: ["--model", folder] for name, folder in folders.items()}):
         yield server
 
 
-def kserve(server, side, names=("colbert_vectors", "colbert_length"), parameters=None, texts=TEXTS):
+@pytest.fixture(params=list(EXPORTS))
+def name(request):
+    return request.param
+
+
+@pytest.fixture
+def pylate(pylates, name):
+    return pylates[name]
+
+
+def kserve(server, name, side, names=("colbert_vectors", "colbert_length"), parameters=None, texts=TEXTS):
     connection = client("grpc", server.grpc_url)
     try:
-        result = connection.infer(f"{NAME}_bls", [text_input("grpc", texts)], outputs=outputs("grpc", names),
+        result = connection.infer(f"{name}_bls", [text_input("grpc", texts)], outputs=outputs("grpc", names),
                                   parameters={"input_type": side, **(parameters or {})})
         return {n: result.as_numpy(n) for n in names}
     finally:
@@ -69,10 +82,10 @@ def assert_pylates(rows, want, label):
         assert cos.min() >= 0.9999, (label, i, cos.min())
 
 
-def test_export_is_checked_against_pylate(served):
+def test_export_is_checked_against_pylate(served, name):
     import json
 
-    with open(os.path.join(served.repository, NAME, "1", "export.json"), encoding="utf-8") as handle:
+    with open(os.path.join(served.repository, name, "1", "export.json"), encoding="utf-8") as handle:
         manifest = json.load(handle)
     assert manifest["pipeline"] == "colbert" and manifest["outputs"] == ["colbert"], manifest
     assert manifest["modules"] == ["Transformer", "Dense"] and manifest["colbert_size"] == 16
@@ -83,20 +96,20 @@ def test_export_is_checked_against_pylate(served):
 
 
 @pytest.mark.parametrize("side", ["query", "document"])
-def test_kserve_gives_pylates_vectors(served, pylate, side):
-    got = kserve(served, side)
+def test_kserve_gives_pylates_vectors(served, name, pylate, side):
+    got = kserve(served, name, side)
     lengths = got["colbert_length"].reshape(-1)
     assert lengths.tolist() == [len(row["ids"]) for row in pylate[side][:len(TEXTS)]], side
     assert_pylates([v[:n] for v, n in zip(got["colbert_vectors"], lengths)], pylate[side][:len(TEXTS)], side)
 
 
 @pytest.mark.parametrize("side", ["query", "document"])
-def test_token_ids_are_pylates(served, pylate, side):
+def test_token_ids_are_pylates(served, name, pylate, side):
     """The tokenizer model's rows (NAME_tokenizer) are PyLate's: the marker, the cut, the expansion; the document's
     skiplist tokens are in the row (the encoder reads them) but not among its vectors."""
     connection = client("grpc", served.grpc_url)
     try:
-        result = connection.infer(f"{NAME}_tokenizer", [text_input("grpc", TEXTS)],
+        result = connection.infer(f"{name}_tokenizer", [text_input("grpc", TEXTS)],
                                   outputs=outputs("grpc", ("input_ids", "attention_mask")),
                                   parameters={"input_type": side})
     finally:
@@ -110,28 +123,30 @@ def test_token_ids_are_pylates(served, pylate, side):
 
 
 @pytest.mark.parametrize("side", ["query", "document"])
-def test_http_encode_gives_pylates_vectors(served, pylate, side):
-    status, answer = post(served, "/v1/encode", {"model": NAME, "input": TEXTS, "input_type": side,
+def test_http_encode_gives_pylates_vectors(served, name, pylate, side):
+    status, answer = post(served, "/v1/encode", {"model": name, "input": TEXTS, "input_type": side,
                                                  "return_dense": False, "return_colbert": True})
     assert status == 200, answer
     assert_pylates([item["colbert"] for item in answer["data"]], pylate[side][:len(TEXTS)], side)
-    # the long query is cut at query_length only; the long document at document_length on both sides
-    assert [item["truncated"] for item in answer["data"]] == [False] * 4 + [side == "query", True]
+    # the long query is cut at query_length (a short one too in the small BPE vocabulary); the long document on
+    # both sides
+    cut = [item["truncated"] for item in answer["data"]]
+    assert cut[4:] == [True, True] if side == "query" else cut == [False] * 5 + [True], cut
 
 
-def test_no_side_is_the_document(served, pylate):
-    status, answer = post(served, "/v1/encode", {"model": NAME, "input": TEXTS[:3], "return_dense": False,
+def test_no_side_is_the_document(served, name, pylate):
+    status, answer = post(served, "/v1/encode", {"model": name, "input": TEXTS[:3], "return_dense": False,
                                                  "return_colbert": True})
     assert status == 200, answer
     assert_pylates([item["colbert"] for item in answer["data"]], pylate["document"][:3], "default")
 
 
-def test_maxsim_rerank_is_pylates_score_through_both_doors(served, pylate):
+def test_maxsim_rerank_is_pylates_score_through_both_doors(served, name, pylate):
     """/v1/rerank and NAME_rerank: the query embedded as a query, the documents as documents, scored as PyLate's
     colbert_scores (the sum over query vectors of the best dot product)."""
     query = np.asarray(pylate["query"][-1]["vectors"])
     want = [float((query @ np.asarray(doc["vectors"]).T).max(axis=1).sum()) for doc in pylate["document"][:-1]]
-    status, answer = post(served, "/v1/rerank", {"model": NAME, "query": QUERY, "documents": TEXTS})
+    status, answer = post(served, "/v1/rerank", {"model": name, "query": QUERY, "documents": TEXTS})
     assert status == 200, answer
     got = {item["index"]: item["relevance_score"] for item in answer["results"]}
     np.testing.assert_allclose([got[i] for i in range(len(TEXTS))], want, atol=1e-4, rtol=1e-5)
@@ -139,20 +154,20 @@ def test_maxsim_rerank_is_pylates_score_through_both_doors(served, pylate):
     try:
         from tritonclient import grpc as grpcclient
 
-        result = connection.infer(f"{NAME}_rerank", [bytes_input(grpcclient, "query", [QUERY], [1]),
+        result = connection.infer(f"{name}_rerank", [bytes_input(grpcclient, "query", [QUERY], [1]),
                                                      bytes_input(grpcclient, "documents", TEXTS, [len(TEXTS)])])
     finally:
         connection.close()
     np.testing.assert_allclose(result.as_numpy("scores").reshape(-1), want, atol=1e-4, rtol=1e-5)
 
 
-def test_compact_colbert_is_the_served_vectors(served):
+def test_compact_colbert_is_the_served_vectors(served, name):
     """colbert_vectors_int8 of a document: round(v * 127) of its float vectors; token pooling gives fewer."""
-    got = kserve(served, "document", ("colbert_vectors", "colbert_vectors_int8", "colbert_length"))
+    got = kserve(served, name, "document", ("colbert_vectors", "colbert_vectors_int8", "colbert_length"))
     n = int(got["colbert_length"][0, 0])
     np.testing.assert_array_equal(got["colbert_vectors_int8"][0, :n],
                                   np.round(got["colbert_vectors"][0, :n] * 127).astype(np.int8))
-    pooled = kserve(served, "document", parameters={"colbert_pool_factor": 2})["colbert_length"].reshape(-1)
+    pooled = kserve(served, name, "document", parameters={"colbert_pool_factor": 2})["colbert_length"].reshape(-1)
     assert (pooled < got["colbert_length"].reshape(-1)).all() or (pooled <= 2).any(), pooled
 
 

@@ -803,6 +803,39 @@ def build_colbert(folder, seed=115, out_features=16):
     return folder
 
 
+def build_modern_colbert(folder, seed=116, out_features=16):
+    """lightonai/GTE-ModernColBERT-v1: ModernBertModel (no token types; local attention windows shorter than its
+    documents), ModernBERT's byte-level BPE (_modernbert_tokenizer) with the markers PyLate adds as tokens of their
+    own, "[Q] " and "[D] " (trailing space; the embedding rows grown to hold them, as PyLate saves them), then
+    PyLate's Dense (1_Dense, no bias); query_length 32, document_length 300, the punctuation skiplist (pieces of the
+    BPE vocabulary where it has them, [UNK] where not: PyLate's convert_tokens_to_ids)."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer, ModernBertModel
+
+    folder = _folder(folder)
+    _modernbert_tokenizer(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.add_tokens(["[Q] ", "[D] "])
+    tokenizer.save_pretrained(folder)
+    model = ModernBertModel(_modernbert_config(tokenizer.backend_tokenizer, seed))  # its vocabulary: the markers too
+    _scale(model, 0.2)
+    _save_model(model, folder)
+    _transformer_config(folder, 299)
+    os.makedirs(os.path.join(folder, "1_Dense"), exist_ok=True)
+    save_file({"linear.weight": torch.randn(out_features, HIDDEN) * 0.3},
+              os.path.join(folder, "1_Dense", "model.safetensors"), metadata={"format": "pt"})
+    _write_json(os.path.join(folder, "1_Dense", "config.json"),
+                {"in_features": HIDDEN, "out_features": out_features, "bias": False,
+                 "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False})
+    _modules(folder, TRANSFORMER, ("1_Dense", "pylate.models.Dense.Dense"))
+    _st_config(folder, similarity="MaxSim")  # no model_type: the pylate module says it
+    _patch_json(os.path.join(folder, "config_sentence_transformers.json"), query_prefix="[Q] ", document_prefix="[D] ",
+                query_length=32, document_length=300, attend_to_expansion_tokens=False,
+                skiplist_words=COLBERT_SKIPLIST, do_query_expansion=True)
+    return folder
+
+
 def build_static_embedding(folder, seed=110, dimension=HIDDEN):
     """sentence-transformers/static-retrieval-mrl-en-v1: one StaticEmbedding module (0_StaticEmbedding: tokenizer.json
     and model.safetensors with embedding.weight, the mean of token vectors), bert-base-uncased's tokenizer (MiniLM's
@@ -870,6 +903,8 @@ FAMILIES = {
     # PyLate's ColBERT (reference: PyLate's own encoder, in its own process): served as ColBERT vectors
     "colbert": Family(build_colbert, "ColBERT", "lightonai/answerai-colbert-small-v1", "colbert", own_max_length=True,
                       checked_in="tests/test_colbert.py"),
+    "modern_colbert": Family(build_modern_colbert, "ColBERT", "lightonai/GTE-ModernColBERT-v1", "modern-colbert",
+                             own_max_length=True, checked_in="tests/test_colbert.py"),
     "qwen3_reranker": Family(build_qwen3_reranker, "CrossEncoder", "tomaarsen/Qwen3-Reranker-0.6B-seq-cls", "qr",
                              checked_in="tests/test_decoder_reranker.py"),
 }
