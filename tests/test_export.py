@@ -281,9 +281,9 @@ def test_model_code_lists_every_tracked_code_file_and_nothing_generated(tmp_path
         assert names == {os.path.relpath(p, tmp_path / kind) for p in copied} and copied, kind
         assert not any(n.endswith((".json", ".pyc")) or n.startswith("configs") for n in names), (kind, names)
         # the library whole, as a package beside model.py; no module of it loose in the version folder
-        library = {f"1/model_library/{module}.py" for module in ("__init__", "model_common", "model_errors",
-                                                                  "model_outputs", "query_lookup", "request_rules",
-                                                                  "tracing", "triton_server")}
+        library = {f"1/model_library/{module}.py" for module in ("__init__", "colbert_side", "model_common",
+                                                                  "model_errors", "model_outputs", "query_lookup",
+                                                                  "request_rules", "tracing", "triton_server")}
         assert library <= names and not {n for n in names if n.startswith("1/model_library/")} - library, kind
         assert not {n for n in names if os.path.dirname(n) == "1"} & {"1/" + os.path.basename(n) for n in library}
 
