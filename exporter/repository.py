@@ -387,7 +387,7 @@ def write_cross_encoder_configs(staging, names, labels, warmup, max_length):
                                                             "outputs": ",\n".join(public)}),
                (bls, "ensemble_bls/config.pbtxt.template", {"tokenizer": tokenizer, "encoder": encoder,
                                                             "outputs": ",\n".join(public), "inputs": PAIR_INPUTS,
-                                                            "sparse_width": "tokens"}),
+                                                            "sparse_width": "tokens", "colbert_width": "tokens-1"}),
                (rerank, "rerank/cross_encoder.pbtxt.template", {"bls": bls, "label": 0 if labels == 1 else labels - 1})]
     for model, template, fill in renders:
         os.makedirs(os.path.join(staging, model, "1"), exist_ok=True)
