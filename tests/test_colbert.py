@@ -15,6 +15,7 @@ import sys
 import numpy as np
 import pytest
 
+import suite_stats
 from conftest import PROJECT, serve_exports
 from tiny_checkpoints import FAMILIES, build_colbert
 from triton_clients import bytes_input, client, outputs, post, text_input
@@ -31,6 +32,18 @@ TEXTS = [
     "so nothing of it is expanded at all.",
     "The Seine flows through Paris, past the Louvre. " * 30,  # over 180 tokens: the document is cut
 ]
+
+
+FIGURES = {}  # {(export, side, door): the smallest token cosine with PyLate; (export, "rerank", door): max |diff|}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_figures():
+    """The served figures, printed at the end of the run (suite_stats.report)."""
+    yield
+    if FIGURES:
+        suite_stats.report(["", "PyLate ColBERT vs PyLate 1.6.0 (per token cosine, min; MaxSim rerank: max |diff|):",
+                            *(f"  {' / '.join(key)}: {value:.12f}" for key, value in sorted(FIGURES.items()))])
 
 
 @pytest.fixture(scope="module")
@@ -73,13 +86,15 @@ def kserve(server, name, side, names=("colbert_vectors", "colbert_length"), para
 
 
 def assert_pylates(rows, want, label):
-    """Each row's vectors as many as PyLate's, in its order, cosine >= 0.9999 each."""
+    """Each row's vectors as many as PyLate's, in its order, cosine >= 0.9999 each; FIGURES[label] the smallest."""
     assert len(rows) == len(want), label
+    FIGURES[label] = 1.0
     for i, (got, expected) in enumerate(zip(rows, want)):
         got, expected = np.asarray(got, np.float64), np.asarray(expected["vectors"], np.float64)
         assert got.shape == expected.shape, (label, i, got.shape, expected.shape)
         cos = (got * expected).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(expected, axis=-1))
         assert cos.min() >= 0.9999, (label, i, cos.min())
+        FIGURES[label] = min(FIGURES[label], float(cos.min()))
 
 
 def test_export_is_checked_against_pylate(served, name):
@@ -100,7 +115,23 @@ def test_kserve_gives_pylates_vectors(served, name, pylate, side):
     got = kserve(served, name, side)
     lengths = got["colbert_length"].reshape(-1)
     assert lengths.tolist() == [len(row["ids"]) for row in pylate[side][:len(TEXTS)]], side
-    assert_pylates([v[:n] for v, n in zip(got["colbert_vectors"], lengths)], pylate[side][:len(TEXTS)], side)
+    assert_pylates([v[:n] for v, n in zip(got["colbert_vectors"], lengths)], pylate[side][:len(TEXTS)],
+                   (name, side, "kserve"))
+
+
+@pytest.mark.parametrize("side", ["query", "document"])
+def test_the_ensemble_gives_pylates_vectors_too(served, name, pylate, side):
+    """KServe's ensemble NAME (tokenizer → encoder, no BLS model): the request's input_type reaches the tokenizer."""
+    connection = client("grpc", served.grpc_url)
+    try:
+        result = connection.infer(name, [text_input("grpc", TEXTS)],
+                                  outputs=outputs("grpc", ("colbert_vectors", "colbert_length")),
+                                  parameters={"input_type": side})
+    finally:
+        connection.close()
+    lengths = result.as_numpy("colbert_length").reshape(-1)
+    assert_pylates([v[:n] for v, n in zip(result.as_numpy("colbert_vectors"), lengths)], pylate[side][:len(TEXTS)],
+                   (name, side, "kserve ensemble"))
 
 
 @pytest.mark.parametrize("side", ["query", "document"])
@@ -127,7 +158,7 @@ def test_http_encode_gives_pylates_vectors(served, name, pylate, side):
     status, answer = post(served, "/v1/encode", {"model": name, "input": TEXTS, "input_type": side,
                                                  "return_dense": False, "return_colbert": True})
     assert status == 200, answer
-    assert_pylates([item["colbert"] for item in answer["data"]], pylate[side][:len(TEXTS)], side)
+    assert_pylates([item["colbert"] for item in answer["data"]], pylate[side][:len(TEXTS)], (name, side, "http"))
     # the long query is cut at query_length (a short one too in the small BPE vocabulary); the long document on
     # both sides
     cut = [item["truncated"] for item in answer["data"]]
@@ -138,7 +169,7 @@ def test_no_side_is_the_document(served, name, pylate):
     status, answer = post(served, "/v1/encode", {"model": name, "input": TEXTS[:3], "return_dense": False,
                                                  "return_colbert": True})
     assert status == 200, answer
-    assert_pylates([item["colbert"] for item in answer["data"]], pylate["document"][:3], "default")
+    assert_pylates([item["colbert"] for item in answer["data"]], pylate["document"][:3], (name, "none", "http"))
 
 
 def test_maxsim_rerank_is_pylates_score_through_both_doors(served, name, pylate):
@@ -150,6 +181,7 @@ def test_maxsim_rerank_is_pylates_score_through_both_doors(served, name, pylate)
     assert status == 200, answer
     got = {item["index"]: item["relevance_score"] for item in answer["results"]}
     np.testing.assert_allclose([got[i] for i in range(len(TEXTS))], want, atol=1e-4, rtol=1e-5)
+    FIGURES[(name, "rerank", "http")] = float(np.abs(np.subtract([got[i] for i in range(len(TEXTS))], want)).max())
     connection = client("grpc", served.grpc_url)
     try:
         from tritonclient import grpc as grpcclient
@@ -159,6 +191,7 @@ def test_maxsim_rerank_is_pylates_score_through_both_doors(served, name, pylate)
     finally:
         connection.close()
     np.testing.assert_allclose(result.as_numpy("scores").reshape(-1), want, atol=1e-4, rtol=1e-5)
+    FIGURES[(name, "rerank", "kserve")] = float(np.abs(result.as_numpy("scores").reshape(-1) - want).max())
 
 
 def test_compact_colbert_is_the_served_vectors(served, name):
