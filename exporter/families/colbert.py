@@ -121,6 +121,7 @@ def build(args, folder, config, pipeline):
     if args.max_length:
         fail("--max-length: a ColBERT's lengths are its config_sentence_transformers.json's query_length and "
              "document_length; leave --max-length out")
+    require_pylate()  # before the graph's work: the export cannot finish without its reference
     tokenizer = AutoTokenizer.from_pretrained(folder)
     side = settings(folder, tokenizer)
     projections = load_projections(folder, read_json(folder, "modules.json"))
@@ -239,11 +240,15 @@ def check(reference, pipeline, onnx_path, tokenizer_json, prompts, min_cosine, r
     return figures
 
 
-def run_pylate(folder, texts):
-    """pylate_reference.py's answer for `texts` (PyLate from PYLATE_SITE, in its own process)."""
+def require_pylate():
     if not os.path.isdir(os.path.join(PYLATE_SITE, "pylate")):
         fail(f"PyLate is not installed in {PYLATE_SITE}: run `make setup` (requirements-pylate.txt), or set "
              "PYLATE_SITE to where it is")
+
+
+def run_pylate(folder, texts):
+    """pylate_reference.py's answer for `texts` (PyLate from PYLATE_SITE, in its own process)."""
+    require_pylate()
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylate_reference.py")
     with tempfile.TemporaryDirectory() as work:
         texts_path, out_path = os.path.join(work, "texts.json"), os.path.join(work, "out.json")
