@@ -7,7 +7,8 @@ first on sys.path (families/colbert.py starts it). Never imported by the exporte
 
 OUT_JSON: PyLate's settings as it resolved them (prefix ids, lengths, skiplist ids, the expansion token), and per
 side (query: encode(is_query=True), document: is_query=False) each text's kept token ids and their unit vectors, as
-ColBERT.encode keeps them (output_value=None: the ids, the vectors and the mask it filters them with)."""
+ColBERT.encode keeps them (output_value=None: the ids, the vectors and the mask it filters them with), and the
+documents' vectors pooled with pool_factor 2 (document_pooled)."""
 import json
 import sys
 
@@ -43,5 +44,8 @@ for side, is_query in (("query", True), ("document", False)):
         rows.append({"ids": torch.as_tensor(ids)[keep].tolist(),
                      "vectors": torch.as_tensor(vectors)[keep].float().tolist()})
     result[side] = rows
+# token pooling (documents only, as PyLate pools them): pool_factor 2, [CLS]'s vector protected
+pooled = model.encode(texts, is_query=False, pool_factor=2, batch_size=len(texts), convert_to_numpy=True)
+result["document_pooled"] = [torch.as_tensor(vectors).float().tolist() for vectors in pooled]
 with open(out_path, "w", encoding="utf-8") as handle:
     json.dump(result, handle)
