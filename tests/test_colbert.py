@@ -213,6 +213,14 @@ def test_compact_colbert_is_the_served_vectors_and_pools_as_pylate(served, name,
         assert similarity.max(axis=1).min() >= 0.9999 and similarity.max(axis=0).min() >= 0.9999, (name, row)
 
 
+def test_pooling_a_query_is_refused_naming_the_field(served, name):
+    status, answer = post(served, "/v1/encode", {"model": name, "input": [QUERY], "input_type": "query",
+                                                 "return_dense": False, "return_colbert": True,
+                                                 "colbert_pool_factor": 2})
+    assert status == 400 and answer["error"]["param"] == "colbert_pool_factor", answer
+    assert "documents only" in answer["error"]["message"], answer
+
+
 def export_line(folder, *extra):
     done = subprocess.run([sys.executable, os.path.join(PROJECT, "build", "export.py"), "--model", str(folder),
                            "--name", "refused", "--repository", os.path.join(str(folder), "repository"), *extra],

@@ -239,7 +239,12 @@ class TritonPythonModel(model_common.RequestModel):
         if COLBERT_VECTORS not in self.outputs:
             raise InvalidInput("colbert_pool_factor", f"is not served: this model has no ColBERT output (it serves "
                                                       f"{', '.join(self.outputs)})", ErrorKind.NOT_SERVED)
-        return model_common.whole_number(parameters, "colbert_pool_factor", meaning=" (1: no pooling)")
+        factor = model_common.whole_number(parameters, "colbert_pool_factor", meaning=" (1: no pooling)")
+        if factor > 1 and self.protected and request_rules.task(("query", "document"), parameters.get("prompt_name"),
+                                                                parameters.get("input_type")) == "query":
+            raise InvalidInput("colbert_pool_factor", "pools documents only: a PyLate ColBERT's query keeps every "
+                                                      "vector (PyLate pools no query)", ErrorKind.INVALID_VALUE)
+        return factor
 
     def compact_colbert(self, results, wanted, pool_factor):
         """Pools `colbert_vectors` (pool_factor > 1; `colbert_length` follows) and adds the compact types asked for,
