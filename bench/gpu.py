@@ -129,7 +129,7 @@ def build_repository(work_dir, shape, device, tokenizer, tokenizer_instances, ma
     with open(os.path.join(bls_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(export_repository.render(
             os.path.join(PROJECT, "model_source", "ensemble_bls", "config.pbtxt.template"), tokenizer="tokenizer",
-            encoder="embedding", inputs=export_repository.TEXT_INPUT, sparse_width="tokens",
+            encoder="embedding", inputs=export_repository.TEXT_INPUT, sparse_width="tokens", colbert_width="tokens-1",
             outputs=",\n".join(['  { name: "embedding", data_type: TYPE_FP32, dims: [ -1 ] }'] + per_text)))
     return repository, common.pbtxt.parameters(config)
 

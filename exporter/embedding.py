@@ -80,7 +80,9 @@ def export(args, folder, config, repository, started):
                                     made.sizes["C"])
             made.sizes["M"] = encoding["size"]
         write_configs(staging, names, outputs, made.sizes, warmup, max_length, ragged=args.ragged_batch,
-                      sparse_width=family.SPARSE_WIDTH, routes=tuple(getattr(made, "manifest", {}).get("routes", ())))
+                      sparse_width=family.SPARSE_WIDTH, routes=tuple(getattr(made, "manifest", {}).get("routes", ())),
+                      colbert_score=getattr(made, "manifest", {}).get("colbert_score", "mean"),
+                      colbert_width=getattr(family, "COLBERT_WIDTH", "tokens-1"))
         if chunks:
             write_chunks_config(staging, names, chunks, dim, max_length)
             # the chunks' vectors are the embedding's space (above): the same widths and calibrated ranges

@@ -5,6 +5,7 @@ of the folder (families.EMBEDDERS, by its first module) builds that pipeline int
     Transformer → Pooling (any mode sentence-transformers defines, or several, concatenated) → Dense ... → Normalize
                                                                    (families/encoder.py)
     MLMTransformer → SpladePooling                                 (SparseEncoder: SPLADE, families/splade.py)
+    Transformer → Dense... (pylate's; model_type ColBERT)          (PyLate's ColBERT, families/colbert.py)
     StaticEmbedding [→ Normalize]                                  (static embeddings, families/static.py)
     Router (query: SparseStaticEmbedding, document: MLMTransformer → SpladePooling)
                                                                    (inference-free SPLADE, families/inference_free.py)
@@ -15,7 +16,7 @@ files is a transformers encoder (families/encoder.py) with the pooling --pooling
 from dataclasses import dataclass, field
 
 from . import fail, read_json
-from .families import EMBEDDERS
+from .families import EMBEDDERS, LATE_INTERACTION
 
 POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken")
 # sentence-transformers < 5 wrote one boolean per mode; the order is its order of concatenation
@@ -39,7 +40,7 @@ class Pipeline:
     @property
     def family(self):
         """The family module that builds it (families.EMBEDDERS)."""
-        return next(family for family in EMBEDDERS.values() if self.kind == family.KIND)
+        return next(family for family in (*EMBEDDERS.values(), *LATE_INTERACTION.values()) if self.kind == family.KIND)
 
     @property
     def projects(self):
@@ -68,12 +69,25 @@ def read_pipeline(folder, pooling_flag=None):
     """The folder's pipeline (Pipeline), or a one-line refusal naming what this export does not build."""
     modules = module_list(folder)
     if modules is None:
+        architectures = (read_json(folder, "config.json") or {}).get("architectures") or []
+        if read_json(folder, "artifact.metadata") is not None or "HF_ColBERT" in architectures:
+            # Stanford's colbert-ai layout (colbertv2.0): PyLate converts it on load; as a transformers folder it
+            # would be served as one pooled vector, which is not what the checkpoint computes
+            fail("a ColBERT checkpoint in colbert-ai's layout (artifact.metadata / HF_ColBERT); save it with PyLate "
+                 "(models.ColBERT(path).save(folder)) and export that folder")
         return Pipeline(kind="dense", reference=None, pooling=(pooling_flag or "cls",))
     model_type = (read_json(folder, "config_sentence_transformers.json") or {}).get("model_type",
                                                                                      "SentenceTransformer")
     names = [name for name, _ in modules]
     first = names[0] if names else None
     family = EMBEDDERS.get(first)
+    late = next((f for f in LATE_INTERACTION.values() if f.states_it(folder, model_type)), None)
+    if late is not None:  # PyLate's ColBERT: Transformer → pylate Dense (families/colbert.py)
+        if pooling_flag:
+            fail(f"--pooling: this folder is a {late.REFERENCE} ({' → '.join(names)}), which keeps every token vector")
+        if names[:1] != ["Transformer"] or any(name != "Dense" for name in names[1:]) or len(names) < 2:
+            fail(f"modules.json: {' → '.join(names)}; this export builds {late.TITLE} (Dense modules after it)")
+        return Pipeline(kind=late.KIND, reference=late.REFERENCE, modules=names, pooling=())
     if family is None:
         titles = [module.TITLE for module in EMBEDDERS.values()]
         fail(f"modules.json: the first module is {first or 'missing'}; this export builds {', '.join(titles[:-1])} "

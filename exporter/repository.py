@@ -53,8 +53,8 @@ COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8
 # The models' library, installed whole as the package model_library/ in each Python model's version folder, which
 # Triton's stub puts on sys.path: every model imports it as everything outside Triton does (`from model_library
 # import model_errors`). in_process.py (running a model's code outside Triton) is never installed.
-LIBRARY_MODULES = ("__init__", "model_common", "model_errors", "model_outputs", "muvera", "parity_report",
-                   "query_lookup", "request_rules", "tracing", "triton_server", "vector_forms")
+LIBRARY_MODULES = ("__init__", "colbert_side", "model_common", "model_errors", "model_outputs", "muvera",
+                   "parity_report", "query_lookup", "request_rules", "tracing", "triton_server", "vector_forms")
 LIBRARY = [(os.path.join("model_library", f"{module}.py"), "1/model_library/") for module in LIBRARY_MODULES]
 MODEL_CODE = {
     "tokenizer": [("model_source/tokenizer/config.pbtxt", "config.pbtxt"),
@@ -222,12 +222,15 @@ def encoder_inputs(ragged=False):
 
 
 def write_configs(staging, names, outputs, sizes, warmup, max_length, encoder_only=ENCODER_ONLY,
-                  with_dense=WITH_DENSE, ragged=False, sparse_width="tokens", routes=()):
+                  with_dense=WITH_DENSE, ragged=False, sparse_width="tokens", routes=(), colbert_score="mean",
+                  colbert_width="tokens-1"):
     """Render the encoder's (CPU and GPU), the ensemble's, the BLS model's and the rerank model's (when `names` has
     one) configs; copy the code of the Python models for a named export. `outputs`: export.json's; the graph also
     has `with_dense` (graph.WITH_DENSE: embedding_unnormalized) and `encoder_only` (token_embeddings) families, which
     CLIP's text tower has not. `sizes`: {"D": the embedding's size, "H": the hidden size, "C": ColBERT's}. `routes`:
-    a Router's tasks (inference-free SPLADE), which the rerank model embeds the query and documents by."""
+    a Router's tasks (inference-free SPLADE, a PyLate ColBERT), which the rerank model embeds the query and documents
+    by; colbert_score: the rerank model's ColBERT score (mean: FlagEmbedding's, sum: PyLate's); colbert_width: the
+    encoder's colbert_vectors per row (tokens-1: bge-m3's, tokens: PyLate's)."""
     ensemble, tokenizer, encoder, bls, rerank = names
     colbert_dim = sizes.get("C")
     declarations = [(name, kind, triton_dims(dims, sizes))
@@ -269,12 +272,12 @@ def write_configs(staging, names, outputs, sizes, warmup, max_length, encoder_on
     with open(os.path.join(staging, bls, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render(os.path.join(MODEL_SOURCE, "ensemble_bls", "config.pbtxt.template"),
                             tokenizer=tokenizer, encoder=encoder, outputs=",\n".join(bls_outputs),
-                            inputs=TEXT_INPUT, sparse_width=sparse_width))
+                            inputs=TEXT_INPUT, sparse_width=sparse_width, colbert_width=colbert_width))
     if rerank is not None:
         os.makedirs(os.path.join(staging, rerank, "1"), exist_ok=True)
         with open(os.path.join(staging, rerank, "config.pbtxt"), "w", encoding="utf-8") as handle:
             handle.write(render(os.path.join(MODEL_SOURCE, "rerank", "config.pbtxt.template"), bls=bls,
-                                served=",".join(outputs), routes=",".join(routes)))
+                                served=",".join(outputs), routes=",".join(routes), colbert_score=colbert_score))
         write_rerank_gpu_configs(os.path.join(staging, rerank))
     # The tokenizer's config names no model and no per-model value: a named export uses it as it is.
     copy_tokenizer(staging, tokenizer)
@@ -389,7 +392,7 @@ def write_cross_encoder_configs(staging, names, labels, warmup, max_length):
                                                             "outputs": ",\n".join(public)}),
                (bls, "ensemble_bls/config.pbtxt.template", {"tokenizer": tokenizer, "encoder": encoder,
                                                             "outputs": ",\n".join(public), "inputs": PAIR_INPUTS,
-                                                            "sparse_width": "tokens"}),
+                                                            "sparse_width": "tokens", "colbert_width": "tokens-1"}),
                (rerank, "rerank/cross_encoder.pbtxt.template", {"bls": bls, "label": 0 if labels == 1 else labels - 1})]
     for model, template, fill in renders:
         os.makedirs(os.path.join(staging, model, "1"), exist_ok=True)

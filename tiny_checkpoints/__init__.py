@@ -823,6 +823,72 @@ def build_remote_bert(folder, seed=114):
     return folder
 
 
+COLBERT_SKIPLIST = list("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")  # string.punctuation, as PyLate writes it
+
+
+def build_colbert(folder, seed=115, out_features=16):
+    """lightonai/answerai-colbert-small-v1 (and colbertv2.0 as PyLate loads it): a PyLate ColBERT folder. BertModel
+    (modules.json: Transformer, then pylate.models.Dense.Dense in 1_Dense: a Linear hidden -> `out_features` without
+    bias or activation, on every token vector); MiniLM's uncased WordPiece; config_sentence_transformers.json as
+    PyLate 1.6 saves it: query_prefix [unused0] and document_prefix [unused1] (tokens of the vocabulary, inserted
+    after [CLS]), query_length 32 (queries padded with [MASK] to it: query expansion, not attended to),
+    document_length 180, the punctuation skiplist, model_type ColBERT."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import BertModel
+
+    folder = _folder(folder)
+    model = _tiny_bert(BertModel, seed)
+    _save_model(model, folder)
+    _copy_minilm_tokenizer(folder)
+    _transformer_config(folder, 179)
+    os.makedirs(os.path.join(folder, "1_Dense"), exist_ok=True)
+    save_file({"linear.weight": torch.randn(out_features, HIDDEN) * 0.3},
+              os.path.join(folder, "1_Dense", "model.safetensors"), metadata={"format": "pt"})
+    _write_json(os.path.join(folder, "1_Dense", "config.json"),
+                {"in_features": HIDDEN, "out_features": out_features, "bias": False,
+                 "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False})
+    _modules(folder, TRANSFORMER, ("1_Dense", "pylate.models.Dense.Dense"))
+    _st_config(folder, similarity="MaxSim", model_type="ColBERT")
+    _patch_json(os.path.join(folder, "config_sentence_transformers.json"), query_prefix="[unused0]",
+                document_prefix="[unused1]", query_length=32, document_length=180, attend_to_expansion_tokens=False,
+                skiplist_words=COLBERT_SKIPLIST, do_query_expansion=True)
+    return folder
+
+
+def build_modern_colbert(folder, seed=116, out_features=16):
+    """lightonai/GTE-ModernColBERT-v1: ModernBertModel (no token types; local attention windows shorter than its
+    documents), ModernBERT's byte-level BPE (_modernbert_tokenizer) with the markers PyLate adds as tokens of their
+    own, "[Q] " and "[D] " (trailing space; the embedding rows grown to hold them, as PyLate saves them), then
+    PyLate's Dense (1_Dense, no bias); query_length 32, document_length 300, the punctuation skiplist (pieces of the
+    BPE vocabulary where it has them, [UNK] where not: PyLate's convert_tokens_to_ids)."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer, ModernBertModel
+
+    folder = _folder(folder)
+    _modernbert_tokenizer(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.add_tokens(["[Q] ", "[D] "])
+    tokenizer.save_pretrained(folder)
+    model = ModernBertModel(_modernbert_config(tokenizer.backend_tokenizer, seed))  # its vocabulary: the markers too
+    _scale(model, 0.2)
+    _save_model(model, folder)
+    _transformer_config(folder, 299)
+    os.makedirs(os.path.join(folder, "1_Dense"), exist_ok=True)
+    save_file({"linear.weight": torch.randn(out_features, HIDDEN) * 0.3},
+              os.path.join(folder, "1_Dense", "model.safetensors"), metadata={"format": "pt"})
+    _write_json(os.path.join(folder, "1_Dense", "config.json"),
+                {"in_features": HIDDEN, "out_features": out_features, "bias": False,
+                 "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False})
+    _modules(folder, TRANSFORMER, ("1_Dense", "pylate.models.Dense.Dense"))
+    _st_config(folder, similarity="MaxSim")  # no model_type: the pylate module says it
+    _patch_json(os.path.join(folder, "config_sentence_transformers.json"), query_prefix="[Q] ", document_prefix="[D] ",
+                query_length=32, document_length=300, attend_to_expansion_tokens=False,
+                skiplist_words=COLBERT_SKIPLIST, do_query_expansion=True)
+    return folder
+
+
 def build_static_embedding(folder, seed=110, dimension=HIDDEN):
     """sentence-transformers/static-retrieval-mrl-en-v1: one StaticEmbedding module (0_StaticEmbedding: tokenizer.json
     and model.safetensors with embedding.weight, the mean of token vectors), bert-base-uncased's tokenizer (MiniLM's
@@ -845,8 +911,8 @@ def build_static_embedding(folder, seed=110, dimension=HIDDEN):
 @dataclass(frozen=True)
 class Family:
     build: object  # build(folder) -> folder: the tiny checkpoint laid out as `checkpoint`
-    reference: str  # the sentence-transformers class that loads it: SentenceTransformer, SparseEncoder, CrossEncoder;
-    # or the reference code that scores it where no sentence-transformers class does (FlagLLMReranker, MxbaiRerankV2)
+    reference: str  # the class that loads it: sentence-transformers' SentenceTransformer, SparseEncoder, CrossEncoder;
+    # PyLate's ColBERT; or the reference code that scores it where no such class does (FlagLLMReranker, MxbaiRerankV2)
     checkpoint: str  # the real checkpoint it stands for
     export_name: str  # the name tests export it by (--name), as a user would give it
     export_args: tuple = ()  # more flags (tests/test_model_families.py adds --max-length unless own_max_length)
@@ -892,6 +958,11 @@ FAMILIES = {
                               "mxbai-rerank-v2", export_args=("--yes-no-reranker",)),
     "bge_reranker_v2_gemma": Family(build_bge_reranker_v2_gemma, "FlagLLMReranker", "BAAI/bge-reranker-v2-gemma",
                                     "bge-gemma", export_args=("--yes-no-reranker",)),
+    # PyLate's ColBERT (reference: PyLate's own encoder, in its own process): served as ColBERT vectors
+    "colbert": Family(build_colbert, "ColBERT", "lightonai/answerai-colbert-small-v1", "colbert", own_max_length=True,
+                      checked_in="tests/test_colbert.py"),
+    "modern_colbert": Family(build_modern_colbert, "ColBERT", "lightonai/GTE-ModernColBERT-v1", "modern-colbert",
+                             own_max_length=True, checked_in="tests/test_colbert.py"),
     "qwen3_reranker": Family(build_qwen3_reranker, "CrossEncoder", "tomaarsen/Qwen3-Reranker-0.6B-seq-cls", "qr",
                              checked_in="tests/test_decoder_reranker.py"),
 }

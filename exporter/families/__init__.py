@@ -6,6 +6,8 @@ computes, the reference class it is checked against: reference.py loads it), the
                          encoders and decoder embedders (last-token pooling; Gemma3's bidirectional masks), bge-m3's
                          sparse and ColBERT heads
     splade.py            MLMTransformer → SpladePooling (SparseEncoder)
+    colbert.py           PyLate's ColBERT (Transformer → pylate Dense, query/document markers, query expansion, the
+                         document skiplist): the ColBERT outputs bge-m3's export has, checked against PyLate
     inference_free.py    Router: SPLADE documents, a token-weight lookup for queries (the tokenizer model's; no
                          encoder run): opensearch-neural-sparse-encoding-doc-v2/v3
     static.py            StaticEmbedding [→ Normalize] (sentence-transformers' and model2vec's static embeddings)
@@ -22,11 +24,14 @@ computes, the reference class it is checked against: reference.py loads it), the
 A family of a kind already built is a row here (and its tiny checkpoint in tiny_checkpoints/); a new kind is a module
 beside these. ARCHITECTURE.md, "Add a model family", names the files."""
 from .. import fail
-from . import clip, cross_encoder, decoder_reranker, encoder, inference_free, splade, static, yes_no_reranker
+from . import clip, colbert, cross_encoder, decoder_reranker, encoder, inference_free, splade, static, yes_no_reranker
 
 # Embedding pipelines, by the first module of a sentence-transformers folder's modules.json (a folder without one:
 # a transformers encoder, `encoder`)
 EMBEDDERS = {"Transformer": encoder, "MLMTransformer": splade, "StaticEmbedding": static, "Router": inference_free}
+# Late-interaction folders, by the class that loads them (config_sentence_transformers.json's model_type, or a pylate
+# module in modules.json): their first module is a Transformer too, but not the encoder family's pipeline
+LATE_INTERACTION = {"ColBERT": colbert}
 # Sequence-classification models (architectures *ForSequenceClassification), by config.model_type: the module whose
 # rules serve them (a decoder's head reads its last non-pad token: decoder_reranker)
 CROSS_ENCODERS = {

@@ -21,7 +21,9 @@ sentence_transformers' quantize_embeddings does, int8 / uint8 with the width's r
 `prompt_name` and `input_type` go to the tokenizer, which prepends the prompt; so does `truncate` (false: a text
 over the max length is refused, before any encoder run).
 
-Compact ColBERT (bge-m3 exports): `colbert_pool_factor` pools each text's token vectors into n // factor clusters
+Compact ColBERT (bge-m3 and PyLate ColBERT exports): `colbert_pool_factor` pools each text's token vectors into
+n // factor clusters (a PyLate export's as PyLate 1.6 pools them: its first vector, [CLS]'s, left alone, Ward on
+the cosine distances: pool_tokens)
 (Clavie et al. 2024, as colbert-ai and PyLate do it: Ward clustering, here in numpy: pool_tokens), and
 `colbert_vectors_fp16` / `_int8` / `_binary` are the (pooled) unit vectors as float16, round(v * 127) and packed sign
 bits; `colbert_length` counts each row's vectors after pooling.
@@ -62,9 +64,9 @@ from model_library.vector_forms import at_width, quantize, read_vectors_json
 TOKENIZER_OUTPUTS = [INPUT_IDS, ATTENTION_MASK, NUM_TOKENS, TRUNCATED, LENGTH_GROUP]
 FROM_TOKENIZER = {NUM_TOKENS, TRUNCATED, QUERY_TRUNCATED}
 PAD_VALUES = {model_outputs.SPARSE[0]: -1}  # the encoder pads sparse ids with -1; every other output with 0
-# Per token of a row, the encoder's outputs that follow its width have one entry, ColBERT's one fewer (no vector for
-# CLS). A ragged encoder (export --ragged-batch) pads them to the widest row of its run: what is past the row's own
-# width is padding, cut here.
+# Per token of a row, the encoder's outputs that follow its width have one entry, bge-m3's ColBERT one fewer (no
+# vector for CLS; a PyLate ColBERT's, config colbert_width "tokens": one). A ragged encoder (export --ragged-batch)
+# pads them to the widest row of its run: what is past the row's own width is padding, cut here.
 PAST_WIDTH = {model_outputs.COLBERT[0]: -1}
 QUANTIZED = {name: precision for precision, name in model_outputs.QUANTIZED.items()}  # output -> its precision
 VECTORS = {DENSE, *QUANTIZED}  # their -1 dimension is the request's width, not a per-token one
@@ -89,6 +91,10 @@ class TritonPythonModel(model_common.RequestModel):
         # SPLADE's sparse outputs hold weights over the vocabulary: their width follows no text's (config.pbtxt)
         self.vocabulary_outputs = set(model_outputs.SPARSE[:2]) if parameters.get("sparse_width") == "vocabulary" \
             else set()
+        pylate = parameters.get("colbert_width") == "tokens"  # a PyLate ColBERT's vectors: [CLS]'s first
+        self.past_width = {**PAST_WIDTH, **({model_outputs.COLBERT[0]: 0} if pylate else {})}
+        # token pooling leaves a row's first vectors alone: PyLate's pool_embeddings_hierarchical protects [CLS]'s
+        self.protected = 1 if pylate else 0
         self.tokenizer_outputs = TOKENIZER_OUTPUTS + [n for n in self.outputs if n == QUERY_TRUNCATED]
         self.dimensions, self.ranges = read_vectors_json(os.path.join(args["model_repository"],
                                                                       args["model_version"]))
@@ -179,12 +185,13 @@ class TritonPythonModel(model_common.RequestModel):
             for name, part in parts.items():
                 dims = () if name in self.vocabulary_outputs else self.variable_dims.get(name, ())
                 if dims:
-                    part = part[(slice(None), *(slice(0, cut + PAST_WIDTH.get(name, 0)) if i in dims else slice(None)
+                    past = self.past_width.get(name, 0)
+                    part = part[(slice(None), *(slice(0, cut + past) if i in dims else slice(None)
                                                 for i in range(part.ndim - 1)))]
                 if name not in results:
                     shape = list(part.shape)
                     for dim in dims:
-                        shape[dim + 1] += width - cut  # sparse: `width` ids; ColBERT: `width - 1` vectors
+                        shape[dim + 1] += width - cut  # sparse: `width` ids; ColBERT: `width (- 1)` vectors
                     if name in self.vocabulary_outputs:  # as many weights as the fullest run found
                         shape[1] = max(other[name].shape[1] for _, _, other in finished)
                     shape[0] = len(ids)
@@ -230,7 +237,12 @@ class TritonPythonModel(model_common.RequestModel):
         if COLBERT_VECTORS not in self.outputs:
             raise InvalidInput("colbert_pool_factor", f"is not served: this model has no ColBERT output (it serves "
                                                       f"{', '.join(self.outputs)})", ErrorKind.NOT_SERVED)
-        return model_common.whole_number(parameters, "colbert_pool_factor", meaning=" (1: no pooling)")
+        factor = model_common.whole_number(parameters, "colbert_pool_factor", meaning=" (1: no pooling)")
+        if factor > 1 and self.protected and request_rules.task(("query", "document"), parameters.get("prompt_name"),
+                                                                parameters.get("input_type")) == "query":
+            raise InvalidInput("colbert_pool_factor", "pools documents only: a PyLate ColBERT's query keeps every "
+                                                      "vector (PyLate pools no query)", ErrorKind.INVALID_VALUE)
+        return factor
 
     def compact_colbert(self, results, wanted, pool_factor):
         """Pools `colbert_vectors` (pool_factor > 1; `colbert_length` follows) and adds the compact types asked for,
@@ -240,7 +252,10 @@ class TritonPythonModel(model_common.RequestModel):
             return
         vectors, lengths = results[COLBERT_VECTORS], results[COLBERT_LENGTH]
         if pool_factor > 1:
-            rows = [pool_tokens(vectors[i, :int(n)], pool_factor) for i, n in enumerate(lengths.reshape(-1))]
+            first = self.protected
+            rows = [np.concatenate([vectors[i, :first], pool_tokens(vectors[i, first:int(n)], pool_factor,
+                                                                    pylate=bool(first))])
+                    if int(n) > first else vectors[i, :int(n)] for i, n in enumerate(lengths.reshape(-1))]
             pooled = np.zeros((len(rows), max(len(r) for r in rows), vectors.shape[2]), dtype=np.float32)
             for i, row in enumerate(rows):
                 pooled[i, :len(row)] = row
@@ -270,19 +285,25 @@ def compact(vectors, kind):
     return np.packbits(vectors > 0, axis=-1)
 
 
-def pool_tokens(vectors, pool_factor):
+def pool_tokens(vectors, pool_factor, pylate=False):
     """Token pooling (Clavie et al. 2024) as colbert-ai's and PyLate's pool_embeddings_hierarchical do it:
     scipy's linkage(1 - V V^T, method="ward") - the rows of the cosine-distance matrix taken as points in
     Euclidean space - cut with fcluster(t=max(n // pool_factor, 1), criterion="maxclust"), and the mean of each
     cluster. Then each mean is L2-normalized (PyLate keeps the norms; unit vectors keep dot product = cosine and the
     int8 scale exact). No token is protected: bge-m3's vectors already leave out <s>. Clusters come in the order of
     their first token (PyLate's order is fcluster's label order; MaxSim does not depend on it). The container has no
-    scipy, hence ward_merges. Cost for n tokens of width d: O(n^2 min(n, d)) flops, ~n^2 float64s of memory."""
+    scipy, hence ward_merges. Cost for n tokens of width d: O(n^2 min(n, d)) flops, ~n^2 float64s of memory.
+    pylate: PyLate 1.6's rule instead (a PyLate ColBERT export's): it hands linkage the condensed 1 - V V^T, so Ward
+    merges on those cosine distances themselves, not on rows taken as points."""
     n = len(vectors)
     clusters = max(n // pool_factor, 1)
     if pool_factor == 1 or n <= clusters:
         return vectors
-    merges = ward_merges(row_distances(vectors))
+    if pylate:
+        cosine = 1.0 - vectors.astype(np.float64) @ vectors.astype(np.float64).T
+        merges = ward_merges(cosine * cosine)  # ward_merges takes squared distances
+    else:
+        merges = ward_merges(row_distances(vectors))
     order = np.argsort(merges[:, 0], kind="stable")[:n - clusters]  # the n - t lowest merges leave t clusters
     parent = np.arange(n)
 

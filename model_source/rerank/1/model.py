@@ -55,15 +55,18 @@ def sparse_score(query, passage):
     return float(np.dot(query[1][q_at].astype(np.float64), passage[1][p_at])) if len(shared) else 0.0
 
 
-def colbert_score(query, passage, padded_length):
-    """query [n, d], passage [m, d] unit vectors; padded_length: the longest passage of its batch (vectors)."""
+def colbert_score(query, passage, padded_length, rule="mean"):
+    """query [n, d], passage [m, d] unit vectors; padded_length: the longest passage of its batch (vectors).
+    rule "sum": PyLate's colbert_scores (the sum of the best dot products; a passage's padding masked out)."""
     best = (query @ passage.T).max(axis=1)
+    if rule == "sum":
+        return float(best.astype(np.float64).sum())
     if len(passage) < padded_length:
         best = np.maximum(best, 0.0)
     return float(best.sum() / len(query))
 
 
-def scores(query, passages, weights):
+def scores(query, passages, weights, colbert_rule="mean"):
     """query / passages: {mode: vectors} ("dense" vector, "sparse" (ids, weights), "colbert" vectors); weights:
     {mode: w} of the modes to combine. Returns (combined [n], per mode [n, 3] with NaN where not combined)."""
     combined, per_mode = np.zeros(len(passages), np.float32), np.full((len(passages), 3), np.nan, np.float32)
@@ -78,7 +81,7 @@ def scores(query, passages, weights):
             if "sparse" in weights:
                 found["sparse"] = sparse_score(query["sparse"], passage["sparse"])
             if "colbert" in weights:
-                found["colbert"] = colbert_score(query["colbert"], passage["colbert"], padded)
+                found["colbert"] = colbert_score(query["colbert"], passage["colbert"], padded, colbert_rule)
             for mode, value in found.items():
                 per_mode[k, MODES.index(mode)] = value
             combined[k] = sum(weights[mode] * found[mode] for mode in weights) / total if total else 0.0
@@ -95,6 +98,9 @@ class TritonPythonModel(model_common.RerankModel):
         self.served = [mode for mode in self.parameters["served_outputs"].split(",") if mode in MODES]
         # an inference-free SPLADE export's Router tasks: the query embedded as a query, the documents as documents
         self.routes = [task for task in (self.parameters.get("routes") or "").split(",") if task]
+        self.colbert_rule = self.parameters.get("colbert_score") or "mean"  # "sum": a PyLate ColBERT export's
+        if self.colbert_rule not in ("mean", "sum"):
+            raise pb_utils.TritonModelException(f"colbert_score {self.colbert_rule!r} must be mean or sum")
 
     def weights(self, request):
         tensor = pb_utils.get_input_tensor_by_name(request, "weights")
@@ -139,7 +145,7 @@ class TritonPythonModel(model_common.RerankModel):
             if "colbert" in weights:
                 row["colbert"] = outputs[COLBERT_VECTORS][i][:int(outputs[COLBERT_LENGTH][i, 0])]
             vectors.append(row)
-        combined, per_mode = scores(vectors[0], vectors[1:], weights)
+        combined, per_mode = scores(vectors[0], vectors[1:], weights, self.colbert_rule)
         truncated = outputs[TRUNCATED].reshape(-1)
         return [pb_utils.Tensor(SCORES, combined), pb_utils.Tensor(MODE_SCORES, per_mode),
                 pb_utils.Tensor(NUM_TOKENS, np.array([outputs[NUM_TOKENS].sum()], dtype=np.int32)),

@@ -39,6 +39,10 @@ Two more tasks, TEI's /tokenize and /decode, each answered alone (not grouped): 
 truncated; add_special_tokens, prompts as above; an inference-free export's query side: the query's own tokens) with
 its text, its special flag and its bytes; a request with the input `token_ids` gets its rows decoded (`decoded`).
 
+A PyLate ColBERT export (colbert.json beside tokenizer.json): each request's rows are built as PyLate's ColBERT.tokenize
+builds them (model_library/colbert_side.py: the query or document marker after [CLS], each side's length, a query's
+expansion tokens), its side the request's Router task as below (none: document).
+
 Inference-free SPLADE (an export of a SparseEncoder with a Router: query_side.json beside tokenizer.json): the
 request's Router task (request_rules.task: prompt_name `query` / `document`, or what its input_type stands for;
 none: the default route, the document side) picks the side. The query side is a token-weight lookup answered here
@@ -58,6 +62,7 @@ from tokenizers import Tokenizer
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
 from grouping import pad_width, plan_groups, round_up
 from model_library import (
+    colbert_side,
     model_common,
     query_lookup,
     request_rules,
@@ -98,7 +103,8 @@ def _parameter(config, key):
 
 class TritonPythonModel:
     lookup = None  # inference-free SPLADE's query side (query_lookup.QueryLookup); None: no Router
-    routes = ()  # its Router's tasks
+    colbert = None  # a PyLate ColBERT export's rows (colbert_side.ColbertSide); None: other exports
+    routes = ()  # its Router's tasks (or the ColBERT's sides)
 
     def initialize(self, args):
         config, here = model_common.start_model(args)
@@ -127,6 +133,9 @@ class TritonPythonModel:
         self.default_prompt = prompts.get("default_prompt_name")
         self.lookup = query_lookup.QueryLookup.load(here)  # inference-free SPLADE's query side; None: no Router
         self.routes = tuple(self.lookup.routes) if self.lookup else ()
+        self.colbert = colbert_side.ColbertSide.load(here, self.tokenizer)  # PyLate's rows; None: other exports
+        if self.colbert is not None:
+            self.routes = tuple(self.colbert.routes)
         self.clean = None
         if os.path.exists(os.path.join(here, "text_cleaning.json")):
             with open(os.path.join(here, "text_cleaning.json"), encoding="utf-8") as handle:
@@ -350,7 +359,14 @@ class TritonPythonModel:
                 if self.lookup is not None and queries is None and self.looks_up(parameters):
                     self.answer_query(request, wanted, decoded, keep, parameters)
                     continue
-                pairs = None if queries is None else self.pairs(queries, decoded)
+                if self.colbert is not None:  # PyLate's rows (markers, expansion), built per request's side
+                    if queries is not None:
+                        raise InvalidInput("query", "is not taken by a ColBERT model: it embeds single texts",
+                                           ErrorKind.INVALID_VALUE)
+                    task = request_rules.task(self.routes, parameters.get("prompt_name"), parameters.get("input_type"))
+                    pairs = (self.colbert.encode(decoded, self.colbert.side(task)), None)
+                else:
+                    pairs = None if queries is None else self.pairs(queries, decoded)
             except ValueError as error:
                 self.reject(request, error)
                 continue
