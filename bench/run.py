@@ -39,7 +39,9 @@ Steps, in one process:
   14. model families (bench/families.py): a decoder embedder (Qwen3-Embedding's layout, 4 layers of 256) and a
       static embedder (StaticEmbedding, 1024 wide), random, exported by name into one repository and served by one
       server: queries and passages in requests of 32 texts to NAME_bls (KServe gRPC) against onnxruntime in-process
-      on the same model.onnx and texts at its best batch size; served / ceiling per model and workload.
+      on the same model.onnx and texts at its best batch size; served / ceiling per model and workload; and
+      MUVERA on a ColBERT export (PyLate's layout): the share of each query's exact MaxSim top 10 in its MUVERA
+      top 100 over 1,000 passages, and its cost against the ColBERT path (bytes, scoring time, served passages/s).
 """
 import argparse
 import json

@@ -83,6 +83,9 @@ def build_parser():
                         "states one)")
     parser.add_argument("--matryoshka-dims", help="comma-separated widths the model was trained to be truncated to "
                         "(default: its config's matryoshka_dimensions; none: only its full size)")
+    parser.add_argument("--muvera", default="k_sim=5,dim_proj=16,r_reps=20,seed=42", help="MUVERA's encoding of the "
+                        "ColBERT vectors (exports with ColBERT outputs): its parameters, fixed here (default "
+                        "fastembed's: 2^5 partitions x 16 dimensions x 20 repetitions = 10,240 values, seed 42)")
     parser.add_argument("--calibration-corpus", default=CALIBRATION_CORPUS, help="texts, one per line, whose "
                         "embeddings give the int8/uint8 ranges (default: exporter/calibration/corpus.txt)")
     parser.add_argument("--served-name", action="append", default=[], dest="served_names", metavar="NAME",

@@ -24,7 +24,7 @@ from .repository import (
     write_tokenizer,
     write_warmup,
 )
-from .vectors import calibrate, detect_dimensions, detect_prompts, write_prompts, write_vectors
+from .vectors import calibrate, detect_dimensions, detect_prompts, write_muvera, write_prompts, write_vectors
 
 
 def export(args, folder, config, repository, started):
@@ -74,6 +74,11 @@ def export(args, folder, config, repository, started):
         figures["reference"] = family.check(reference, pipeline, onnx_path, served_tokenizer, prompts, min_cosine,
                                             args.ragged_batch)
         write_vectors(os.path.join(staging, names[3], "1"), dimensions, calibration)
+        encoding = None
+        if "colbert" in outputs:  # MUVERA's parameters beside the BLS model that encodes with them
+            encoding = write_muvera(os.path.join(staging, names[3], "1"), getattr(args, "muvera", None),
+                                    made.sizes["C"])
+            made.sizes["M"] = encoding["size"]
         write_configs(staging, names, outputs, made.sizes, warmup, max_length, ragged=args.ragged_batch,
                       sparse_width=family.SPARSE_WIDTH, routes=tuple(getattr(made, "manifest", {}).get("routes", ())),
                       colbert_score=getattr(made, "manifest", {}).get("colbert_score", "mean"),
@@ -96,6 +101,7 @@ def export(args, folder, config, repository, started):
             "special_token_ids": made.special_ids, "dimensions": dimensions, "prompts": prompts,
             "default_prompt_name": default_prompt,
             "calibration": calibration and {k: v for k, v in calibration.items() if k != "ranges"},
+            "muvera": encoding,  # its parameters and size (model_library/muvera.py), exports with ColBERT outputs
             "fp16": args.fp16, "token_budget_batching": token_budget, "ragged_batch": args.ragged_batch,
             "opset": OPSET,
             "onnx": os.path.relpath(onnx_path, staging), "parity": figures,

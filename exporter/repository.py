@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 
 from local_triton.settings import model_source, serving_repository
+from model_library.model_outputs import MUVERA
 
 from . import fail, pbtxt, read_json
 from .graph import ENCODER_ONLY, OUTPUT_TENSORS, RAGGED_LENGTHS, WITH_DENSE, public_families, token_guard_message
@@ -52,8 +53,8 @@ COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8
 # The models' library, installed whole as the package model_library/ in each Python model's version folder, which
 # Triton's stub puts on sys.path: every model imports it as everything outside Triton does (`from model_library
 # import model_errors`). in_process.py (running a model's code outside Triton) is never installed.
-LIBRARY_MODULES = ("__init__", "colbert_side", "model_common", "model_errors", "model_outputs", "parity_report",
-                   "query_lookup", "request_rules", "tracing", "triton_server", "vector_forms")
+LIBRARY_MODULES = ("__init__", "colbert_side", "model_common", "model_errors", "model_outputs", "muvera",
+                   "parity_report", "query_lookup", "request_rules", "tracing", "triton_server", "vector_forms")
 LIBRARY = [(os.path.join("model_library", f"{module}.py"), "1/model_library/") for module in LIBRARY_MODULES]
 MODEL_CODE = {
     "tokenizer": [("model_source/tokenizer/config.pbtxt", "config.pbtxt"),
@@ -263,6 +264,8 @@ def write_configs(staging, names, outputs, sizes, warmup, max_length, encoder_on
         bls_outputs += [f'  {{ name: "{n}", data_type: {t}, dims: [ -1, '
                         f'{-(-colbert_dim // 8) if n.endswith("binary") else colbert_dim} ] }}'
                         for n, t in COLBERT_OUTPUTS]
+    if sizes.get("M"):  # MUVERA's encoding of the ColBERT vectors (model_library/muvera.py), sent when asked for
+        bls_outputs.append(f'  {{ name: "{MUVERA}", data_type: TYPE_FP32, dims: [ {sizes["M"]} ] }}')
     # The encoder's token vectors (TEI's /embed_all), padded like ColBERT's; sent only when asked for by name.
     bls_outputs += [f'  {{ name: "{n}", data_type: {t}, dims: [ {triton_dims(d, sizes)} ] }}'
                     for family in encoder_only for n, t, d in OUTPUT_TENSORS[family]]

@@ -6,6 +6,8 @@ import hashlib
 import json
 import os
 
+from model_library import muvera
+
 from . import fail, read_json
 from .progress import staged
 
@@ -88,6 +90,25 @@ def write_vectors(bls_dir, dimensions, calibration):
     os.makedirs(bls_dir, exist_ok=True)
     with open(os.path.join(bls_dir, "vectors.json"), "w", encoding="utf-8") as handle:
         json.dump({"dimensions": dimensions, "calibration": calibration}, handle)
+
+
+def write_muvera(bls_dir, setting, dim):
+    """<bls>/1/muvera.npz: MUVERA's hyperplanes and projections for `dim`-wide ColBERT vectors, drawn from the
+    setting's seed (--muvera "k_sim=5,dim_proj=16,r_reps=20,seed=42"); returns export.json's record of them."""
+    values = dict(muvera.DEFAULTS)
+    for part in filter(None, (p.strip() for p in (setting or "").split(","))):
+        key, _, value = part.partition("=")
+        if key.strip() not in values or not value.strip().isdigit():
+            fail(f"--muvera {setting!r}: give k_sim=N,dim_proj=N,r_reps=N,seed=N (whole numbers), not {part!r}")
+        values[key.strip()] = int(value)
+    if not 1 <= values["k_sim"] <= 10 or not 1 <= values["r_reps"] <= 64 or not 1 <= values["dim_proj"] <= dim:
+        fail(f"--muvera {setting!r}: k_sim from 1 to 10, r_reps from 1 to 64, dim_proj from 1 to the ColBERT "
+             f"width {dim}")
+    hyperplanes, projections = muvera.generate(dim, values["k_sim"], values["dim_proj"], values["r_reps"],
+                                               values["seed"])
+    os.makedirs(bls_dir, exist_ok=True)
+    muvera.save(bls_dir, hyperplanes, projections)
+    return {**values, "size": muvera.size(values["k_sim"], values["dim_proj"], values["r_reps"])}
 
 
 def write_prompts(tokenizer_dir, prompts, default):

@@ -20,12 +20,14 @@ QUANTIZED = {"int8": "embedding_int8", "uint8": "embedding_uint8", "binary": "em
 # the BLS model's compact forms of `colbert_vectors` (each with `colbert_length`)
 COLBERT_COMPACT = {"colbert_fp16": "colbert_vectors_fp16", "colbert_int8": "colbert_vectors_int8",
                    "colbert_binary": "colbert_vectors_binary"}
+# MUVERA's fixed-dimensional encoding of a text's ColBERT vectors (model_library/muvera.py), computed by the BLS model
+MUVERA = "muvera"
 # kind -> its tensors, in the order the models return them
 TENSORS = {
     "dense": (DENSE,), "sparse": SPARSE, "colbert": COLBERT,
     **{kind: (name,) for kind, name in QUANTIZED.items()},
     **{kind: (name, COLBERT[1]) for kind, name in COLBERT_COMPACT.items()},
-    "tokens": (TOKEN_EMBEDDINGS,), "unnormalized": (UNNORMALIZED,),
+    "tokens": (TOKEN_EMBEDDINGS,), "unnormalized": (UNNORMALIZED,), "muvera": (MUVERA,),
 }
 MODES = ("dense", "sparse", "colbert")  # bge-m3's retrieval modes: the rerank model's mode_scores columns, in order
 # Beside the vectors, what the text models' answers say: how many tokens (each text's; a late chunking model's each

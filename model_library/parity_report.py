@@ -54,7 +54,7 @@ def parity_report(manifest):
         by_prompt = checked.get("by_prompt") or {}
         graph = {k: v for k, v in figures.items() if k != "reference"}
         report.update(reference=against, texts=checked.get("texts"), prompts=sorted(by_prompt) or None,
-                      worst_cosine=_worst(_walk(by_prompt, "min_cosine"), min),
+                      worst_cosine=_worst(_walk(by_prompt or checked, "min_cosine"), min),
                       worst_abs_diff=_worst(_walk(checked, "max_abs_diff"), max),
                       graph_vs_pytorch_worst_cosine=_worst(_walk(graph, "min_cosine"), min))
     if not report["reference"]:

@@ -75,6 +75,7 @@ class Card:
     routes: tuple = ()  # an inference-free SPLADE export's Router tasks (registry.Card)
     # the export's reference check, JSON text (registry.Card: model_library/parity_report.py's report)
     parity_report: str = '{"checked": false, "why": "a fake export: no reference check"}'
+    muvera_size: int | None = None  # MUVERA's width (registry.Card)
 
 
 def stable_hash(text):
@@ -97,7 +98,7 @@ class FakeModels:
 
     def __init__(self):
         self.models = {"fake-dense": Card("fake-dense", "ensemble", ("dense",), unnormalized=True),
-                       "fake-m3": Card("fake-m3", "fake-m3", ("dense", "sparse", "colbert"))}
+                       "fake-m3": Card("fake-m3", "fake-m3", ("dense", "sparse", "colbert"), muvera_size=64)}
         self.default, self.draining, self.calls, self.admin = "fake-dense", False, [], []
         self.failed = ""  # the registry's "not live" reason
 
@@ -144,7 +145,8 @@ class FakeModels:
         return proxy_service.Embeddings(
             dense=np.stack([fake_vectors(t) for t in texts]), sparse=sparse, colbert=colbert, tokens=tokens,
             truncated=np.array(words) > card.max_length, inference_ms=1.0,
-            unnormalized=np.stack([fake_vectors(t) * (2.0 + len(t)) for t in texts]))
+            unnormalized=np.stack([fake_vectors(t) * (2.0 + len(t)) for t in texts]),
+            muvera=np.stack([fake_vectors(t, 64) for t in texts]) if "muvera" in outputs else None)
 
     async def embed_images(self, card, images, param, indices=None):
         """Vectors per image's bytes; an image starting with b"BAD" is refused as the image model refuses it."""

@@ -144,12 +144,13 @@ def test_families_benchmark_smoke(tmp_path):
     """bench/families.py --short (make bench's step 14): the builder's tiny decoder and the 1024-wide static embedder
     exported by name into one repository, a ceiling and a served reading per model and workload, the ratios printed,
     and the section put into a benchmarks.md once however often it runs; beside them inference-free SPLADE's query
-    path (no encoder run) against its document path, same run."""
+    path (no encoder run) against its document path, and MUVERA on a ColBERT export against exact MaxSim, same
+    run."""
     work = tmp_path / "work"
     result = subprocess.run([sys.executable, "-m", "bench.families", "--short", "--work-dir", str(work)],
                             cwd=PROJECT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    for model in ("qwen3", "static", "neural-sparse"):  # every export in the one repository that was served
+    for model in ("qwen3", "static", "neural-sparse", "colbert"):  # every export in the one repository served
         assert (work / "repository" / f"{model}_bls" / "config.pbtxt").exists()
     run = json.loads((work / "results.json").read_text())
     assert {(r["model"], r["workload"]) for r in run["rows"]} == {
@@ -163,6 +164,10 @@ def test_families_benchmark_smoke(tmp_path):
     assert sides["query"]["encoder_runs"] == 0 < sides["document"]["encoder_runs"], sides
     assert sides["query"]["texts_per_s"] > 0 and sides["document"]["texts_per_s"] > 0
     assert "families: neural-sparse queries: query path" in result.stdout
+    muvera = run["muvera"]  # issue 70: MUVERA's quality against exact MaxSim, and its cost, on the ColBERT export
+    assert 0 <= muvera["recall_at_10"] <= muvera["recall_at_top"] <= 1 and muvera["width"] == 10240, muvera
+    assert muvera["maxsim_ms_per_query"] > 0 and muvera["muvera_ms_per_query"] > 0 and muvera["served_ratio"] > 0
+    assert "families: MUVERA on colbert" in result.stdout
 
     from bench import families
 

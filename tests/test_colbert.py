@@ -213,6 +213,27 @@ def test_compact_colbert_is_the_served_vectors_and_pools_as_pylate(served, name,
         assert similarity.max(axis=1).min() >= 0.9999 and similarity.max(axis=0).min() >= 0.9999, (name, row)
 
 
+@pytest.mark.parametrize("side", ["query", "document"])
+def test_muvera_of_the_served_vectors_is_fastembeds(served, name, side):
+    """Issue 70: MUVERA from a ColBERT checkpoint's vectors (NAME_bls's `muvera`, the side by input_type) equals
+    fastembed's Muvera with the export's recorded parameters over the vectors served with it."""
+    import json
+
+    site = os.path.join(sys.prefix, "fastembed-site")  # make setup's (requirements-fastembed.txt): not on the path
+    if site not in sys.path:
+        sys.path.append(site)
+    from fastembed.postprocess.muvera import Muvera
+
+    with open(os.path.join(served.repository, name, "1", "export.json"), encoding="utf-8") as handle:
+        recorded = json.load(handle)["muvera"]
+    reference = Muvera(dim=16, k_sim=recorded["k_sim"], dim_proj=recorded["dim_proj"], r_reps=recorded["r_reps"],
+                       random_seed=recorded["seed"])
+    encode = reference.process_query if side == "query" else reference.process_document
+    got = kserve(served, name, side, names=("colbert_vectors", "colbert_length", "muvera"))
+    for i, (vectors, n) in enumerate(zip(got["colbert_vectors"], got["colbert_length"].reshape(-1))):
+        np.testing.assert_allclose(got["muvera"][i], encode(vectors[:n]), atol=1e-5, rtol=0, err_msg=f"{side} {i}")
+
+
 def test_pooling_a_query_is_refused_naming_the_field(served, name):
     status, answer = post(served, "/v1/encode", {"model": name, "input": [QUERY], "input_type": "query",
                                                  "return_dense": False, "return_colbert": True,

@@ -10,6 +10,9 @@ References, written here independently of the model's code:
 The model is test_m3's tiny bge-m3 layout (conftest's build_m3: heads fitted so token vectors are centred and
 differ); the same folder exported again with --outputs dense is the model without ColBERT.
 """
+import json
+import os
+import sys
 import warnings
 
 import httpx
@@ -136,7 +139,8 @@ def test_export_declares_the_compact_outputs_only_with_colbert(m3_server):
     for tensor in (("colbert_vectors_fp16", "TYPE_FP16", "-1, 32"), ("colbert_vectors_int8", "TYPE_INT8", "-1, 32"),
                    ("colbert_vectors_binary", "TYPE_UINT8", "-1, 4")):
         assert tensor in config
-    assert not any("colbert" in name for name, _, _ in declared(f"{DENSE_ONLY}_bls"))
+    assert ("muvera", "TYPE_FP32", "10240") in config  # MUVERA's default parameters: 20 x 2^5 x 16
+    assert not any("colbert" in name or name == "muvera" for name, _, _ in declared(f"{DENSE_ONLY}_bls"))
     assert "colbert_vectors_int8" not in [name for name, _, _ in declared(NAME)]
 
 
@@ -235,3 +239,49 @@ def test_encode_bad_combinations_are_400_naming_the_cause(http, body, param, wor
     assert error["param"] == param, error
     assert all(word in error["message"] for word in words), error
     assert http.post("/v1/encode", json={"model": NAME, "input": "a b c", "return_colbert": True}).status_code == 200
+
+
+# ---------------------------------------------------------------- MUVERA (issue 70 item 1)
+@pytest.fixture(scope="module")
+def fastembed_muvera(m3_server):
+    """fastembed's own Muvera with the parameters the export recorded (its requirements-fastembed.txt folder)."""
+    site = os.path.join(sys.prefix, "fastembed-site")  # make setup's; not on the venv's path (pins)
+    if site not in sys.path:
+        sys.path.append(site)
+    from fastembed.postprocess.muvera import Muvera
+
+    with open(os.path.join(m3_server.repository, NAME, "1", "export.json"), encoding="utf-8") as handle:
+        recorded = json.load(handle)["muvera"]
+    return Muvera(dim=32, k_sim=recorded["k_sim"], dim_proj=recorded["dim_proj"], r_reps=recorded["r_reps"],
+                  random_seed=recorded["seed"]), recorded
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_muvera_is_fastembeds_encoding_of_the_served_colbert_vectors(m3_server, fastembed_muvera, protocol):
+    """NAME_bls's `muvera` equals fastembed's Muvera (the export's recorded parameters and seed) over the ColBERT
+    vectors served in the same answer: process_document by default, process_query with input_type query; pooled
+    vectors encoded as served."""
+    reference, recorded = fastembed_muvera
+    assert recorded == {"k_sim": 5, "dim_proj": 16, "r_reps": 20, "seed": 42, "size": 10240}
+    for parameters, encode in ((None, reference.process_document), ({"input_type": "query"}, reference.process_query),
+                               ({"colbert_pool_factor": 2}, reference.process_document)):
+        got = request(m3_server, protocol, TEXTS, (*COLBERT, "muvera"), parameters)
+        assert got["muvera"].shape == (len(TEXTS), 10240)
+        for i, vectors in enumerate(rows(got)):
+            np.testing.assert_allclose(got["muvera"][i], encode(vectors), atol=1e-5, rtol=0,
+                                       err_msg=f"{parameters} {i}")
+
+
+def test_encode_returns_muvera_as_ensemble_bls_does(m3_server, http):
+    """/v1/encode's return_muvera: each item's `muvera`, what NAME_bls answers for the same side; alone (no ColBERT
+    vectors in the answer) or beside them; a model without ColBERT refuses it naming return_muvera."""
+    for extra, side in (({}, None), ({"input_type": "query", "return_colbert": True}, {"input_type": "query"})):
+        body = {"model": NAME, "input": TEXTS, "return_dense": False, "return_muvera": True, **extra}
+        response = http.post("/v1/encode", json=body)
+        assert response.status_code == 200, response.text
+        data = response.json()["data"]
+        assert set(data[0]) == {"index", "muvera", "truncated", *(["colbert"] if "return_colbert" in extra else [])}
+        kserve = request(m3_server, "grpc", TEXTS, ("muvera",), side)
+        np.testing.assert_allclose([item["muvera"] for item in data], kserve["muvera"], atol=1e-6, rtol=0)
+    response = http.post("/v1/encode", json={"model": DENSE_ONLY, "input": "a b c", "return_muvera": True})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "return_muvera", response.text

@@ -171,7 +171,8 @@ def test_no_dialect_imports_another_dialects_folder():
 # export's kind `embedding`; the answers' fields `num_tokens` and `truncated` (and the bulk output's column); Cohere
 # v1's per-mode `scores`. Those are refused only in the code that handles tensors: the proxy's BLS calls and the bulk
 # client's doors, but for the named parts there that read the HTTP front's JSON.
-OTHER_WORDS = (model_outputs.DENSE, model_outputs.NUM_TOKENS, model_outputs.TRUNCATED, model_outputs.SCORES)
+OTHER_WORDS = (model_outputs.DENSE, model_outputs.NUM_TOKENS, model_outputs.TRUNCATED, model_outputs.SCORES,
+               model_outputs.MUVERA)  # /v1/encode's item field `muvera` too
 TENSOR_CODE = {os.path.join(PROXY, "inference.py"): (), os.path.join(PROJECT, "bulk_embed", "doors.py"): ("HttpDoor",)}
 MODEL_CODE = [os.path.join(PROJECT, "model_source", path) for path in (
     "tokenizer/1/model.py", "tokenizer/1/grouping.py", "tokenizer/image_preprocess.py", "ensemble_bls/1/model.py",

@@ -43,6 +43,7 @@ sys.dont_write_bytecode = True  # the repository may be read-only storage: no __
 from model_library import (
     model_common,
     model_outputs,
+    muvera,
     request_rules,
 )
 from model_library.model_errors import ErrorKind
@@ -73,8 +74,9 @@ UNNORMALIZED = model_outputs.UNNORMALIZED  # the encoder's own output, its -1 di
 PROMPT_PARAMETERS = ("prompt_name", "input_type")
 COLBERT_TYPES = {name: kind.removeprefix("colbert_") for kind, name in model_outputs.COLBERT_COMPACT.items()}
 COLBERT_SOURCES = list(model_outputs.COLBERT)  # what the compact forms are computed from
+MUVERA = model_outputs.MUVERA  # computed here from the ColBERT vectors (model_library/muvera.py)
 # sent only when asked for by name (a request naming none gets the rest)
-ON_REQUEST = {TOKEN_EMBEDDINGS, UNNORMALIZED}
+ON_REQUEST = {TOKEN_EMBEDDINGS, UNNORMALIZED, MUVERA}
 
 
 class TritonPythonModel(model_common.RequestModel):
@@ -96,6 +98,7 @@ class TritonPythonModel(model_common.RequestModel):
         self.tokenizer_outputs = TOKENIZER_OUTPUTS + [n for n in self.outputs if n == QUERY_TRUNCATED]
         self.dimensions, self.ranges = read_vectors_json(os.path.join(args["model_repository"],
                                                                       args["model_version"]))
+        self.muvera = muvera.load(os.path.join(args["model_repository"], args["model_version"]))
         threads = int(parameters.get("bls_threads") or 32)
         self.requests_pool = ThreadPoolExecutor(threads, thread_name_prefix="bls-request")
         self.runs_pool = ThreadPoolExecutor(threads, thread_name_prefix="bls-run")
@@ -160,10 +163,10 @@ class TritonPythonModel(model_common.RequestModel):
         if lookup and model_outputs.SPARSE_COUNT in tokens:
             return self.looked_up(tokens, wanted)
         encoder_outputs = [name for name in wanted if name not in FROM_TOKENIZER and name not in VECTORS
-                           and name not in COLBERT_TYPES]
+                           and name not in COLBERT_TYPES and name != MUVERA]
         if VECTORS & set(wanted):
             encoder_outputs.append(DENSE)  # the quantized forms are computed here from it
-        if COLBERT_TYPES.keys() & set(wanted):
+        if (COLBERT_TYPES.keys() | {MUVERA}) & set(wanted):
             encoder_outputs += [name for name in COLBERT_SOURCES if name not in encoder_outputs]
         results = {name: tokens[name] for name in wanted if name in FROM_TOKENIZER}
         if not encoder_outputs:
@@ -198,7 +201,22 @@ class TritonPythonModel(model_common.RequestModel):
         deadline.check_answer()
         self.vectors(results, wanted, dimensions)
         self.compact_colbert(results, wanted, pool_factor)
+        if MUVERA in wanted:
+            self.encode_muvera(results, request)
         return [pb_utils.Tensor(name, results[name]) for name in wanted]
+
+    def encode_muvera(self, results, request):
+        """MUVERA's encoding of each text's ColBERT vectors as served with it (pooled, where asked): a query's (the
+        request's input_type or prompt_name a query task: request_rules.TASKS) or a document's (the default)."""
+        if self.muvera is None:
+            raise InvalidInput(MUVERA, "is not served: this export has no MUVERA parameters (export it again)",
+                               ErrorKind.NOT_SERVED)
+        parameters = json.loads(request.parameters() or "{}")
+        side = next((request_rules.TASKS.get(parameters.get(key)) for key in ("prompt_name", "input_type")
+                     if request_rules.TASKS.get(parameters.get(key))), "document")
+        vectors, lengths = results[COLBERT_VECTORS], results[COLBERT_LENGTH].reshape(-1)
+        results[MUVERA] = np.stack([muvera.encode(vectors[i, :max(1, int(n))], *self.muvera, side == "document")
+                                    for i, n in enumerate(lengths)])
 
     @staticmethod
     def looked_up(tokens, wanted):

@@ -36,7 +36,7 @@ from .errors import FROM_MODEL, ApiError, ClientError, NotAdmitted, Timeout, Una
 TENSORS = model_outputs.TENSORS
 QUANTIZED = tuple(model_outputs.QUANTIZED)  # the BLS model's outputs (not the ensemble's)
 COLBERT_KINDS = ("colbert", *model_outputs.COLBERT_COMPACT)  # one of them per request
-BLS_ONLY = (*QUANTIZED, *COLBERT_KINDS[1:], "tokens")
+BLS_ONLY = (*QUANTIZED, *COLBERT_KINDS[1:], "tokens", model_outputs.MUVERA)
 PER_TOKEN = model_outputs.PER_TOKEN
 SPARSE_INDICES, SPARSE_VALUES, SPARSE_COUNT = model_outputs.SPARSE
 COLBERT_LENGTH = model_outputs.COLBERT[1]  # beside the ColBERT vectors of every form
@@ -62,6 +62,7 @@ class Embeddings:
     quantized: dict = field(default_factory=dict)  # embedding type -> [rows, width] array
     token_vectors: list | None = None  # per text [tokens, hidden]: the encoder's last hidden state
     unnormalized: np.ndarray | None = None  # [rows, dim]: the pooled vectors before the graph's L2 step
+    muvera: np.ndarray | None = None  # [rows, size]: MUVERA's encoding of each text's ColBERT vectors
 
 
 @dataclass
@@ -205,7 +206,8 @@ class Inference:
             token_vectors=[vectors[:int(n)] for vectors, n in zip(joined[model_outputs.TOKEN_EMBEDDINGS],
                                                                    flat[NUM_TOKENS].reshape(-1))]
             if "tokens" in outputs else None,
-            unnormalized=flat[model_outputs.UNNORMALIZED] if "unnormalized" in outputs else None)
+            unnormalized=flat[model_outputs.UNNORMALIZED] if "unnormalized" in outputs else None,
+            muvera=flat[model_outputs.MUVERA] if model_outputs.MUVERA in outputs else None)
 
     async def tokenize(self, card, texts, param, parameters):
         """Every token of each text (the tokenizer model's tokenize task: not truncated) -> per text [Token]."""

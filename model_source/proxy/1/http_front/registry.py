@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from model_library import model_outputs
 from model_library.model_errors import ErrorKind
 from model_library.parity_report import parity_report
 
@@ -65,6 +66,7 @@ class Card:
     routes: tuple[str, ...] = ()
     # the export's reference check (model_library/parity_report.py), as JSON text: /v1/models and TEI's /info show it
     parity_report: str = "{}"
+    muvera_size: int | None = None  # MUVERA's encoding's width, exports with ColBERT outputs (None: not served)
 
     @property
     def models(self):
@@ -93,7 +95,8 @@ def read_card(repository, name):
             num_labels=manifest.get("num_labels"), served_names=tuple(manifest.get("served_names") or ()),
             labels=tuple(manifest.get("labels") or ()), unnormalized=bool(manifest.get("unnormalized_output")),
             hidden_size=manifest.get("hidden_size"), dimensions=tuple(manifest.get("dimensions") or ()),
-            routes=tuple(manifest.get("routes") or ()), parity_report=json.dumps(parity_report(manifest)))
+            routes=tuple(manifest.get("routes") or ()), parity_report=json.dumps(parity_report(manifest)),
+            muvera_size=(manifest.get(model_outputs.MUVERA) or {}).get("size"))
     except (OSError, ValueError, KeyError):
         return None
 

@@ -6,6 +6,7 @@ import os
 
 from fastapi import Request
 
+from model_library import model_outputs
 from model_library.model_errors import ErrorKind
 
 from .. import dialects, images
@@ -74,7 +75,9 @@ async def encode(request: Request, body: schemas.EncodeRequest):
     """Any combination of dense, sparse ({indices, values}, as Milvus and Qdrant take it) and ColBERT vectors per
     input, from one forward pass (FlagEmbedding's encode(return_dense, return_sparse, return_colbert_vecs)).
     ColBERT: `colbert_pool_factor` pools them (token pooling), `colbert_type` gives them as float (default), fp16,
-    int8 or binary (packed sign bits as 0-255 ints), as ensemble_bls computes them. `input_type` / `prompt_name`: the
+    int8 or binary (packed sign bits as 0-255 ints), as ensemble_bls computes them. `return_muvera`: MUVERA's one
+    vector for the ColBERT vectors (a query's with input_type query, else a document's), to index in a plain vector
+    store. `input_type` / `prompt_name`: the
     prompt, and an inference-free SPLADE model's side (query: the tokenizer model's weight lookup, no encoder run;
     document, the default, as SparseEncoder.encode: the encoder)."""
     texts = shared.check_texts(request, shared.as_list(body.input), "input")
@@ -82,11 +85,20 @@ async def encode(request: Request, body: schemas.EncodeRequest):
     card = shared.select(request, body.model)
     wanted = tuple(kind for kind, flag in (("dense", body.return_dense), ("sparse", body.return_sparse),
                                            ("colbert", body.return_colbert)) if flag)
-    if not wanted:
-        raise ApiError("ask for at least one of return_dense, return_sparse, return_colbert", ErrorKind.INVALID_VALUE)
+    if not wanted and not body.return_muvera:
+        raise ApiError("ask for at least one of return_dense, return_sparse, return_colbert, return_muvera",
+                       ErrorKind.INVALID_VALUE)
     wanted, parameters = colbert_options(card, body, wanted)  # first: its 400 names the compact field
     for kind in wanted:  # the 400 names the client's return_<output> flag
         shared.need(card, kind.split("_")[0], "/v1/encode", f"return_{kind.split('_')[0]}")
+    if body.return_muvera:
+        if not card.muvera_size:
+            raise ApiError(f"model '{card.id}' has no MUVERA encoding: it needs ColBERT vectors (it serves "
+                           f"{', '.join(card.outputs)}), exported by this version", ErrorKind.NOT_SERVED,
+                           "return_muvera")
+        # MUVERA is computed from the ColBERT vectors: asked for with them (the float ones unless a type was asked)
+        wanted = (*wanted, *(() if any(k.startswith("colbert") for k in wanted) else ("colbert",)),
+                  model_outputs.MUVERA)
     parameters = {**(parameters or {}), "input_type": body.input_type, "prompt_name": body.prompt_name}
     result = await shared.embed(request, card, texts, wanted, "input", body.truncate, parameters)
     data = []
@@ -96,8 +108,10 @@ async def encode(request: Request, body: schemas.EncodeRequest):
             item["dense"] = result.dense[i]
         if "sparse" in wanted:
             item["sparse"] = {"indices": result.sparse[i].indices, "values": result.sparse[i].values}
-        if any(kind.startswith("colbert") for kind in wanted):
+        if body.return_colbert:
             item["colbert"] = result.colbert[i]
+        if body.return_muvera:
+            item["muvera"] = result.muvera[i]
         data.append(item)
     return shared.json_response({"object": "list", "data": data, "model": card.id,
                                  "usage": shared.usage(result.tokens.sum())},

@@ -39,6 +39,9 @@ class EncodeRequest(RequestBody):
     return_dense: bool = True
     return_sparse: bool = False
     return_colbert: bool = False
+    return_muvera: bool = Field(False, description=(
+        "MUVERA's fixed-dimensional encoding of the ColBERT vectors (one vector whose dot product approximates "
+        "MaxSim): a query's with input_type query, else a document's; parameters fixed at export"))
     colbert_pool_factor: Count | None = Field(
         None, description="token pooling: about n / factor ColBERT vectors per input (Ward clustering of its "
         "token vectors, each cluster's mean L2-normalized; 1: none)")
@@ -90,6 +93,7 @@ class EncodeItem(BaseModel):
     dense: list[float] | None = None
     sparse: SparseVector | None = None
     colbert: list[list[float]] | list[list[int]] | None = None
+    muvera: list[float] | None = None
     truncated: bool
 
 
