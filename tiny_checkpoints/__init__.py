@@ -826,22 +826,12 @@ def build_remote_bert(folder, seed=114):
 COLBERT_SKIPLIST = list("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")  # string.punctuation, as PyLate writes it
 
 
-def build_colbert(folder, seed=115, out_features=16):
-    """lightonai/answerai-colbert-small-v1 (and colbertv2.0 as PyLate loads it): a PyLate ColBERT folder. BertModel
-    (modules.json: Transformer, then pylate.models.Dense.Dense in 1_Dense: a Linear hidden -> `out_features` without
-    bias or activation, on every token vector); MiniLM's uncased WordPiece; config_sentence_transformers.json as
-    PyLate 1.6 saves it: query_prefix [unused0] and document_prefix [unused1] (tokens of the vocabulary, inserted
-    after [CLS]), query_length 32 (queries padded with [MASK] to it: query expansion, not attended to),
-    document_length 180, the punctuation skiplist, model_type ColBERT."""
+def _pylate_dense(folder, out_features):
+    """PyLate's Dense as it saves it (1_Dense: a Linear HIDDEN -> out_features, no bias, no activation) after the
+    Transformer in modules.json; its weights drawn from torch's seeded generator where the builder stands."""
     import torch
     from safetensors.torch import save_file
-    from transformers import BertModel
 
-    folder = _folder(folder)
-    model = _tiny_bert(BertModel, seed)
-    _save_model(model, folder)
-    _copy_minilm_tokenizer(folder)
-    _transformer_config(folder, 179)
     os.makedirs(os.path.join(folder, "1_Dense"), exist_ok=True)
     save_file({"linear.weight": torch.randn(out_features, HIDDEN) * 0.3},
               os.path.join(folder, "1_Dense", "model.safetensors"), metadata={"format": "pt"})
@@ -849,6 +839,23 @@ def build_colbert(folder, seed=115, out_features=16):
                 {"in_features": HIDDEN, "out_features": out_features, "bias": False,
                  "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False})
     _modules(folder, TRANSFORMER, ("1_Dense", "pylate.models.Dense.Dense"))
+
+
+def build_colbert(folder, seed=115, out_features=16):
+    """lightonai/answerai-colbert-small-v1 (and colbertv2.0 as PyLate loads it): a PyLate ColBERT folder. BertModel
+    (modules.json: Transformer, then pylate.models.Dense.Dense in 1_Dense: a Linear hidden -> `out_features` without
+    bias or activation, on every token vector); MiniLM's uncased WordPiece; config_sentence_transformers.json as
+    PyLate 1.6 saves it: query_prefix [unused0] and document_prefix [unused1] (tokens of the vocabulary, inserted
+    after [CLS]), query_length 32 (queries padded with [MASK] to it: query expansion, not attended to),
+    document_length 180, the punctuation skiplist, model_type ColBERT."""
+    from transformers import BertModel
+
+    folder = _folder(folder)
+    model = _tiny_bert(BertModel, seed)
+    _save_model(model, folder)
+    _copy_minilm_tokenizer(folder)
+    _transformer_config(folder, 179)
+    _pylate_dense(folder, out_features)
     _st_config(folder, similarity="MaxSim", model_type="ColBERT")
     _patch_json(os.path.join(folder, "config_sentence_transformers.json"), query_prefix="[unused0]",
                 document_prefix="[unused1]", query_length=32, document_length=180, attend_to_expansion_tokens=False,
@@ -862,8 +869,6 @@ def build_modern_colbert(folder, seed=116, out_features=16):
     own, "[Q] " and "[D] " (trailing space; the embedding rows grown to hold them, as PyLate saves them), then
     PyLate's Dense (1_Dense, no bias); query_length 32, document_length 300, the punctuation skiplist (pieces of the
     BPE vocabulary where it has them, [UNK] where not: PyLate's convert_tokens_to_ids)."""
-    import torch
-    from safetensors.torch import save_file
     from transformers import AutoTokenizer, ModernBertModel
 
     folder = _folder(folder)
@@ -875,13 +880,7 @@ def build_modern_colbert(folder, seed=116, out_features=16):
     _scale(model, 0.2)
     _save_model(model, folder)
     _transformer_config(folder, 299)
-    os.makedirs(os.path.join(folder, "1_Dense"), exist_ok=True)
-    save_file({"linear.weight": torch.randn(out_features, HIDDEN) * 0.3},
-              os.path.join(folder, "1_Dense", "model.safetensors"), metadata={"format": "pt"})
-    _write_json(os.path.join(folder, "1_Dense", "config.json"),
-                {"in_features": HIDDEN, "out_features": out_features, "bias": False,
-                 "activation_function": "torch.nn.modules.linear.Identity", "use_residual": False})
-    _modules(folder, TRANSFORMER, ("1_Dense", "pylate.models.Dense.Dense"))
+    _pylate_dense(folder, out_features)
     _st_config(folder, similarity="MaxSim")  # no model_type: the pylate module says it
     _patch_json(os.path.join(folder, "config_sentence_transformers.json"), query_prefix="[Q] ", document_prefix="[D] ",
                 query_length=32, document_length=300, attend_to_expansion_tokens=False,
