@@ -106,11 +106,10 @@ def _calls(function, pattern, item, seen):
     return False
 
 
-# The modules that take minutes (seconds of the last full runs, issues 66 and 70), first: pytest-xdist hands modules
-# to its workers in collection order, and one of these started last would run alone at the end of the pass.
-LONGEST_MODULES = ("test_bench_scripts", "test_bench", "test_models", "test_model_families", "test_colbert",
-                   "test_export", "test_bulk_embed", "test_colbert_compact", "test_named_exports", "test_clip",
-                   "test_ragged_batch", "test_hostile", "test_late_chunking")
+# The modules that take minutes (seconds of the last full run, issue 66), first: pytest-xdist hands modules to its
+# workers in collection order, and one of these started last would run alone at the end of the pass.
+LONGEST_MODULES = ("test_bench_scripts", "test_bench", "test_models", "test_model_families", "test_export",
+                   "test_bulk_embed", "test_named_exports", "test_clip", "test_ragged_batch")
 
 
 def module_rank(item):
