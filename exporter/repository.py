@@ -54,7 +54,8 @@ COLBERT_OUTPUTS = [("colbert_vectors_fp16", "TYPE_FP16"), ("colbert_vectors_int8
 # Triton's stub puts on sys.path: every model imports it as everything outside Triton does (`from model_library
 # import model_errors`). in_process.py (running a model's code outside Triton) is never installed.
 LIBRARY_MODULES = ("__init__", "colbert_side", "model_common", "model_errors", "model_outputs", "muvera",
-                   "parity_report", "query_lookup", "request_rules", "tracing", "triton_server", "vector_forms")
+                   "parity_report", "piece_pairs", "query_lookup", "request_rules", "tracing", "triton_server",
+                   "vector_forms")
 LIBRARY = [(os.path.join("model_library", f"{module}.py"), "1/model_library/") for module in LIBRARY_MODULES]
 MODEL_CODE = {
     "tokenizer": [("model_source/tokenizer/config.pbtxt", "config.pbtxt"),

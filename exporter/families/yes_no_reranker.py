@@ -37,6 +37,8 @@ are checked against that code's scoring, transcribed step for step with transfor
 mxbai_v2_scores), at the reference's own max length unless --max-length says otherwise."""
 from dataclasses import dataclass
 
+from model_library.piece_pairs import pair_ids
+
 from .. import fail, read_json
 
 DECODER = True  # its score is read at the last token
@@ -347,23 +349,10 @@ def piece_template(card, tokenizer, config, max_length):
 
 
 def piece_ids(pieces, backend, query, document):
-    """The tokenizer model's rule for a PieceCard (model_source/tokenizer/1/model.py, piece_pairs, the same steps):
+    """The tokenizer model's rule for a PieceCard (model_library/piece_pairs.py, which the tokenizer model runs):
     (token ids, query cut, pair cut)."""
-    q = backend.encode(pieces["query"].format(query=query), add_special_tokens=False).ids
-    query_cut = len(q) > pieces["query_max_length"]
-    q = q[:pieces["query_max_length"]]
-    limit = pieces["document_max_length"]
-    if pieces["document_room"] is not None:
-        limit = min(limit, pieces["document_room"] - len(q))
-    d = backend.encode(pieces["document"].format(document=document), add_special_tokens=False).ids
-    cut = query_cut or len(d) > limit
-    first = (pieces["prefix_ids"] if pieces["prefix_in_pair"] else []) + q
-    second = pieces["separator_ids"] + d[:limit]
-    over = len(first) + len(second) - pieces["pair_max_length"]
-    if 0 < over < len(second):  # 'only_second', as transformers 4 cut it (left whole when it cannot)
-        second, cut = second[:-over], True
-    head = [] if pieces["prefix_in_pair"] else pieces["prefix_ids"]
-    return head + first + second + pieces["suffix_ids"], query_cut, cut
+    return pair_ids(pieces, backend.encode(pieces["query"].format(query=query), add_special_tokens=False).ids,
+                    backend.encode(pieces["document"].format(document=document), add_special_tokens=False).ids)
 
 
 def _only_second(first, second, max_length):

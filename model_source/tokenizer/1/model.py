@@ -64,6 +64,7 @@ from grouping import pad_width, plan_groups, round_up
 from model_library import (
     colbert_side,
     model_common,
+    piece_pairs,
     query_lookup,
     request_rules,
 )
@@ -267,9 +268,8 @@ class TritonPythonModel:
         return encodings, flags
 
     def piece_pairs(self, queries, passages):
-        """A yes/no reranker whose prompt is its reference code's (exporter/families/yes_no_reranker.py, PieceCard;
-        piece_ids there: the same steps): the query and the document formatted and tokenized apart, each cut, the
-        separator and the document cut 'only_second' so the pair fits, the fixed pieces' ids around them."""
+        """A yes/no reranker whose prompt is its reference code's (exporter/families/yes_no_reranker.py, PieceCard):
+        each pair by model_library/piece_pairs.py's rule, which the export checks against the reference too."""
         pieces = self.template["pieces"]
         encoder = self.tokenizer  # cut at the served length, past every piece's own cut: the same first ids
         texts = [pieces["query"].format(query=query) for query in queries]
@@ -277,21 +277,8 @@ class TritonPythonModel:
         encodings, flags = [], []
         for q, d in zip(encoder.encode_batch(texts, add_special_tokens=False),
                         encoder.encode_batch(documents, add_special_tokens=False)):
-            q = q.ids
-            query_cut = len(q) > pieces["query_max_length"]
-            q = q[:pieces["query_max_length"]]
-            limit = pieces["document_max_length"]
-            if pieces["document_room"] is not None:
-                limit = min(limit, pieces["document_room"] - len(q))
-            d = d.ids
-            cut = query_cut or len(d) > limit
-            first = (pieces["prefix_ids"] if pieces["prefix_in_pair"] else []) + q
-            second = pieces["separator_ids"] + d[:limit]
-            over = len(first) + len(second) - pieces["pair_max_length"]
-            if 0 < over < len(second):  # 'only_second', as transformers 4 cut it (left whole when it cannot)
-                second, cut = second[:-over], True
-            head = [] if pieces["prefix_in_pair"] else pieces["prefix_ids"]
-            encodings.append(TemplatePair(head + first + second + pieces["suffix_ids"]))
+            ids, query_cut, cut = piece_pairs.pair_ids(pieces, q.ids, d.ids)
+            encodings.append(TemplatePair(ids))
             flags.append((query_cut, cut))
         return encodings, flags
 
