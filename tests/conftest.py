@@ -141,6 +141,38 @@ def pytest_report_header():
     return f"Python models run on: {MODEL_PYTHON} ({launch.python_version(MODEL_PYTHON)})"
 
 
+FASTEMBED_SITE = os.path.join(sys.prefix, "fastembed-site")  # make setup's (requirements-fastembed.txt)
+FASTEMBED_MUVERA = """
+import json, sys
+import numpy as np
+from fastembed.postprocess.muvera import Muvera
+recorded, dim, path = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+muvera = Muvera(dim=dim, k_sim=recorded["k_sim"], dim_proj=recorded["dim_proj"], r_reps=recorded["r_reps"],
+                random_seed=recorded["seed"])
+with np.load(path) as sets:
+    sides = json.loads(str(sets["sides"]))
+    encodings = [(muvera.process_query if side == "query" else muvera.process_document)(sets[f"v{i}"])
+                 for i, side in enumerate(sides)]
+np.save(path + ".out.npy", np.stack(encodings))
+"""
+
+
+def fastembed_muvera(recorded, dim, sets):
+    """fastembed's own Muvera (export.json's `recorded` parameters, `dim`-wide vectors) over each (vectors, side) of
+    `sets` -> [len(sets), size]. In a process of its own with FASTEMBED_SITE on its PYTHONPATH: fastembed pins
+    huggingface-hub < 2, so that folder is never on the venv's path (nor this process's)."""
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "sets.npz")
+        np.savez(path, sides=json.dumps([side for _, side in sets]),
+                 **{f"v{i}": np.asarray(vectors) for i, (vectors, _) in enumerate(sets)})
+        subprocess.run([sys.executable, "-c", FASTEMBED_MUVERA, json.dumps(recorded), str(dim), path], check=True,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (
+                           FASTEMBED_SITE, os.environ.get("PYTHONPATH"))))}, timeout=120)
+        return np.load(path + ".out.npy")
+
+
 def import_python_model(model, path=None, **fake_attributes):
     """model_source/<model>/1/model.py (or the file at `path`, relative to the project) imported with a fake
     triton_python_backend_utils (unit tests), which is taken out of sys.modules again afterwards."""

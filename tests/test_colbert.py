@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import suite_stats
-from conftest import PROJECT, serve_exports
+from conftest import PROJECT, fastembed_muvera, serve_exports
 from tiny_checkpoints import FAMILIES, build_colbert
 from triton_clients import bytes_input, client, outputs, post, text_input
 
@@ -219,19 +219,12 @@ def test_muvera_of_the_served_vectors_is_fastembeds(served, name, side):
     fastembed's Muvera with the export's recorded parameters over the vectors served with it."""
     import json
 
-    site = os.path.join(sys.prefix, "fastembed-site")  # make setup's (requirements-fastembed.txt): not on the path
-    if site not in sys.path:
-        sys.path.append(site)
-    from fastembed.postprocess.muvera import Muvera
-
     with open(os.path.join(served.repository, name, "1", "export.json"), encoding="utf-8") as handle:
         recorded = json.load(handle)["muvera"]
-    reference = Muvera(dim=16, k_sim=recorded["k_sim"], dim_proj=recorded["dim_proj"], r_reps=recorded["r_reps"],
-                       random_seed=recorded["seed"])
-    encode = reference.process_query if side == "query" else reference.process_document
     got = kserve(served, name, side, names=("colbert_vectors", "colbert_length", "muvera"))
-    for i, (vectors, n) in enumerate(zip(got["colbert_vectors"], got["colbert_length"].reshape(-1))):
-        np.testing.assert_allclose(got["muvera"][i], encode(vectors[:n]), atol=1e-5, rtol=0, err_msg=f"{side} {i}")
+    sets = [(vectors[:n], side) for vectors, n in zip(got["colbert_vectors"], got["colbert_length"].reshape(-1))]
+    np.testing.assert_allclose(got["muvera"], fastembed_muvera(recorded, 16, sets), atol=1e-5, rtol=0,
+                               err_msg=side)
 
 
 def test_pooling_a_query_is_refused_naming_the_field(served, name):

@@ -12,7 +12,6 @@ differ); the same folder exported again with --outputs dense is the model withou
 """
 import json
 import os
-import sys
 import warnings
 
 import httpx
@@ -21,7 +20,7 @@ import pytest
 from scipy.cluster.hierarchy import ClusterWarning, fcluster, linkage
 from tritonclient.utils import InferenceServerException
 
-from conftest import M3_MAX_LENGTH, build_m3, import_python_model, pbtxt, serve_exports
+from conftest import M3_MAX_LENGTH, build_m3, fastembed_muvera, import_python_model, pbtxt, serve_exports
 from triton_clients import PROTOCOLS, VARIED_TEXTS, client, outputs, text_input, url_for
 
 NAME, DENSE_ONLY = "m3", "m3-dense"
@@ -243,33 +242,27 @@ def test_encode_bad_combinations_are_400_naming_the_cause(http, body, param, wor
 
 # ---------------------------------------------------------------- MUVERA (issue 70 item 1)
 @pytest.fixture(scope="module")
-def fastembed_muvera(m3_server):
-    """fastembed's own Muvera with the parameters the export recorded (its requirements-fastembed.txt folder)."""
-    site = os.path.join(sys.prefix, "fastembed-site")  # make setup's; not on the venv's path (pins)
-    if site not in sys.path:
-        sys.path.append(site)
-    from fastembed.postprocess.muvera import Muvera
-
+def recorded_muvera(m3_server):
+    """MUVERA's parameters the export recorded (export.json)."""
     with open(os.path.join(m3_server.repository, NAME, "1", "export.json"), encoding="utf-8") as handle:
-        recorded = json.load(handle)["muvera"]
-    return Muvera(dim=32, k_sim=recorded["k_sim"], dim_proj=recorded["dim_proj"], r_reps=recorded["r_reps"],
-                  random_seed=recorded["seed"]), recorded
+        return json.load(handle)["muvera"]
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_muvera_is_fastembeds_encoding_of_the_served_colbert_vectors(m3_server, fastembed_muvera, protocol):
+def test_muvera_is_fastembeds_encoding_of_the_served_colbert_vectors(m3_server, recorded_muvera, protocol):
     """NAME_bls's `muvera` equals fastembed's Muvera (the export's recorded parameters and seed) over the ColBERT
     vectors served in the same answer: process_document by default, process_query with input_type query; pooled
     vectors encoded as served."""
-    reference, recorded = fastembed_muvera
-    assert recorded == {"k_sim": 5, "dim_proj": 16, "r_reps": 20, "seed": 42, "size": 10240}
-    for parameters, encode in ((None, reference.process_document), ({"input_type": "query"}, reference.process_query),
-                               ({"colbert_pool_factor": 2}, reference.process_document)):
+    assert recorded_muvera == {"k_sim": 5, "dim_proj": 16, "r_reps": 20, "seed": 42, "size": 10240}
+    answers, sets = [], []
+    for parameters, side in ((None, "document"), ({"input_type": "query"}, "query"),
+                             ({"colbert_pool_factor": 2}, "document")):
         got = request(m3_server, protocol, TEXTS, (*COLBERT, "muvera"), parameters)
         assert got["muvera"].shape == (len(TEXTS), 10240)
-        for i, vectors in enumerate(rows(got)):
-            np.testing.assert_allclose(got["muvera"][i], encode(vectors), atol=1e-5, rtol=0,
-                                       err_msg=f"{parameters} {i}")
+        answers.append(got["muvera"])
+        sets += [(vectors, side) for vectors in rows(got)]
+    np.testing.assert_allclose(np.concatenate(answers), fastembed_muvera(recorded_muvera, 32, sets), atol=1e-5,
+                               rtol=0)
 
 
 def test_encode_returns_muvera_as_ensemble_bls_does(m3_server, http):
