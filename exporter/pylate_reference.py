@@ -1,9 +1,10 @@
 """PyLate's own encoder on a ColBERT folder, run as a script in a process of its own: PyLate 1.6 pins
 sentence-transformers 5.3 and transformers <= 5.3, older than the venv's, so requirements-pylate.txt is installed
-with --no-deps into a folder off the venv's path (PYLATE_SITE, default .venv/pylate-site) that only this process puts
-first on sys.path (families/colbert.py starts it). Never imported by the exporter.
+with --no-deps into a folder off the venv's path (PYLATE_SITE, default .venv/pylate-site) that only this process has
+first on its path: families/colbert.py starts it with that folder first on PYTHONPATH. Never imported by the
+exporter.
 
-    python exporter/pylate_reference.py SITE FOLDER TEXTS_JSON OUT_JSON
+    PYTHONPATH=SITE python exporter/pylate_reference.py FOLDER TEXTS_JSON OUT_JSON
 
 OUT_JSON: PyLate's settings as it resolved them (prefix ids, lengths, skiplist ids, the expansion token), and per
 side (query: encode(is_query=True), document: is_query=False) each text's kept token ids and their unit vectors, as
@@ -12,11 +13,10 @@ documents' vectors pooled with pool_factor 2 (document_pooled)."""
 import json
 import sys
 
-site, folder, texts_path, out_path = sys.argv[1:5]
-sys.path.insert(0, site)
+import torch
+from pylate import __version__, models
 
-import torch  # noqa: E402
-from pylate import __version__, models  # noqa: E402
+folder, texts_path, out_path = sys.argv[1:4]
 
 torch.set_num_threads(1)  # a server may run beside it
 with open(texts_path, encoding="utf-8") as handle:

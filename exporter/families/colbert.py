@@ -254,8 +254,9 @@ def run_pylate(folder, texts):
         texts_path, out_path = os.path.join(work, "texts.json"), os.path.join(work, "out.json")
         with open(texts_path, "w", encoding="utf-8") as handle:
             json.dump(list(texts), handle)
-        done = subprocess.run([sys.executable, script, PYLATE_SITE, folder, texts_path, out_path],
-                              capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+        path = os.pathsep.join(filter(None, (PYLATE_SITE, os.environ.get("PYTHONPATH"))))  # PyLate's pins first
+        done = subprocess.run([sys.executable, script, folder, texts_path, out_path], capture_output=True, text=True,
+                              env={**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": path})
         if done.returncode != 0:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             fail(f"the reference (PyLate's encoder, {PYLATE_SITE}) failed: {last}")
