@@ -65,6 +65,7 @@ class ErrorKind(str, Enum):
     MODEL_NOT_READY = "model_not_ready"
     SERVER_EXITED = "server_exited"
     INFERENCE_TIMEOUT = "inference_timeout"
+    TOO_MUCH_WORK = "too_much_work"
     INFERENCE_FAILED = "inference_failed"
     STARTING = "starting"
     MODEL_CONTROL_OFF = "model_control_off"

@@ -122,3 +122,57 @@ def test_the_gate_keeps_a_share_for_light_requests_and_its_rate_through_heavy_on
     for ticket in heavy:
         ticket.close()
     assert gate.refusal(500_000) is None and gate.rate() != pytest.approx(rate)  # the heavy work measured in
+
+
+def measured_gate(now):
+    """A gate on a made-up clock after 2 s of light traffic: a rate of 20,000 per busy second, budget 40,000."""
+    gate = admission.WorkGate(2.0, 256, clock=lambda: now[0])
+    for _ in range(40):
+        ticket = gate.admit(1_000, 60.0)
+        now[0] += 0.05
+        ticket.close()
+    return gate
+
+
+def test_heavy_requests_are_admitted_only_while_they_can_finish_by_their_deadlines():
+    """Issue 69: heavy requests run one at a time until the heavy rate is measured, then as many as finish, at that
+    rate, before the earliest deadline among them; the next is refused with a 429 (retry), never run to a 504."""
+    now = [0.0]
+    gate = measured_gate(now)
+    first = gate.admit(300_000, 60.0)
+    assert first.heavy and gate.heavy_rate() is None
+    refused = gate.refusal(300_000, 60.0)
+    assert refused.retry and "one request at a time" in refused.reason
+    assert gate.refusal(1_000, 60.0) is None  # a light one is not judged so
+    now[0] += 20.0
+    first.close()  # 300,000 in 20 s of heavy work: 15,000 per second
+    assert gate.heavy_rate() == pytest.approx(15_000)
+    second = gate.admit(300_000, 60.0)
+    assert gate.refusal(300_000, 60.0) is None  # both done in 40 s: within both deadlines
+    now[0] += 25.0  # 35 s left to the second's deadline: with a third, 40 s of work in flight
+    refused = gate.refusal(300_000, 60.0)
+    assert refused.retry and "past a deadline" in refused.reason, refused
+    second.close()
+    assert gate.refusal(300_000, 60.0) is None
+
+
+def test_a_request_that_cannot_finish_in_its_time_is_refused_up_front_and_so_is_its_like_after_a_timeout():
+    """Issue 69: at the measured rate, a request over what the server finishes within request_timeout_s is refused
+    before it runs with a Refusal that is not a retry (the proxy's 413 too_much_work), naming its size and the limit.
+    A heavy request that ran past its deadline bounds the heavy rate: the same request is then refused up front,
+    while the reserve for light requests holds (the rate of all work stands)."""
+    now = [0.0]
+    gate = measured_gate(now)
+    refused = gate.refusal(2_000_000, 60.0)  # 100 s at 20,000 per second
+    assert not refused.retry and "2,000,000 bytes" in refused.reason and "request_timeout_s (60 s)" in refused.reason
+    assert gate.refusal(1_000_000, 60.0) is None  # 50 s: it may run (alone)
+    request = admission.RequestAdmission(gate, 1_000_000, 60.0, clock=lambda: now[0])
+    assert request.enter() is None
+    rate = gate.rate()
+    now[0] += 61.0  # it ran to its deadline: answered with the timeout
+    request.close()
+    assert gate.requests == 0 and gate.heavy_rate() < 1_000_000 / 60.0
+    refused = gate.refusal(1_000_000, 60.0)
+    assert refused is not None and not refused.retry, refused
+    assert gate.rate() == pytest.approx(rate) and gate.is_light(1_000) is True  # the reserve holds
+    assert gate.refusal(1_000, 60.0) is None

@@ -22,6 +22,23 @@ when its cost fits in RESERVED_SHARE of the budget, and when one asks, the heavy
 (1 - RESERVED_SHARE) of the budget. Heavy requests are judged as before, against all of it, so a light request is
 never refused for work the heavy ones hold beyond their part, and a load of light requests alone is admitted as
 before.
+The reserve holds while the rate is unknown, stale or collapsing (issue 69: with other work on the cores, heavy
+requests that ran to their deadline cleared the rate, light finishes then measured it toward 0, and 59 of 63 light
+requests were refused): the last rate measured stands until a new one is measured, a request past its deadline is no
+finish, and light finishes beside heavy work are no samples.
+
+Heavy requests are also judged against their deadline (issue 69: three looping 600-sentence /similarity calls on a
+busy machine all ran to a 504), at the rate heavy work finishes (measured apart, between heavy finishes, over the
+time heavy work is in flight):
+- one that cannot finish within request_timeout_s even alone at that rate is refused before it runs, with a 4xx
+  that names its size against what the server finishes in that time (too_much_work: not to be retried as it is);
+- one that would finish, but not together with the heavy work already in flight (theirs and its own deadlines), is
+  refused with a 429 (retry when that work is done); until the heavy rate is measured, heavy requests run one at a
+  time.
+A heavy request past its deadline says the heavy rate is below its cost over its time: that bound stands until a
+heavy finish is measured. Work past its deadline stops being fed at once: each BLS model stops sending pieces at the
+request's deadline and the tokenizer's queue policy drops what waited past it; what 24.07 still runs is the encoder
+call already started (a BLS call cannot be cancelled), at most one piece per request.
 The request's deadline (request_timeout_s from its arrival) is also kept here: every Triton call of the request gets
 what is left of it, so sequential calls cannot take the timeout twice."""
 import contextvars
@@ -35,15 +52,39 @@ REQUEST_SHARE = 0.5  # the most of the budget (admission_target_s x rate) one re
 RESERVED_SHARE = 0.25  # of the budget, kept for light requests (those whose cost fits in it): heavy ones count for
 # at most the rest when a light one asks
 
+HEAVY_WINDOW_S = 120.0  # the heavy rate is measured over this many seconds of heavy busy time (a few heavy finishes)
+EXPIRED_MARGIN = 0.9  # a heavy request past its deadline: the heavy rate is taken as at most this x its cost / its time
+
 _current = contextvars.ContextVar("admission_request", default=None)
+
+
+class Refusal(str):
+    """Why a request is refused: the sentence, and `retry`: True, busy now (429, Retry-After); False, too much work
+    for its deadline at the measured rate (4xx, too_much_work: retrying it as it is would fail again)."""
+
+    def __new__(cls, reason, retry=True):
+        refusal = super().__new__(cls, reason)
+        refusal.retry = retry
+        return refusal
+
+    @property
+    def reason(self):
+        return str(self)
 
 
 class Ticket:
     """One admitted request: it leaves the gate when the request is over and its BLS calls have returned, or at once
     when it is abandoned (client gone, deadline passed)."""
 
-    def __init__(self, gate, cost, light):
+    def __init__(self, gate, cost, light, end=None):
         self.gate, self.cost, self.light, self.calls, self.closed, self.open = gate, cost, light, 0, False, True
+        self.end = end  # its deadline (the gate's clock), None: none known
+        self.admitted_heavy_busy_s = gate.heavy_busy_s  # the gate's heavy busy time when it was admitted
+
+    @property
+    def heavy(self):
+        """Judged against the heavy rate and its deadline: over the reserve (light None, no rate yet: not yet)."""
+        return self.light is False
 
     def hold(self):
         """A BLS call starts; returns the function to call (once or more) when it has returned or was given up."""
@@ -61,12 +102,13 @@ class Ticket:
         self.closed = True
         self._maybe_finish()
 
-    def abandon(self):
-        """Nobody waits for this request's answer any more: it leaves the gate now."""
+    def abandon(self, expired=False):
+        """Nobody waits for this request's answer any more (its client left; expired: its deadline passed): it
+        leaves the gate now."""
         self.closed = True
         if self.open:
             self.open = False
-            self.gate.abandon(self)
+            self.gate.abandon(self, expired)
 
     def _maybe_finish(self):
         if self.closed and self.calls == 0 and self.open:
@@ -89,6 +131,12 @@ class WorkGate:
         self.finished = 0  # cost finished, in all
         self.mark = clock()
         self.samples = deque()  # (busy_s, finished) at each finish, over the last RATE_WINDOW_S of busy time
+        self.last_rate = None  # the rate last measured: it stands while the window is too short to measure one
+        self.heavy_busy_s = 0.0  # time with heavy work in flight, in all
+        self.heavy_finished = 0  # heavy cost finished, in all
+        self.heavy_samples = deque()  # (heavy_busy_s, heavy_finished): a heavy request's start on idle, each finish
+        self.last_heavy_rate = None
+        self.heavy_bound = None  # at most this heavy rate: what a heavy request past its deadline showed
 
     @property
     def requests(self):
@@ -118,14 +166,24 @@ class WorkGate:
         return None if budget is None else cost <= RESERVED_SHARE * budget
 
     def rate(self):
-        """Cost finished per busy second between the window's first and last finish; None while less than
-        MIN_MEASURED_S is measured. Time since the last finish does not count: a job still running is no evidence
-        that the server got slower."""
-        if len(self.samples) < 2:
-            return None
-        (busy0, finished0), (busy1, finished1) = self.samples[0], self.samples[-1]
-        span = busy1 - busy0
-        return (finished1 - finished0) / span if span >= MIN_MEASURED_S else None
+        """Cost finished per busy second between the window's first and last finish; while less than MIN_MEASURED_S
+        is measured (at first, or after work was abandoned), the rate last measured (None: never). Time since the
+        last finish does not count: a job still running is no evidence that the server got slower."""
+        measured = windowed(self.samples)
+        if measured is not None:
+            self.last_rate = measured
+        return self.last_rate
+
+    def heavy_rate(self):
+        """Heavy cost finished per second of heavy work in flight, measured as rate() is from heavy finishes; at most
+        what a heavy request past its deadline showed, until a heavy finish is measured again; None: not known."""
+        measured = windowed(self.heavy_samples)
+        if measured is not None:
+            self.last_heavy_rate, self.heavy_bound = measured, None
+        rate = self.last_heavy_rate
+        if self.heavy_bound is not None:
+            rate = self.heavy_bound if rate is None else min(rate, self.heavy_bound)
+        return rate
 
     def budget(self):
         """admission_target_s x the measured rate: the cost the gate lets in flight (None: no rate yet, or
@@ -144,22 +202,51 @@ class WorkGate:
         rate = self.rate()
         return None if not rate else (self.counted(self.is_light(cost)) + held(cost, self.share())) / rate
 
-    def refusal(self, cost):
-        """Why a request of `cost` is refused now (a sentence), or None: admit it. A request is always admitted when
-        nothing is in flight (a request over the bound on its own would otherwise never run)."""
+    def refusal(self, cost, timeout_s=None):
+        """Why a request of `cost` with `timeout_s` to its deadline is refused now (a Refusal), or None: admit it. A
+        request is always admitted by the work rule when nothing is in flight (a request over the bound on its own
+        would otherwise never run); a heavy one, not when it cannot finish in its time (timeout_s None: no
+        deadline rules)."""
         if len(self.open) >= self.max_requests:
-            return (f"{len(self.open)} requests in progress, the limit is {self.max_requests} "
-                    f"(setting max_concurrent_requests)")
+            return Refusal(f"{len(self.open)} requests in progress, the limit is {self.max_requests} "
+                           f"(setting max_concurrent_requests)")
         self._advance()
         wait = self.wait_s(cost)
         if self.target_s > 0 and self.open and wait is not None and wait > self.target_s:
-            return (f"the work in progress would take {wait:.1f} s to finish, over admission_target_s "
-                    f"({self.target_s:g} s)")
+            return Refusal(f"the work in progress would take {wait:.1f} s to finish, over admission_target_s "
+                           f"({self.target_s:g} s)")
+        if timeout_s is None or self.target_s <= 0 or self.is_light(cost) is not False:
+            return None
+        return self.deadline_refusal(cost, timeout_s)
+
+    def deadline_refusal(self, cost, timeout_s):
+        """A heavy request against its deadline: too much work for it at the heavy rate (4xx), or not with the heavy
+        work in flight (429); None: it can finish in time."""
+        heavy = [t for t in self.open if t.heavy]
+        rate = self.heavy_rate()
+        alone = rate or self.rate()  # before a heavy finish is measured, the rate of all work judges it alone
+        if alone and cost / alone > timeout_s:
+            return Refusal(f"this request is {cost:,} bytes of work, and this server finishes {alone * timeout_s:,.0f} "
+                           f"within request_timeout_s ({timeout_s:g} s) at the rate it works now (it would take "
+                           f"{cost / alone:.0f} s): send fewer or shorter texts per request", retry=False)
+        if not heavy:
+            return None
+        if rate is None:
+            return Refusal("another large request is in progress, and heavy work runs one request at a time until its "
+                           "rate is measured")
+        now = self.clock()
+        done_s = (sum(t.cost for t in heavy) + cost) / rate
+        deadlines = [timeout_s] + [t.end - now for t in heavy if t.end is not None]
+        if done_s > min(deadlines):
+            return Refusal(f"the large requests in progress and this one would take {done_s:.0f} s to finish at the "
+                           f"measured rate, past a deadline (request_timeout_s {timeout_s:g} s)")
         return None
 
-    def admit(self, cost):
+    def admit(self, cost, timeout_s=None):
         self._advance()
-        ticket = Ticket(self, cost, self.is_light(cost))
+        ticket = Ticket(self, cost, self.is_light(cost), None if timeout_s is None else self.clock() + timeout_s)
+        if ticket.heavy and not any(t.heavy for t in self.open) and not self.heavy_samples:
+            self.heavy_samples.append((self.heavy_busy_s, self.heavy_finished))  # heavy work starts: measured from here
         self.open.add(ticket)
         return ticket
 
@@ -170,21 +257,48 @@ class WorkGate:
         # A light request's finish while a heavy one runs is not a sample: the heavy one's progress shows only when it
         # finishes, so the rate between would count the light work alone and fall toward 0 (the budget with it, and
         # every light request would turn heavy). Its cost counts in the next sample, over all the busy time since.
-        if not (ticket.light and any(t.light is False for t in self.open)):
+        if not (ticket.light and any(t.heavy for t in self.open)):
             self.samples.append((self.busy_s, self.finished))
-        while len(self.samples) > 2 and self.samples[-1][0] - self.samples[1][0] >= RATE_WINDOW_S:
-            self.samples.popleft()
+        trim(self.samples, RATE_WINDOW_S)
+        if ticket.heavy:
+            self.heavy_finished += ticket.cost
+            self.heavy_samples.append((self.heavy_busy_s, self.heavy_finished))
+            trim(self.heavy_samples, HEAVY_WINDOW_S)
 
-    def abandon(self, ticket):
+    def abandon(self, ticket, expired=False):
+        """`ticket` leaves unfinished: its client left, or (expired) its deadline passed."""
         self._advance()
         self.open.discard(ticket)
-        self.samples.clear()  # the abandoned work may still run in Triton: measure the rate afresh
+        self.samples.clear()  # the abandoned work may still run in Triton: measure the rate afresh (the last stands)
+        if ticket.heavy:
+            self.heavy_samples.clear()
+            ran_s = self.heavy_busy_s - ticket.admitted_heavy_busy_s
+            if expired and ran_s > 0:  # it did not finish in ran_s: the heavy rate is below its cost over that
+                bound = EXPIRED_MARGIN * ticket.cost / ran_s
+                self.heavy_bound = bound if self.heavy_bound is None else min(self.heavy_bound, bound)
 
     def _advance(self):
         now = self.clock()
         if self.open:
             self.busy_s += now - self.mark
+            if any(t.heavy for t in self.open):
+                self.heavy_busy_s += now - self.mark
         self.mark = now
+
+
+def windowed(samples):
+    """The rate between a window's first and last sample; None while they span less than MIN_MEASURED_S."""
+    if len(samples) < 2:
+        return None
+    (busy0, finished0), (busy1, finished1) = samples[0], samples[-1]
+    span = busy1 - busy0
+    return (finished1 - finished0) / span if span >= MIN_MEASURED_S else None
+
+
+def trim(samples, window_s):
+    """Keep the last window_s of busy time (and two samples at least)."""
+    while len(samples) > 2 and samples[-1][0] - samples[1][0] >= window_s:
+        samples.popleft()
 
 
 class RequestAdmission:
@@ -192,16 +306,17 @@ class RequestAdmission:
     Triton call (`enter`) and shared by all of them (gather's tasks each copy the context, not this object)."""
 
     def __init__(self, gate, cost, timeout_s, clock=time.monotonic):
-        self.gate, self.cost, self.clock = gate, cost, clock
+        self.gate, self.cost, self.clock, self.timeout_s = gate, cost, clock, timeout_s
         self.end = clock() + timeout_s
         self.ticket, self.refused = None, None
 
     def enter(self):
-        """None once admitted (again: a no-op); else the refusal's sentence (the same for every call of it)."""
+        """None once admitted (again: a no-op); else the Refusal (the same for every call of it)."""
         if self.ticket is None and self.refused is None:
-            self.refused = self.gate.refusal(self.cost)
+            left_s = self.left_s()
+            self.refused = self.gate.refusal(self.cost, left_s)
             if self.refused is None:
-                self.ticket = self.gate.admit(self.cost)
+                self.ticket = self.gate.admit(self.cost, left_s)
         return self.refused
 
     def left_s(self):
@@ -211,8 +326,13 @@ class RequestAdmission:
         return self.ticket.hold() if self.ticket is not None else (lambda *_: None)
 
     def close(self):
+        """The request is answered: its cost leaves the gate when its calls have returned; past its deadline (its
+        answer was the timeout), at once, unfinished."""
         if self.ticket is not None:
-            self.ticket.close()
+            if self.left_s() <= 0:
+                self.ticket.abandon(expired=True)
+            else:
+                self.ticket.close()
 
     def abandon(self):
         if self.ticket is not None:

@@ -65,6 +65,8 @@ KINDS = {
     ErrorKind.SERVER_EXITED: Kind(503, DOWN, 503, "Unhealthy", "api", retry_after=2),  # tritonserver is gone
     ErrorKind.OVERLOADED: Kind(429, BUSY, 429, "Overloaded", "api", retry_after=1),  # admission, a model's full queue
     ErrorKind.INFERENCE_TIMEOUT: Kind(504, TIMEOUT, 504, BACKEND, "api"),  # request_timeout_s passed
+    # admission: more work than the server finishes within request_timeout_s at its measured rate (not retried as is)
+    ErrorKind.TOO_MUCH_WORK: Kind(413, INVALID, 413, VALIDATION, "api"),
     ErrorKind.INFERENCE_FAILED: Kind(500, FAULT, 424, BACKEND, "api"),  # a model's internal error
     # the admin routes
     ErrorKind.STARTING: Kind(503, DOWN, 503, "Unhealthy", "admin", retry_after=2),  # tritonserver is still starting
@@ -129,8 +131,9 @@ class Timeout(ApiError):
 
 
 class NotAdmitted(ApiError):
-    """overloaded: admission (admission.py) refused the request at its first Triton call, so nothing of it ran and no
-    model has seen it; what only a model could refuse in it is asked before this is answered (busy.py)."""
+    """overloaded (busy now), or too_much_work (more than the server finishes within the request's deadline):
+    admission (admission.py) refused the request at its first Triton call, so nothing of it ran and no model has seen
+    it; what only a model could refuse in it is asked before this is answered (busy.py)."""
 
 
 def rename_field(error, field):

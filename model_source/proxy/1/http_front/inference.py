@@ -477,11 +477,13 @@ class Inference:
 
 def admit_request():
     """The current HTTP request's admission.RequestAdmission, admitted by its first Triton call (again: a no-op); None
-    outside a request (tests, bench). Refused: overloaded (429, NotAdmitted), the same for every call of the
-    request."""
+    outside a request (tests, bench). Refused (NotAdmitted, the same for every call of the request): overloaded
+    (429), or too_much_work (413: its work cannot finish within its deadline at the measured rate)."""
     admitted = admission.current()
     if admitted is not None and (refused := admitted.enter()) is not None:
-        raise NotAdmitted(f"the server is busy: {refused}; retry", ErrorKind.OVERLOADED)
+        if not refused.retry:
+            raise NotAdmitted(refused.reason, ErrorKind.TOO_MUCH_WORK)
+        raise NotAdmitted(f"the server is busy: {refused.reason}; retry", ErrorKind.OVERLOADED)
     return admitted
 
 
