@@ -3,7 +3,8 @@
 HEAVY clients (3), each a thread with its own connection, loop a legal TEI `POST /similarity` of --heavy-sentences
 (600) sentences of --heavy-words (100) words (consecutive words of Python's reference prose, bench/corpus.py's source,
 each cut to the model's max length if it were longer), honouring Retry-After on 429; a light client sends a 1-text
-`POST /v1/embeddings` every --light-every (1.0) s for --seconds (120), starting once the heavy requests are in flight.
+`POST /v1/embeddings` every --light-every (1.0) s for --seconds (120), starting once the heavy requests are in flight,
+on a fixed schedule (an open loop: a slow answer does not delay the next request).
 Then the heavy clients stop, each once its request in flight is answered (so a request that runs past its deadline
 shows as a 504). Every answer is counted by status and error code: an up-front refusal of a heavy request may be a
 429 (Retry-After) or another 4xx (e.g. too big for the deadline), after which its client waits 1 s, never retrying
@@ -21,6 +22,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -69,6 +71,7 @@ class Tally:
     def __init__(self):
         self.served, self.refused, self.timeouts_504 = [], [], []  # seconds each
         self.codes, self.messages = {}, {}  # "HTTP 429 overloaded" -> count; message -> count (non-200)
+        self.examples = {}  # a message with its numbers as N -> the first one as it came
         self.client_timeouts, self.errors, self.bad_answers = 0, {}, 0
         self.latencies = []  # (status, seconds) of every answer, in order
 
@@ -80,8 +83,9 @@ class Tally:
         code, message = common.error_of(content)
         key = f"HTTP {status} {code}".strip()
         self.codes[key] = self.codes.get(key, 0) + 1
-        message = f"{status}: {message[:120]}"
-        self.messages[message] = self.messages.get(message, 0) + 1
+        reason = f"{status}: " + re.sub(r"\d+(\.\d+)?", "N", message[:160])  # one reason, whatever numbers it names
+        self.messages[reason] = self.messages.get(reason, 0) + 1
+        self.examples.setdefault(reason, f"{status}: {message[:160]}")
         if status == 504:
             self.timeouts_504.append(seconds)
         elif 400 <= status < 500:
@@ -104,6 +108,8 @@ def merge(tallies):
                              (whole.errors, tally.errors)):
             for key, value in theirs.items():
                 mine[key] = mine.get(key, 0) + value
+        for key, value in tally.examples.items():
+            whole.examples.setdefault(key, value)
     return whole
 
 
@@ -134,22 +140,33 @@ def heavy_client(proxy_url, headers, body, sentences, stop, tally):
 
 
 def light_client(client, texts, seconds, every, tally):
-    """One 1-text /v1/embeddings every `every` s (from the last one's start) for `seconds`."""
-    began = time.monotonic()
-    n = 0
-    while time.monotonic() - began < seconds:
+    """One 1-text /v1/embeddings every `every` s for `seconds`, on a fixed schedule (an open loop: each request in a
+    thread of its own, so a slow answer never delays the next request nor thins the sample); returns once every
+    request is answered."""
+    lock = threading.Lock()
+
+    def one(text):
         sent = time.monotonic()
         try:
-            response = client.post("/v1/embeddings", json={"input": [texts[n % len(texts)]]})
-            tally.answer(response.status_code, time.monotonic() - sent, response.content)
+            response = client.post("/v1/embeddings", json={"input": [text]})
+            with lock:
+                tally.answer(response.status_code, time.monotonic() - sent, response.content)
         except httpx.TimeoutException:
-            tally.client_timeouts += 1
-            tally.latencies.append((None, time.monotonic() - sent))
+            with lock:
+                tally.client_timeouts += 1
+                tally.latencies.append((None, time.monotonic() - sent))
         except httpx.HTTPError as error:
-            tally.error(type(error).__name__)
-            tally.latencies.append((None, time.monotonic() - sent))
-        n += 1
-        time.sleep(max(0.0, every - (time.monotonic() - sent)))
+            with lock:
+                tally.error(type(error).__name__)
+                tally.latencies.append((None, time.monotonic() - sent))
+
+    began, threads = time.monotonic(), []
+    for n in range(max(1, int(seconds / every))):
+        time.sleep(max(0.0, began + n * every - time.monotonic()))
+        threads.append(threading.Thread(target=one, args=(texts[n % len(texts)],), daemon=True))
+        threads[-1].start()
+    for thread in threads:
+        thread.join(timeout=LIGHT_TIMEOUT_S + 10)
 
 
 def warm_up(client, texts, seconds):
@@ -178,12 +195,14 @@ def summary(light, heavy, heavy_clients):
                   "max_s": max(light_all, default=float("nan")),
                   "served_p95_s": percentile(light.served, 95), "refused": len(light.refused),
                   "timeouts_504": len(light.timeouts_504), "codes": light.codes,
-                  "refusal_reasons": light.messages, "client_timeouts": light.client_timeouts,
+                  "refusal_reasons": light.messages, "examples": light.examples,
+                  "client_timeouts": light.client_timeouts,
                   "errors": light.errors},
         "heavy": {"requests": len(heavy.latencies), "served": len(heavy.served),
                   "served_per_client": [len(t.served) for t in heavy_clients],
                   "refused_up_front": len(heavy.refused), "timeouts_504": len(heavy.timeouts_504),
-                  "codes": heavy.codes, "messages": heavy.messages, "client_timeouts": heavy.client_timeouts,
+                  "codes": heavy.codes, "messages": heavy.messages, "examples": heavy.examples,
+                  "client_timeouts": heavy.client_timeouts,
                   "errors": heavy.errors, "bad_answers": heavy.bad_answers,
                   "served_p50_s": percentile(heavy.served, 50), "served_p95_s": percentile(heavy.served, 95),
                   "served_max_s": max(heavy.served, default=float("nan")),
@@ -226,7 +245,7 @@ def markdown(result, setup):
         f"{heavy['bad_answers']} bad answers |",
         "",
         "- Latencies: the light client's over every light request, served or not (the target's p95); the heavy "
-        "clients' over the served ones.",
+        "clients' over the served ones. Messages below with their numbers as N (the first as it came in the JSON).",
         f"- Light refusal reasons: {', '.join(f'{k!r} × {v}' for k, v in light['refusal_reasons'].items()) or 'none'}.",
         f"- Heavy answers other than 200: "
         f"{', '.join(f'{k!r} × {v}' for k, v in heavy['messages'].items()) or 'none'}; served per client "
@@ -270,6 +289,8 @@ def main(argv=None):
     with open(os.path.join(repository, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
         manifest = json.load(handle)
     tokenizer = corpus_lib.load_tokenizer(os.path.join(repository, "tokenizer", "1", "tokenizer.json"))
+    tokenizer.no_truncation()  # true counts (the file truncates at the max length): no text over it, as the routes
+    # that take truncate false (TEI's /similarity) would refuse it
     sentences = heavy_sentences(tokenizer, args.heavy_sentences, args.heavy_words, manifest["max_length"])
     tokens = [len(e.ids) for e in tokenizer.encode_batch(sentences)]
     texts = light_texts()

@@ -393,6 +393,8 @@ def main(argv=None):
     with open(os.path.join(repository, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
         manifest = json.load(handle)
     tokenizer = corpus_lib.load_tokenizer(os.path.join(repository, "tokenizer", "1", "tokenizer.json"))
+    tokenizer.no_truncation()  # true counts (the file truncates at the max length): no text over it, as the routes
+    # that take truncate false (TEI's /similarity) would refuse it
     if args.corpus in ("multilingual", "mixed-lengths"):
         build = corpus_lib.multilingual if args.corpus == "multilingual" else corpus_lib.mixed_lengths
         query_texts, passage_texts = build(tokenizer, args.queries, args.passages, max_length=manifest["max_length"])
