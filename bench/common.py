@@ -154,6 +154,24 @@ def wait_for_proxy(port, timeout_s=60):
             time.sleep(0.2)
 
 
+# ---------------------------------------------------------------- answers
+def error_of(content):
+    """(code, message) of an error body in any dialect's shape: OpenAI's and Cohere's {"error": {code, message}},
+    TEI's {error, error_type, code}; ("", the body's start) when it is not JSON."""
+    try:
+        body = json.loads(content)
+    except (ValueError, TypeError):
+        text = content.decode("utf-8", "replace") if isinstance(content, bytes) else str(content)
+        return "", text[:200]
+    if not isinstance(body, dict):
+        return "", str(body)[:200]
+    error = body.get("error")
+    if isinstance(error, dict):
+        return str(error.get("code") or error.get("type") or ""), str(error.get("message") or body.get("message")
+                                                                       or "")
+    return str(body.get("code") or body.get("error_type") or ""), str(error or body.get("message") or "")
+
+
 # ---------------------------------------------------------------- the machine, for the reports
 def machine_info():
     cpu = platform.processor()

@@ -10,9 +10,12 @@ The same Python version + seed + tokenizer gives the same texts (their SHA-256 i
 
 `multilingual()` builds the other kind from bench/data/multilingual.tsv: sentences in 26 languages and scripts, with
 mixed-script lines and a text that is a lone combining mark (its tokens are all special in an English vocabulary).
+`mixed_lengths()` draws from both sources with lengths spread as far as they go (issue 69: a corpus the admission
+gate was not tuned on): one-word queries to passages at the max length, passages that mix scripts.
 """
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -64,16 +67,16 @@ def _count(tokenizer, text):
     return len(tokenizer.encode(text).ids)
 
 
-def _cut(tokenizer, words, target):
+def _cut(tokenizer, words, target, joiner=" "):
     """The longest prefix of `words` within `target` tokens (at least one word), by binary search."""
     lo, hi = 1, len(words)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if _count(tokenizer, " ".join(words[:mid])) <= target:
+        if _count(tokenizer, joiner.join(words[:mid])) <= target:
             lo = mid
         else:
             hi = mid - 1
-    return " ".join(words[:lo])
+    return joiner.join(words[:lo])
 
 
 def _queries(rng, tokenizer, sentences, wanted, token_range, seen, budget):
@@ -182,6 +185,95 @@ def multilingual(tokenizer, queries, passages, seed=0, max_length=512):
     if len(found_queries) < queries or len(found_passages) < passages:
         raise RuntimeError(f"could only build {len(found_queries)} queries and {len(found_passages)} passages")
     found_queries = found_queries[:queries]
+    rng.shuffle(found_queries)
+    rng.shuffle(found_passages)
+    return found_queries, found_passages
+
+
+QUERY_PUNCTUATION = " ,.;:!?()[]\"'«»“”„¿¡。、，！？"
+
+
+def _pieces(language, sentence):
+    """A sentence's words, or its characters for a script written without spaces, and how to join them again."""
+    return (list(sentence), "") if language in UNSPACED else (sentence.split(), " ")
+
+
+def mixed_lengths(tokenizer, queries, passages, seed=0, max_length=512):
+    """The corpus the admission gate was not tuned on (issue 69): lengths spread as far as they go, in English prose
+    (the Python reference, as build() reads it) and the 26 languages of bench/data/multilingual.tsv, half each.
+    `queries`: a quarter one word (one or two characters of an unspaced script), a quarter 2-4 words, the rest a
+    sentence's opening (5 words to the whole sentence), up to 60 tokens;
+    `passages`: a third within 16 tokens of the max length, the rest log-uniform from 8 tokens to it; each from one
+    source: English prose, one language's sentences, or sentences of every language in turn (scripts mixed in one
+    text). Returns (queries, passages), each [{"text", "tokens", "kind"}], shuffled."""
+    rng = random.Random(f"mixed-lengths:{seed}")
+    paragraphs = _paragraphs()
+    english = [s.strip() for p in paragraphs for s in re.split(r"(?<=[.?!])\s+", p) if len(s.split()) >= 3]
+    lines = _multilingual_sentences()
+    by_language = {}
+    for language, sentence in lines:
+        by_language.setdefault(language, []).append(sentence)
+
+    def a_sentence():
+        return ("en", rng.choice(english)) if rng.random() < 0.5 else rng.choice(lines)
+
+    seen, found_queries = set(), []
+    for _ in range(200 * queries):
+        if len(found_queries) >= queries:
+            break
+        language, sentence = a_sentence()
+        pieces, joiner = _pieces(language, sentence)
+        draw = rng.random()
+        if draw < 0.5:  # a word or a few, from anywhere in the sentence
+            n = (rng.randint(1, 2) if joiner == "" else 1) if draw < 0.25 else (
+                rng.randint(3, 8) if joiner == "" else rng.randint(2, 4))
+            start = rng.randrange(max(1, len(pieces) - n + 1))
+            text = joiner.join(pieces[start:start + n]).strip(QUERY_PUNCTUATION)
+        else:  # its opening, as a searcher types it, or all of it
+            text = joiner.join(pieces[:rng.randint(min(5, len(pieces)), len(pieces))])
+        if not text.strip() or text in seen:
+            continue
+        n = _count(tokenizer, text)
+        if n <= min(60, max_length):
+            seen.add(text)
+            found_queries.append({"text": text, "tokens": n, "kind": "query"})
+    found_passages = []
+    for _ in range(200 * passages):
+        if len(found_passages) >= passages:
+            break
+        if rng.random() < 1 / 3:
+            target = rng.randint(max(8, max_length - 16), max_length)
+        else:
+            target = round(math.exp(rng.uniform(math.log(8), math.log(max_length))))
+        source = rng.choice(("english", "language", "mixed"))
+        joiner = " "
+        if source == "english":  # consecutive paragraphs, as build() cuts its passages
+            start = rng.randrange(len(paragraphs))
+            words = []
+            while len(words) <= target:  # a token or more per word: enough words to cut from
+                words += paragraphs[start % len(paragraphs)].split()
+                start += 1
+        elif source == "language":  # one language's sentences, shuffled, again until long enough
+            language = rng.choice(sorted(by_language))
+            words = []
+            while len(words) <= target:
+                own = list(by_language[language])
+                rng.shuffle(own)
+                for sentence in own:
+                    pieces, joiner = _pieces(language, sentence)
+                    words += pieces
+        else:  # a sentence of every kind in turn: scripts mixed within one text
+            words = []
+            while len(words) <= target:
+                language, sentence = a_sentence()
+                words += sentence.split()
+        text = _cut(tokenizer, words, target, joiner)
+        n = _count(tokenizer, text)
+        if text.strip() and n <= max_length and text not in seen:
+            seen.add(text)
+            found_passages.append({"text": text, "tokens": n, "kind": "passage"})
+    if len(found_queries) < queries or len(found_passages) < passages:
+        raise RuntimeError(f"could only build {len(found_queries)} queries and {len(found_passages)} passages")
     rng.shuffle(found_queries)
     rng.shuffle(found_passages)
     return found_queries, found_passages

@@ -1,10 +1,11 @@
 """The bench's other scripts run end to end and produce numbers, each on its own export and server: bench/gpu.py's
-pipeline on CPU, the storage study, the overload and tail scripts, CLIP images and the model families. Apart from
-tests/test_bench.py (make bench's own run) so that pytest-xdist's workers run the two halves side by side.
+pipeline on CPU, the storage study, the overload, fairness and tail scripts, CLIP images and the model families.
+Apart from tests/test_bench.py (make bench's own run) so that pytest-xdist's workers run the two halves side by side.
 
 No timing assertions: this machine is shared and slow; the tests only check that every stage measured something.
 """
 import json
+import os
 import subprocess
 import sys
 
@@ -68,23 +69,59 @@ def test_storage_benchmark_on_a_slice(tmp_path):
 
 
 def test_overload_script_measures_every_route(minilm_repository, tmp_path):
-    """bench/overload.py with 2 and 6 clients for 2 seconds each on 100 queries and 50 passages: every route
-    answered, its vectors checked, the table and the targets printed. One --edit proves the bounds can be changed on
-    the scratch copy."""
+    """bench/overload.py with 2 and 7 clients for 2 seconds each on 100 queries and 50 passages of the corpus the gate
+    was not tuned on (issue 69: mixed-lengths), every route (the heavy /similarity and large rerank too, 12 passages
+    each), the /v1/embeddings requests through the OpenAI SDK, each level beside a background load of one niced busy
+    process: every route answered, its vectors and scores checked, the load's share and the table and the targets
+    printed. One --edit proves the bounds can be changed on the scratch copy."""
+    routes = ("proxy_queries", "proxy_passages", "proxy_rerank", "kserve_query", "kserve_batch", "proxy_similarity",
+              "proxy_rerank_large")
     result = subprocess.run(
-        [sys.executable, "-m", "bench.overload", "--repository", str(minilm_repository), "--clients", "2,6",
+        [sys.executable, "-m", "bench.overload", "--repository", str(minilm_repository), "--clients", "2,7",
          "--seconds", "2", "--queries", "100", "--passages", "50", "--short", "--output", str(tmp_path), "--edit",
-         "ensemble_bls:dynamic_batching { default_queue_policy { max_queue_size: 200 } }"],
+         "ensemble_bls:dynamic_batching { default_queue_policy { max_queue_size: 200 } }", "--corpus",
+         "mixed-lengths", "--routes", ",".join(routes), "--heavy-texts", "12", "--client", "openai",
+         "--background-load", "--background-procs", "1"],
         cwd=PROJECT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert pbtxt.max_queue_size(pbtxt.read(tmp_path / "repository" / "ensemble_bls" / "config.pbtxt")) == 200
     rows = json.loads((tmp_path / "overload.json").read_text())
-    assert [row["clients"] for row in rows] == [2, 6]
+    assert [row["clients"] for row in rows] == [2, 7]
     for row in rows:
         assert row["goodput_texts_s"] > 0 and row["misrouted"] == 0 and not row["errors"], row
+        assert not row["declined"], row  # nothing this small is declined up front
         assert row["rss_mb"][0] > 100 and row["shm_mb"][0] > 0, row  # the server's own footprint was read
-    assert all(p99 > 0 for p99 in rows[-1]["per_route_p99_ms"].values()), rows[-1]  # 6 clients: every route
+        load = row["background"]  # what the busy process got, and it is gone
+        assert load["procs"] == 1 and load["niceness_read"] == [10] and load["cpu_cores"] > 0, load
+        assert not any(os.path.exists(f"/proc/{pid}") for pid in load["pids"]), load
+    assert list(rows[-1]["per_route_p99_ms"]) == list(routes)
+    assert all(p99 > 0 for p99 in rows[-1]["per_route_p99_ms"].values()), rows[-1]  # 7 clients: every route
+    assert rows[0]["setup"]["corpus"] == "mixed-lengths" and "OpenAI SDK" in rows[0]["setup"]["client"]
     assert "0 misrouted" in result.stdout and "| clients |" in result.stdout
+    assert "background load: 1 busy Python process at nice 10" in result.stdout
+
+
+def test_fairness_script_counts_light_and_heavy_answers(minilm_repository, tmp_path):
+    """bench/fairness.py (issue 69) on a tiny scale: two clients looping a /similarity of 20 sentences of 10 words
+    beside a 1-text /v1/embeddings every 0.5 s for 3 s: every answer counted by status, the heavy scores checked, the
+    table and the three targets printed."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.fairness", "--repository", str(minilm_repository), "--seconds", "3",
+         "--heavy-clients", "2", "--heavy-sentences", "20", "--heavy-words", "10", "--light-every", "0.5",
+         "--warmup-s", "1", "--heavy-lead-s", "0.5", "--short", "--output", str(tmp_path)],
+        cwd=PROJECT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = json.loads((tmp_path / "fairness.json").read_text())
+    light, heavy = run["light"], run["heavy"]
+    assert light["requests"] >= 4 and light["served"] + light["refused"] == light["requests"], light
+    assert not light["errors"] and not light["client_timeouts"] and not light["timeouts_504"], light
+    assert heavy["served"] >= 1 and heavy["bad_answers"] == 0 and not heavy["errors"], heavy
+    assert heavy["served"] + heavy["refused_up_front"] + heavy["timeouts_504"] == heavy["requests"], heavy
+    assert len(heavy["served_per_client"]) == 2 and run["setup"]["background"] is None
+    assert set(run["checks"]) == {"light >= 95 % served", "light p95 <= 3 s",
+                                  "heavy: 0 HTTP 504 and no client timeout (each served or refused up front)"}
+    assert "| light: 1-text `/v1/embeddings` every 0.5 s |" in result.stdout
+    assert "| heavy: 2 × `/similarity` of 20 × 10 words |" in result.stdout and "light p95 <= 3 s" in result.stdout
 
 
 def test_tail_script_measures_every_door_with_another_export_loaded(minilm_repository, tiny_xlmr_dir, tmp_path):
