@@ -97,11 +97,16 @@ WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", 
          "bamboo", "in", "the", "quiet", "forest"]
 
 
+KEYED_TIMEOUT_S = 30
+
+
 @pytest.fixture(scope="module")
 def keyed_server(minilm_repository, tmp_path_factory):
-    """The shipped configs, keys on, a short request timeout: the abandoned work ends within the test."""
+    """The shipped configs, keys on, a short request timeout: the abandoned work ends within the test. 30 s: the
+    heavy request (~15 s of work at a 2-core rate) must not be refused up front as too much work for its deadline
+    (issue 69), the rate it is judged at being measured on a sequential client's light requests."""
     running = start_server(minilm_repository, tmp_path_factory.mktemp("keyed_server"),
-                           extra_env={"API_KEY": "k3y", "PROXY_REQUEST_TIMEOUT_S": "20"})
+                           extra_env={"API_KEY": "k3y", "PROXY_REQUEST_TIMEOUT_S": str(KEYED_TIMEOUT_S)})
     wait_for_proxy(running)
     yield running
     stop_server(running)
@@ -157,8 +162,8 @@ def test_a_heavy_request_left_by_its_client_locks_nobody_out(keyed_server):
                 time.sleep(0.2)
         leaver.join()
         print(f"after the client left: first 200 after {served_at} s ({after})")
-        # its encoder runs already queued still run, ahead of this one: within the request timeout (20 s) + slack
-        assert served_at is not None and served_at < 20 + 5, after
+        # its encoder runs already queued still run, ahead of this one: within the request timeout + slack
+        assert served_at is not None and served_at < KEYED_TIMEOUT_S + 5, after
         # the next similarity is served within the request timeout (the rerank model stopped feeding the other)
         small = client.post("/similarity", json={"inputs": {"source_sentence": "a", "sentences": ["b", "c"]}},
                             headers=key)

@@ -202,11 +202,11 @@ class WorkGate:
         rate = self.rate()
         return None if not rate else (self.counted(self.is_light(cost)) + held(cost, self.share())) / rate
 
-    def refusal(self, cost, timeout_s=None):
+    def refusal(self, cost, timeout_s=None, limit_s=None):
         """Why a request of `cost` with `timeout_s` to its deadline is refused now (a Refusal), or None: admit it. A
         request is always admitted by the work rule when nothing is in flight (a request over the bound on its own
         would otherwise never run); a heavy one, not when it cannot finish in its time (timeout_s None: no
-        deadline rules)."""
+        deadline rules). limit_s: request_timeout_s, as the refusal names it (default timeout_s)."""
         if len(self.open) >= self.max_requests:
             return Refusal(f"{len(self.open)} requests in progress, the limit is {self.max_requests} "
                            f"(setting max_concurrent_requests)")
@@ -217,17 +217,17 @@ class WorkGate:
                            f"({self.target_s:g} s)")
         if timeout_s is None or self.target_s <= 0 or self.is_light(cost) is not False:
             return None
-        return self.deadline_refusal(cost, timeout_s)
+        return self.deadline_refusal(cost, timeout_s, timeout_s if limit_s is None else limit_s)
 
-    def deadline_refusal(self, cost, timeout_s):
+    def deadline_refusal(self, cost, timeout_s, limit_s):
         """A heavy request against its deadline: too much work for it at the heavy rate (4xx), or not with the heavy
         work in flight (429); None: it can finish in time."""
         heavy = [t for t in self.open if t.heavy]
         rate = self.heavy_rate()
         alone = rate or self.rate()  # before a heavy finish is measured, the rate of all work judges it alone
         if alone and cost / alone > timeout_s:
-            return Refusal(f"this request is {cost:,} bytes of work, and this server finishes {alone * timeout_s:,.0f} "
-                           f"within request_timeout_s ({timeout_s:g} s) at the rate it works now (it would take "
+            return Refusal(f"this request is {cost:,} bytes of work, and this server finishes {alone * limit_s:,.0f} "
+                           f"within request_timeout_s ({limit_s:g} s) at the rate it works now (it would take "
                            f"{cost / alone:.0f} s): send fewer or shorter texts per request", retry=False)
         if not heavy:
             return None
@@ -239,7 +239,7 @@ class WorkGate:
         deadlines = [timeout_s] + [t.end - now for t in heavy if t.end is not None]
         if done_s > min(deadlines):
             return Refusal(f"the large requests in progress and this one would take {done_s:.0f} s to finish at the "
-                           f"measured rate, past a deadline (request_timeout_s {timeout_s:g} s)")
+                           f"measured rate, past a deadline (request_timeout_s {limit_s:g} s)")
         return None
 
     def admit(self, cost, timeout_s=None):
@@ -314,7 +314,7 @@ class RequestAdmission:
         """None once admitted (again: a no-op); else the Refusal (the same for every call of it)."""
         if self.ticket is None and self.refused is None:
             left_s = self.left_s()
-            self.refused = self.gate.refusal(self.cost, left_s)
+            self.refused = self.gate.refusal(self.cost, left_s, self.timeout_s)
             if self.refused is None:
                 self.ticket = self.gate.admit(self.cost, left_s)
         return self.refused
