@@ -628,7 +628,10 @@ def test_proxy_refuses_work_over_admission_target_after_auth_and_validation():
             guard_layer = client.app.app  # MetricsMiddleware -> HttpGuard
             gate = guard_layer.gate
             gate.samples.extend([(gate.busy_s - 10.0, gate.finished - 1000), (gate.busy_s, gate.finished)])
-            # measured: 100 cost per busy second; budget 200, one request counts 100 at most: two fill it
+            gate.heavy_samples.extend([(gate.heavy_busy_s - 10.0, gate.heavy_finished - 1000),
+                                       (gate.heavy_busy_s, gate.heavy_finished)])
+            # measured: 100 cost per busy second, heavy work's too (else heavy requests run one at a time); budget
+            # 200, one request counts 100 at most: two fill it
             first = [asyncio.ensure_future(http.post("/v1/embeddings", json={"input": "x " * 50}, headers=key))
                      for _ in range(2)]
             while len(held) < 2:
