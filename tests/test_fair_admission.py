@@ -220,3 +220,23 @@ def test_a_request_that_cannot_finish_in_its_time_gets_a_413_before_it_runs(shor
         assert openai.status_code == 413 and openai.json()["error"]["code"] == "too_much_work", openai.text[:300]
         small = client.post("/similarity", json={"inputs": {"source_sentence": "a panda", "sentences": sentences[:4]}})
         assert small.status_code == 200 and len(small.json()) == 4, small.text[:300]
+
+
+def test_retry_after_follows_the_refusals_per_admission():
+    """Issue 69: 200 clients told to retry after 1 s sent seven refused requests per answered one, CPU taken from the
+    work; Retry-After is the refusals per admission over the last seconds, 1 s to MAX_RETRY_AFTER_S."""
+    now = [0.0]
+    gate = measured_gate(now)
+    held = [gate.admit(20_000, 60.0) for _ in range(2)]  # the budget (40,000) full
+    first = gate.refusal(20_000, 60.0)
+    assert first.retry and first.retry_after_s == 1  # one refusal beside 42 admissions
+    for _ in range(200):
+        refused = gate.refusal(20_000, 60.0)
+    assert refused.retry_after_s == 5  # 201 refusals, 42 admissions
+    for _ in range(200):
+        refused = gate.refusal(20_000, 60.0)
+    assert refused.retry_after_s == admission.MAX_RETRY_AFTER_S
+    now[0] += admission.RETRY_WINDOW_S + 1  # the window passes: back to 1 s
+    assert gate.refusal(20_000, 60.0).retry_after_s == 1
+    for ticket in held:
+        ticket.close()

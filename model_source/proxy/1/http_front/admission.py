@@ -39,6 +39,8 @@ A heavy request past its deadline says the heavy rate is below its cost over its
 heavy finish is measured. Work past its deadline stops being fed at once: each BLS model stops sending pieces at the
 request's deadline and the tokenizer's queue policy drops what waited past it; what 24.07 still runs is the encoder
 call already started (a BLS call cannot be cancelled), at most one piece per request.
+A refusal's Retry-After is the refusals per admission over the last RETRY_WINDOW_S, 1 to MAX_RETRY_AFTER_S: a
+client that waits it comes back about when it can be admitted, instead of spending the cores' time on refusals.
 The request's deadline (request_timeout_s from its arrival) is also kept here: every Triton call of the request gets
 what is left of it, so sequential calls cannot take the timeout twice."""
 import contextvars
@@ -52,6 +54,8 @@ REQUEST_SHARE = 0.5  # the most of the budget (admission_target_s x rate) one re
 RESERVED_SHARE = 0.25  # of the budget, kept for light requests (those whose cost fits in it): heavy ones count for
 # at most the rest when a light one asks
 
+RETRY_WINDOW_S = 5.0  # Retry-After follows the refusals per admission over this many seconds...
+MAX_RETRY_AFTER_S = 8  # ...up to this
 HEAVY_WINDOW_S = 120.0  # the heavy rate is measured over this many seconds of heavy busy time (a few heavy finishes)
 EXPIRED_MARGIN = 0.9  # a heavy request past its deadline: the heavy rate is taken as at most this x its cost / its time
 
@@ -64,7 +68,7 @@ class Refusal(str):
 
     def __new__(cls, reason, retry=True):
         refusal = super().__new__(cls, reason)
-        refusal.retry = retry
+        refusal.retry, refusal.retry_after_s = retry, 1
         return refusal
 
     @property
@@ -137,6 +141,8 @@ class WorkGate:
         self.heavy_samples = deque()  # (heavy_busy_s, heavy_finished): a heavy request's start on idle, each finish
         self.last_heavy_rate = None
         self.heavy_bound = None  # at most this heavy rate: what a heavy request past its deadline showed
+        self.decisions = deque()  # (time, admitted) of each request's admission, over the last RETRY_WINDOW_S
+        self.refused_now = 0  # refusals among them
 
     @property
     def requests(self):
@@ -207,6 +213,12 @@ class WorkGate:
         request is always admitted by the work rule when nothing is in flight (a request over the bound on its own
         would otherwise never run); a heavy one, not when it cannot finish in its time (timeout_s None: no
         deadline rules). limit_s: request_timeout_s, as the refusal names it (default timeout_s)."""
+        refused = self._refusal(cost, timeout_s, limit_s)
+        if refused is not None and refused.retry:
+            refused.retry_after_s = self._retry_after()
+        return refused
+
+    def _refusal(self, cost, timeout_s, limit_s):
         if len(self.open) >= self.max_requests:
             return Refusal(f"{len(self.open)} requests in progress, the limit is {self.max_requests} "
                            f"(setting max_concurrent_requests)")
@@ -218,6 +230,21 @@ class WorkGate:
         if timeout_s is None or self.target_s <= 0 or self.is_light(cost) is not False:
             return None
         return self.deadline_refusal(cost, timeout_s, timeout_s if limit_s is None else limit_s)
+
+    def _decided(self, admitted):
+        now = self.clock()
+        self.decisions.append((now, admitted))
+        self.refused_now += not admitted
+        while self.decisions and self.decisions[0][0] < now - RETRY_WINDOW_S:
+            self.refused_now -= not self.decisions.popleft()[1]
+
+    def _retry_after(self):
+        """Seconds a refused client should wait (Retry-After): the refusals per admission of the last few seconds,
+        1 to MAX_RETRY_AFTER_S. With 200 clients and 1 s, each answered request cost seven refused ones (issue 69),
+        CPU taken from the work on the same cores; a client that waits so long is admitted about once it retries."""
+        self._decided(False)
+        admitted = len(self.decisions) - self.refused_now
+        return int(min(MAX_RETRY_AFTER_S, max(1, round(self.refused_now / max(1, admitted)))))
 
     def deadline_refusal(self, cost, timeout_s, limit_s):
         """A heavy request against its deadline: too much work for it at the heavy rate (4xx), or not with the heavy
@@ -244,6 +271,7 @@ class WorkGate:
 
     def admit(self, cost, timeout_s=None):
         self._advance()
+        self._decided(True)
         ticket = Ticket(self, cost, self.is_light(cost), None if timeout_s is None else self.clock() + timeout_s)
         if ticket.heavy and not any(t.heavy for t in self.open) and not self.heavy_samples:
             self.heavy_samples.append((self.heavy_busy_s, self.heavy_finished))  # heavy work starts: measured from here

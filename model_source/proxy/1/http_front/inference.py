@@ -483,7 +483,8 @@ def admit_request():
     if admitted is not None and (refused := admitted.enter()) is not None:
         if not refused.retry:
             raise NotAdmitted(refused.reason, ErrorKind.TOO_MUCH_WORK)
-        raise NotAdmitted(f"the server is busy: {refused.reason}; retry", ErrorKind.OVERLOADED)
+        raise NotAdmitted(f"the server is busy: {refused.reason}; retry", ErrorKind.OVERLOADED,
+                          retry_after=refused.retry_after_s)
     return admitted
 
 
