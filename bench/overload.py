@@ -10,8 +10,9 @@ and two heavy routes that --routes may add (issue 69), each of --heavy-texts pas
 --routes lists the routes a client takes in turn (a route named twice is taken twice as often), or names a mix:
 heavy-share (the HTTP front: 8 turns, of them 1 /similarity and 1 large rerank).
 A refused request (HTTP 429/503, gRPC UNAVAILABLE / RESOURCE_EXHAUSTED) is counted with the time it took to be
-refused, and its client waits Retry-After (1 s) as a well-behaved client does; another 4xx (a request declined up
-front, e.g. too big for the deadline) is counted by status and error code, and its client waits 1 s too. Every vector
+refused, and its client waits the answer's Retry-After (1 s without one: gRPC) as a well-behaved client does
+(the OpenAI SDK's retries wait it); another 4xx (a request declined up front, e.g. too big for the deadline) is
+counted by status and error code, and its client waits 1 s too. Every vector
 is compared with the one the same text got on a quiet server before the run (cosine >= 0.9999; rerank and
 /similarity: scores within 1e-4 of the reference vectors' dot products): anything else counts as misrouted. RSS
 (tritonserver and its stubs) and the /dev/shm regions they map are sampled every 5 s.
@@ -34,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -96,6 +98,14 @@ def footprint_mb(pid):
     return rss / 1024, shm / 2**20
 
 
+def retry_after_s(headers):
+    """Seconds of an answer's Retry-After (delay-seconds form), 1 when it has none or another form."""
+    try:
+        return max(0.0, float(headers.get("retry-after", "1")))
+    except ValueError:
+        return 1.0
+
+
 # ---------------------------------------------------------------- one run
 class Level:
     """What N clients saw over one run."""
@@ -138,6 +148,7 @@ class Level:
 class Workload:
     def __init__(self, queries, passages, reference, model, proxy_url, grpc_url, admin_key, routes=ROUTES,
                  heavy_texts=48, client="aiohttp"):
+        self.retry_after = {}  # a client task's last Retry-After (seconds)
         self.queries, self.passages, self.reference, self.routes = queries, passages, reference, routes
         self.model, self.proxy_url, self.grpc_url = model, proxy_url, grpc_url
         self.heavy_texts, self.client, self.admin_key = heavy_texts, client, admin_key
@@ -152,6 +163,7 @@ class Workload:
 
     async def proxy(self, session, path, body):
         async with session.post(self.proxy_url + path, data=json.dumps(body), headers=self.headers) as response:
+            self.retry_after[id(asyncio.current_task())] = retry_after_s(response.headers)
             return response.status, await response.read()
 
     async def embed(self, session, sdk, texts):
@@ -166,6 +178,7 @@ class Workload:
         except openai.APITimeoutError:
             raise asyncio.TimeoutError() from None
         except openai.APIStatusError as error:
+            self.retry_after[id(asyncio.current_task())] = retry_after_s(error.response.headers)
             return error.status_code, error.response.content
         except openai.APIConnectionError as error:
             raise aiohttp.ClientError(f"OpenAI SDK: {error}") from None
@@ -273,7 +286,8 @@ class Workload:
                 while time.monotonic() < end:
                     route = self.routes[n % len(self.routes)]
                     if await self.one(route, n, session, grpc, level, sdk) == "back off":
-                        await asyncio.sleep(1.0)  # Retry-After
+                        # the answer's Retry-After, as a well-behaved client (the OpenAI SDK's retries) waits it
+                        await asyncio.sleep(self.retry_after.pop(id(asyncio.current_task()), 1.0))
                     n += clients
 
             async def sample():
@@ -332,6 +346,50 @@ def client_line(client):
     return "every request from this script's loop (aiohttp; tritonclient's gRPC aio), one process, one event loop"
 
 
+# A probe in a process of its own: a 1-text /v1/embeddings every PROBE_EVERY_S, timed by a client whose event loop
+# carries nothing else (the load generator's own loop, 200 clients on the same cores, adds its lag to every latency
+# it measures; the probe's say what the server answered, refusals and admitted requests alike).
+PROBE_EVERY_S = 0.25
+PROBE = """
+import json, sys, time, urllib.request, urllib.error
+url, seconds, every, headers = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), json.loads(sys.argv[4])
+body = json.dumps({"input": ["a probe of the server's answer time"]}).encode()
+seen, end = [], time.monotonic() + seconds
+while time.monotonic() < end:
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, body, headers), timeout=120) as answer:
+            answer.read()
+            status = answer.status
+    except urllib.error.HTTPError as error:
+        status = error.code
+    except OSError:
+        status = 0
+    seen.append((status, time.monotonic() - started))
+    time.sleep(max(0.0, every - (time.monotonic() - started)))
+print(json.dumps(seen))
+"""
+
+
+def start_probe(proxy_url, seconds, headers):
+    return subprocess.Popen([sys.executable, "-c", PROBE, proxy_url + "/v1/embeddings", str(seconds),
+                             str(PROBE_EVERY_S), json.dumps(headers)], stdout=subprocess.PIPE, text=True)
+
+
+def probe_row(process):
+    """The probe's answers: how many, refused (429/503) with their p95 / p99 ms, answered with their p50 / p99 ms."""
+    out, _ = process.communicate(timeout=300)
+    seen = json.loads(out or "[]")
+    refused = [s for status, s in seen if status in REFUSED_HTTP]
+    answered = [s for status, s in seen if status == 200]
+
+    def p(values, q):
+        return float(np.percentile(values, q)) * 1000 if values else float("nan")
+    return {"requests": len(seen), "refused": len(refused), "refused_p95_ms": p(refused, 95),
+            "refused_p99_ms": p(refused, 99), "answered": len(answered), "answered_p50_ms": p(answered, 50),
+            "answered_p99_ms": p(answered, 99), "other": len(seen) - len(refused) - len(answered)}
+
+
 def notes(rows, setup):
     """The run's setting under its table: the corpus, the routes, the load generator, the background load per level,
     and what was declined up front."""
@@ -343,6 +401,13 @@ def notes(rows, setup):
     for row in rows:
         lines.append(f"- {row['clients']} clients: " + (row["background"]["line"] if row.get("background")
                                                         else "background load: off") + ".")
+        if row.get("probe"):
+            probe = row["probe"]
+            lines.append(f"  - probe (a 1-text request every {PROBE_EVERY_S:g} s from a process of its own): "
+                         f"{probe['requests']} sent, {probe['refused']} refused in {probe['refused_p95_ms']:.1f} / "
+                         f"{probe['refused_p99_ms']:.1f} ms (p95 / p99), {probe['answered']} answered in "
+                         f"{probe['answered_p50_ms']:.0f} / {probe['answered_p99_ms']:.0f} ms (p50 / p99), "
+                         f"{probe['other']} other.")
         if row.get("declined"):
             lines.append(f"  - declined up front (4xx other than 429): "
                          f"{', '.join(f'{k} × {v}' for k, v in sorted(row['declined'].items()))}.")
@@ -426,7 +491,9 @@ def main(argv=None):
                 time.sleep(5)  # what was admitted drains before the next level
             progress(f"{n} clients for {args.seconds:g} s" + (f", {load.describe_settings()}" if load else ""))
             with background_load.running(load):  # each level beside its own load, stopped before the next
+                probe = start_probe(proxy_url, args.seconds, workload.headers)
                 row = asyncio.run(workload.run(n, args.seconds, server.pid))
+                row["probe"] = probe_row(probe)
             row["background"] = load.report() if load else None
             row["setup"] = setup
             rows.append(row)

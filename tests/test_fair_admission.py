@@ -30,7 +30,7 @@ HEAVY_SENTENCES = 600  # several pieces of the rerank model's 256
 HEAVY_WORDS = 40  # per sentence (the report's had ~100: 30-44 s a request; the same gate, a shorter test)
 WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "while", "a", "panda", "eats",
          "bamboo", "in", "the", "quiet", "forest"]
-LIGHT_S = 45.0  # how long the light client sends, while the heavy clients loop
+LIGHT_S = 30.0  # how long the light client sends, while the heavy clients loop (60 requests: 3 may fail)
 LIGHT_EVERY_S = 0.5
 
 
@@ -240,3 +240,28 @@ def test_retry_after_follows_the_refusals_per_admission():
     assert gate.refusal(20_000, 60.0).retry_after_s == 1
     for ticket in held:
         ticket.close()
+
+
+def test_the_served_target_is_a_few_typical_requests_time_within_admission_target_s():
+    """Issue 69: the gate admits TARGET_REQUESTS typical requests' time (the median cost of the last finished ones at
+    the measured rate), between MIN_TARGET_S and admission_target_s: 40 ms requests queue 0.4 s, not 2 s."""
+    now = [0.0]
+    gate = admission.WorkGate(2.0, 256, clock=lambda: now[0], target_requests=10)
+    assert gate.target() == 2.0  # nothing measured yet
+    for _ in range(50):  # 1,000 per 0.04 s: 25,000 per second, a typical request 0.04 s
+        ticket = gate.admit(1_000)
+        now[0] += 0.04
+        ticket.close()
+    assert gate.target() == pytest.approx(0.4) and gate.budget() == pytest.approx(10_000)
+    held = [gate.admit(1_000) for _ in range(10)]
+    refused = gate.refusal(1_000)
+    assert refused.retry and "admission target (0.4 s, at most admission_target_s 2 s)" in refused, refused
+    for ticket in held:
+        ticket.close()
+    slow = admission.WorkGate(2.0, 256, clock=lambda: now[0], target_requests=10)
+    for _ in range(5):  # 1,000 per 1 s: a typical request 1 s, 10 of them over admission_target_s
+        ticket = slow.admit(1_000)
+        now[0] += 1.0
+        ticket.close()
+    assert slow.target() == 2.0
+    assert admission.WorkGate(2.0, 256, target_requests=None).target() == 2.0
