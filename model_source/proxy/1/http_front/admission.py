@@ -1,8 +1,9 @@
 """Admission by work (WorkGate), decided at a request's first Triton call: after its key, its JSON and its fields
 have been checked, so a request that can never succeed gets its 401/4xx, never a 429 to retry.
 
-A new request is refused at once (429) when the work already in flight would take longer than `admission_target_s`
-to finish at the rate the server has recently finished work (Little's law: wait = work in flight / completion
+A new request is refused at once (429) when the work already in flight would take longer than the admission target
+(sixteen typical requests' time, within [MIN_TARGET_S, admission_target_s]: target()) to finish at the rate the server has
+recently finished work (Little's law: wait = work in flight / completion
 rate), or when max_concurrent_requests requests are admitted. A bound in requests is the wrong unit when requests
 differ 10x in size; a fixed bound in tokens is right for one model on one machine only; the rate is measured, so the
 bound follows the model and the hardware.
@@ -56,7 +57,7 @@ RESERVED_SHARE = 0.25  # of the budget, kept for light requests (those whose cos
 
 RETRY_WINDOW_S = 5.0  # Retry-After follows the refusals per admission over this many seconds...
 MAX_RETRY_AFTER_S = 8  # ...up to this
-TARGET_REQUESTS = 10  # the served gate's target: this many typical requests' time, at most admission_target_s...
+TARGET_REQUESTS = 16  # the served gate's target: this many typical requests' time, at most admission_target_s...
 MIN_TARGET_S = 0.25  # ...and at least this
 TYPICAL_OF = 64  # a typical request: the median cost of this many last finished
 HEAVY_WINDOW_S = 120.0  # the heavy rate is measured over this many seconds of heavy busy time (a few heavy finishes)
