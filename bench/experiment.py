@@ -11,6 +11,7 @@ Each --edit is MODEL:TEXT, ModelConfig text merged into MODEL/config.pbtxt of th
 the copy's config is then written without its comments. The project's current model code replaces the copy's.
 """
 import argparse
+import json
 import os
 import sys
 
@@ -18,6 +19,21 @@ from bench import common, loadgen
 from bench import corpus as corpus_lib
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def scratch_export(source_arg, output, edits, progress):
+    """The export to measure (--repository, or the default one) copied into output/repository with the --edit
+    changes: (that repository, its export.json, its tokenizer untruncated: true counts, as the routes that take
+    truncate false refuse a text over the max length)."""
+    source, _ = common.find_export(source_arg, progress)
+    os.makedirs(output, exist_ok=True)
+    repository = common.scratch_repository(source, os.path.join(output, "repository"))
+    edit_configs(repository, edits)
+    with open(os.path.join(repository, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    tokenizer = corpus_lib.load_tokenizer(os.path.join(repository, "tokenizer", "1", "tokenizer.json"))
+    tokenizer.no_truncation()
+    return repository, manifest, tokenizer
 
 
 def edit_configs(repository, edits):

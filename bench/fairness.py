@@ -32,7 +32,7 @@ import numpy as np
 
 from bench import background_load, common
 from bench import corpus as corpus_lib
-from bench.experiment import edit_configs
+from bench.experiment import scratch_export
 from model_library.triton_server import secret
 
 CLIENT_TIMEOUT_S = 300  # past the proxy's request_timeout_s (60): its 504 shows, not the client's own give-up
@@ -282,15 +282,7 @@ def main(argv=None):
     parser.add_argument("--short", action="store_true", help="a smoke: the server killed at the end, not drained")
     args = parser.parse_args(argv)
 
-    source, _ = common.find_export(args.repository, progress)
-    os.makedirs(args.output, exist_ok=True)
-    repository = common.scratch_repository(source, os.path.join(args.output, "repository"))
-    edit_configs(repository, args.edit)
-    with open(os.path.join(repository, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
-        manifest = json.load(handle)
-    tokenizer = corpus_lib.load_tokenizer(os.path.join(repository, "tokenizer", "1", "tokenizer.json"))
-    tokenizer.no_truncation()  # true counts (the file truncates at the max length): no text over it, as the routes
-    # that take truncate false (TEI's /similarity) would refuse it
+    repository, manifest, tokenizer = scratch_export(args.repository, args.output, args.edit, progress)
     sentences = heavy_sentences(tokenizer, args.heavy_sentences, args.heavy_words, manifest["max_length"])
     tokens = [len(e.ids) for e in tokenizer.encode_batch(sentences)]
     texts = light_texts()

@@ -46,7 +46,7 @@ from tritonclient.utils import InferenceServerException
 
 from bench import background_load, common
 from bench import corpus as corpus_lib
-from bench.experiment import edit_configs
+from bench.experiment import scratch_export
 from model_library.triton_server import process_table, secret
 
 ROUTES = ("proxy_queries", "proxy_passages", "proxy_rerank", "kserve_query", "kserve_batch")  # the default mix
@@ -451,15 +451,7 @@ def main(argv=None):
         parser.error(f"--routes: unknown {sorted(set(routes) - set(ROUTES + HEAVY_ROUTES))}; known: "
                      f"{', '.join(ROUTES + HEAVY_ROUTES)}, or a mix: {', '.join(MIXES)}")
 
-    source, _ = common.find_export(args.repository, progress)
-    os.makedirs(args.output, exist_ok=True)
-    repository = common.scratch_repository(source, os.path.join(args.output, "repository"))
-    edit_configs(repository, args.edit)
-    with open(os.path.join(repository, "ensemble", "1", "export.json"), encoding="utf-8") as handle:
-        manifest = json.load(handle)
-    tokenizer = corpus_lib.load_tokenizer(os.path.join(repository, "tokenizer", "1", "tokenizer.json"))
-    tokenizer.no_truncation()  # true counts (the file truncates at the max length): no text over it, as the routes
-    # that take truncate false (TEI's /similarity) would refuse it
+    repository, manifest, tokenizer = scratch_export(args.repository, args.output, args.edit, progress)
     if args.corpus in ("multilingual", "mixed-lengths"):
         build = corpus_lib.multilingual if args.corpus == "multilingual" else corpus_lib.mixed_lengths
         query_texts, passage_texts = build(tokenizer, args.queries, args.passages, max_length=manifest["max_length"])
