@@ -2,11 +2,11 @@
 have been checked, so a request that can never succeed gets its 401/4xx, never a 429 to retry.
 
 A new request is refused at once (429) when the work already in flight would take longer than the admission target
-(sixteen typical requests' time, within [MIN_TARGET_S, admission_target_s]: target()) to finish at the rate the server has
-recently finished work (Little's law: wait = work in flight / completion
-rate), or when max_concurrent_requests requests are admitted. A bound in requests is the wrong unit when requests
-differ 10x in size; a fixed bound in tokens is right for one model on one machine only; the rate is measured, so the
-bound follows the model and the hardware.
+(sixteen typical requests' time, within [MIN_TARGET_S, admission_target_s]: target()) to finish at the rate the
+server has recently finished work (Little's law: wait = work in flight / completion rate), or when
+max_concurrent_requests requests are admitted. A bound in requests is the wrong unit when requests differ 10x in size;
+a fixed bound in tokens is right for one model on one machine only; the rate is measured, so the bound follows the
+model and the hardware.
 
 A request's cost is its body's size plus REQUEST_COST (texts, documents and images arrive in the body, so its size
 follows the work). The rate is in the same unit, so the unit cancels out. Three rules keep one request from turning
@@ -39,7 +39,7 @@ time heavy work is in flight):
 A heavy request past its deadline says the heavy rate is below its cost over its time: that bound stands until a
 heavy finish is measured. Work past its deadline stops being fed at once: each BLS model stops sending pieces at the
 request's deadline and the tokenizer's queue policy drops what waited past it; what 24.07 still runs is the encoder
-call already started (a BLS call cannot be cancelled), at most one piece per request.
+call already started (a BLS call cannot be cancelled): a rerank model's piece, a BLS model's group.
 A refusal's Retry-After is the refusals per admission over the last RETRY_WINDOW_S, 1 to MAX_RETRY_AFTER_S: a
 client that waits it comes back about when it can be admitted, instead of spending the cores' time on refusals.
 The request's deadline (request_timeout_s from its arrival) is also kept here: every Triton call of the request gets
