@@ -287,7 +287,8 @@ class Workload:
                     route = self.routes[n % len(self.routes)]
                     if await self.one(route, n, session, grpc, level, sdk) == "back off":
                         # the answer's Retry-After, as a well-behaved client (the OpenAI SDK's retries) waits it
-                        await asyncio.sleep(self.retry_after.pop(id(asyncio.current_task()), 1.0))
+                        wait = self.retry_after.pop(id(asyncio.current_task()), 1.0)
+                        await asyncio.sleep(min(wait, max(0.0, end - time.monotonic())))  # not past the level
                     n += clients
 
             async def sample():

@@ -80,7 +80,8 @@ def test_proxy_refuses_excess_with_429_and_answers_the_rest(bounded_server, expe
     print(f"\nproxy: {statuses.count(200)} answered, {statuses.count(429)} refused of {CLIENTS} at once")
     assert set(statuses) == {200, 429}, statuses
     refusals = [r.json()["error"] for r in responses if r.status_code == 429]
-    assert all(r.headers["retry-after"] == "1" for r in responses if r.status_code == 429)
+    # Retry-After: the refusals per admission of the last seconds (issue 69), 1 s to 8 s
+    assert all(1 <= int(r.headers["retry-after"]) <= 8 for r in responses if r.status_code == 429)
     assert {e["code"] for e in refusals} == {"overloaded"}
     # the proxy's own bound (4 at once), and Triton's queue behind it (2 waiting)
     assert any("max_concurrent_requests" in e["message"] for e in refusals), refusals[:3]

@@ -69,16 +69,16 @@ def test_storage_benchmark_on_a_slice(tmp_path):
 
 
 def test_overload_script_measures_every_route(minilm_repository, tmp_path):
-    """bench/overload.py with 2 and 7 clients for 2 seconds each on 100 queries and 50 passages of the corpus the gate
+    """bench/overload.py with 2 and 7 clients for 4 seconds each on 100 queries and 50 passages of the corpus the gate
     was not tuned on (issue 69: mixed-lengths), every route (the heavy /similarity and large rerank too, 12 passages
     each), the /v1/embeddings requests through the OpenAI SDK, each level beside a background load of one niced busy
-    process: every route answered, its vectors and scores checked, the load's share and the table and the targets
-    printed. One --edit proves the bounds can be changed on the scratch copy."""
+    process: every light route answered and a heavy one at least, vectors and scores checked, the load's share and
+    the table and the targets printed. One --edit proves the bounds can be changed on the scratch copy."""
     routes = ("proxy_queries", "proxy_passages", "proxy_rerank", "kserve_query", "kserve_batch", "proxy_similarity",
               "proxy_rerank_large")
     result = subprocess.run(
         [sys.executable, "-m", "bench.overload", "--repository", str(minilm_repository), "--clients", "2,7",
-         "--seconds", "2", "--queries", "100", "--passages", "50", "--short", "--output", str(tmp_path), "--edit",
+         "--seconds", "4", "--queries", "100", "--passages", "50", "--short", "--output", str(tmp_path), "--edit",
          "ensemble_bls:dynamic_batching { default_queue_policy { max_queue_size: 200 } }", "--corpus",
          "mixed-lengths", "--routes", ",".join(routes), "--heavy-texts", "12", "--client", "openai",
          "--background-load", "--background-procs", "1"],
@@ -95,7 +95,14 @@ def test_overload_script_measures_every_route(minilm_repository, tmp_path):
         assert load["procs"] == 1 and load["niceness_read"] == [10] and load["cpu_cores"] > 0, load
         assert not any(os.path.exists(f"/proc/{pid}") for pid in load["pids"]), load
     assert list(rows[-1]["per_route_p99_ms"]) == list(routes)
-    assert all(p99 > 0 for p99 in rows[-1]["per_route_p99_ms"].values()), rows[-1]  # 7 clients: every route
+    # 7 clients, one per route: every light route answered. The two heavy routes' clients compete for heavy work, run
+    # one request at a time until its rate is measured (issue 69): one may be refused (429) throughout a short level
+    # while the other loops, so one of them at least is answered, and the other refused, never failed.
+    last = rows[-1]
+    heavy = ("proxy_similarity", "proxy_rerank_large")
+    assert all(p99 > 0 for route, p99 in last["per_route_p99_ms"].items() if route not in heavy), last
+    assert any(last["per_route_p99_ms"][route] > 0 for route in heavy), last
+    assert all(last["per_route_p99_ms"][route] > 0 or last["per_route_refused"][route][0] > 0 for route in heavy), last
     assert rows[0]["setup"]["corpus"] == "mixed-lengths" and "OpenAI SDK" in rows[0]["setup"]["client"]
     assert "0 misrouted" in result.stdout and "| clients |" in result.stdout
     assert "background load: 1 busy Python process at nice 10" in result.stdout
