@@ -35,7 +35,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 EXPORT_ARGS = $(if $(REPOSITORY),--repository $(REPOSITORY)) $(if $(MODEL),--model "$(MODEL)") $(if $(NAME),--name "$(NAME)") \
 	$(if $(OPEN_CLIP),--open-clip "$(OPEN_CLIP)") $(if $(PRETRAINED),--pretrained "$(PRETRAINED)")
 
-.PHONY: setup tools py310 export remove-export serve embed test test-unit lint bench onnxruntime-backend clean
+.PHONY: setup tools py310 export remove-export serve embed test test-unit lint bench bench-full-size onnxruntime-backend clean
 
 setup: $(VENV)/.installed
 
@@ -124,6 +124,13 @@ test: setup tools py310 lint
 
 bench: setup
 	$(PY) -m bench.run $(BENCH_ARGS)
+
+# The default model at its real size on CPU (bench/full_size.py): a random-weight bge-m3-layout folder (2.3 GB),
+# its export (~5 min, 8 GiB peak) and its measurement against the in-process ceiling (~8 min) -> docs/overload.md.
+bench-full-size: setup
+	@[ -f bench/results/full_size/bge-m3/model.safetensors ] || $(PY) -m bench.full_size build
+	@[ -f bench/results/full_size/repository/ensemble/1/export.json ] || $(PY) -m bench.full_size export
+	$(PY) -m bench.full_size measure $(BENCH_ARGS)
 
 # Triton's own C++ onnxruntime backend (r24.07, CPU) built from its public sources against a released ONNX Runtime
 # (needs network access to GitHub and npm): .triton/onnxruntime-backend/, then `make serve ONNXRUNTIME_BACKEND=...`

@@ -2,6 +2,7 @@
 start, and the configs' parameters. Imports nothing from the other bench modules, so any of them may import it."""
 import glob
 import json
+import lzma
 import os
 import platform
 import shutil
@@ -23,6 +24,19 @@ RESULTS = os.path.join(PROJECT, "bench", "results")
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 EXPORTED_MODELS = ("tokenizer", "embedding", "ensemble", "ensemble_bls", "rerank", "late_chunking", "proxy",
                    "supervisor")
+
+
+XLMR_TOKENIZER = os.path.join(PROJECT, "tests", "fixtures", "xlmr-tokenizer")  # bge-m3's (README.md there)
+
+
+def write_xlmr_tokenizer(folder):
+    """tests/fixtures/xlmr-tokenizer into `folder`, its tokenizer.json decompressed: the tokenizer of the XLM-R
+    checkpoints the bench builds (random weights, no network)."""
+    with lzma.open(os.path.join(XLMR_TOKENIZER, "tokenizer.json.xz")) as packed, \
+            open(os.path.join(folder, "tokenizer.json"), "wb") as out:
+        shutil.copyfileobj(packed, out)
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copyfile(os.path.join(XLMR_TOKENIZER, name), os.path.join(folder, name))
 
 
 # ---------------------------------------------------------------- ports

@@ -11,7 +11,6 @@ and the encoder take turns, which the echo models do not: --rate-limit on measur
 """
 import argparse
 import json
-import lzma
 import os
 import shutil
 import sys
@@ -21,7 +20,6 @@ from bench import common, loadgen
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 QUERIES = os.path.join(PROJECT, "bench", "data", "queries.json")  # perf_analyzer input data, one text per entry
-XLMR_TOKENIZER = os.path.join(PROJECT, "tests", "fixtures", "xlmr-tokenizer")
 TINY_MODEL = "2-layer 64-wide XLM-R"  # what tiny_model builds, as the report names it
 ECHO_MODEL = '''import triton_python_backend_utils as pb_utils
 
@@ -61,11 +59,7 @@ def tiny_model(folder):
     config = XLMRobertaConfig(vocab_size=250002, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                               intermediate_size=128, max_position_embeddings=514)
     XLMRobertaModel(config).eval().save_pretrained(folder)
-    with lzma.open(os.path.join(XLMR_TOKENIZER, "tokenizer.json.xz")) as packed, \
-            open(os.path.join(folder, "tokenizer.json"), "wb") as out:
-        shutil.copyfileobj(packed, out)
-    for name in ("tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copyfile(os.path.join(XLMR_TOKENIZER, name), os.path.join(folder, name))
+    common.write_xlmr_tokenizer(folder)
 
 
 def write_model(repository, name, config, code=None):

@@ -203,6 +203,18 @@ def render(template, **values):
     return header + "\n" + string.Template("\n".join(lines)).substitute(values)
 
 
+LONG_CONTEXT = 512  # above this max length (tokens), the encoder gives its CPU arena back after each run
+
+
+def arena_shrinkage(max_length):
+    """The encoder config's arena line: onnxruntime gives its CPU arena's unused memory back after each run for a model
+    of over LONG_CONTEXT tokens, whose one run can take gigabytes (issue 71: bge-m3's 8,192-token text, 11 GiB, kept
+    for good); below, the arena is kept: what a run takes is small, and giving it back cost 8 % on MiniLM's batches."""
+    if max_length > LONG_CONTEXT:
+        return 'parameters { key: "memory.enable_memory_arena_shrinkage" value: { string_value: "cpu:0" } }'
+    return f"# (the arena is kept: max length {max_length}, at most {LONG_CONTEXT} tokens)"
+
+
 def triton_dims(dims, sizes):
     """Config dims from OUTPUT_TENSORS' ("D" the embedding's size, "H" the hidden size, "C" ColBERT's: `sizes`)."""
     return ", ".join(str(sizes.get(d, d)) for d in dims)
@@ -243,7 +255,8 @@ def write_configs(staging, names, outputs, sizes, warmup, max_length, encoder_on
     os.makedirs(encoder_dir, exist_ok=True)
     budget = tokenizer_parameter("max_batch_tokens")
     values = {"outputs": ",\n".join(encoder_lines), "short_tokens": warmup[0], "long_tokens": warmup[1],
-              "max_batch_tokens": budget, "encoder_inputs": encoder_inputs(ragged)}
+              "max_batch_tokens": budget, "encoder_inputs": encoder_inputs(ragged),
+              "arena_shrinkage": arena_shrinkage(max_length)}
     with open(os.path.join(encoder_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render(os.path.join(MODEL_SOURCE, "embedding", "config.pbtxt.template"), **values))
     write_gpu_configs(encoder_dir, values, max_length, int(budget), ragged)
@@ -387,7 +400,8 @@ def write_cross_encoder_configs(staging, names, labels, warmup, max_length):
                          '  { name: "query_truncated", data_type: TYPE_BOOL, dims: [ 1 ] }']
     budget = tokenizer_parameter("max_batch_tokens")
     values = {"outputs": ",\n".join(declared), "short_tokens": warmup[0], "long_tokens": warmup[1],
-              "max_batch_tokens": budget, "encoder_inputs": encoder_inputs()}
+              "max_batch_tokens": budget, "encoder_inputs": encoder_inputs(),
+              "arena_shrinkage": arena_shrinkage(max_length)}
     renders = [(encoder, "embedding/config.pbtxt.template", values),
                (ensemble, "ensemble/pairs.pbtxt.template", {"tokenizer": tokenizer, "encoder": encoder,
                                                             "outputs": ",\n".join(public)}),

@@ -278,7 +278,7 @@ def bls_call(infer, admit_request):
         if admit and not request.admitted:  # the first admitted call decides (admit_request: then a no-op)
             request.admitted = True
             with span("admission", **{"triton_embed.model": card.id}):
-                admit_request()
+                admit_request(card, inputs)
         from opentelemetry.trace import SpanKind
 
         texts = sum(_rows(inputs[name]) for name in ("text", "documents", "image") if name in inputs)

@@ -4,7 +4,7 @@ Triton 2.48 serves a model whose config says `backend: "onnxruntime"` with
 `<backend-directory>/onnxruntime/model.py` when no `libtriton_onnxruntime.so` is there
 (the nvidia-pytriton wheel has none). In the tritonserver container the real backend is
 found first, so this file never shadows it. It honours the same config.pbtxt: the
-`default_model_filename`, the ORT thread parameters, and the dynamic batcher's batches
+`default_model_filename`, the ORT thread parameters and arena shrinkage, and the dynamic batcher's batches
 (requests arrive unstacked here, so rows are concatenated and run as one batch, like the
 real backend does), and ragged batching: an input with `allow_ragged_batch` goes to the graph
 flat, every request's elements back to back, with the config's batch inputs beside it (only
@@ -34,6 +34,10 @@ class TritonPythonModel:
         options.intra_op_num_threads = int(_parameter(config, "intra_op_thread_count", 0))
         options.inter_op_num_threads = int(_parameter(config, "inter_op_thread_count", 0))
         self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.run_options = ort.RunOptions()  # the real backend's run option parameter, as it passes it on
+        shrinkage = _parameter(config, "memory.enable_memory_arena_shrinkage", "")
+        if shrinkage:
+            self.run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", shrinkage)
         self.input_names = [i["name"] for i in config["input"]]
         self.output_names = [o["name"] for o in config["output"]]
         self.ragged = {i["name"] for i in config["input"] if i.get("allow_ragged_batch")}
@@ -69,7 +73,7 @@ class TritonPythonModel:
             asked = set().union(*(requests[i].requested_output_names() for i in group))
             names = [n for n in self.output_names if n in asked] or self.output_names
             try:
-                outputs = self.session.run(names, batch)
+                outputs = self.session.run(names, batch, self.run_options)
             except Exception as error:  # noqa: BLE001 - ORT raises many types; report each to its requests
                 for i in group:
                     responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(f"onnxruntime: {error}"))

@@ -2,14 +2,16 @@
 have been checked, so a request that can never succeed gets its 401/4xx, never a 429 to retry.
 
 A new request is refused at once (429) when the work already in flight would take longer than the admission target
-(sixteen typical requests' time, within [MIN_TARGET_S, admission_target_s]: target()) to finish at the rate the
+(sixteen typical requests' time, at least MIN_TARGET_S, at most admission_target_s or, when more, DEADLINE_SHARE of
+request_timeout_s: target()) to finish at the rate the
 server has recently finished work (Little's law: wait = work in flight / completion rate), or when
 max_concurrent_requests requests are admitted. A bound in requests is the wrong unit when requests differ 10x in size;
 a fixed bound in tokens is right for one model on one machine only; the rate is measured, so the bound follows the
 model and the hardware.
 
 A request's cost is its body's size plus REQUEST_COST (texts, documents and images arrive in the body, so its size
-follows the work). The rate is in the same unit, so the unit cancels out. Three rules keep one request from turning
+follows the work), plus what attention adds to its long texts (attention_cost: quadratic in a text's length). The
+rate is in the same unit, so the unit cancels out. Three rules keep one request from turning
 the gate against everyone (issue 49: one legal 1 MB /similarity whose client left refused every client for 137 s):
 - the rate is measured between finishes only: a long job with no finish leaves it as it was, instead of driving it
   toward 0 and the estimated wait toward infinity;
@@ -59,6 +61,9 @@ RETRY_WINDOW_S = 5.0  # Retry-After follows the refusals per admission over this
 MAX_RETRY_AFTER_S = 8  # ...up to this
 TARGET_REQUESTS = 16  # the served gate's target: this many typical requests' time, at most admission_target_s...
 MIN_TARGET_S = 0.25  # ...and at least this
+DEADLINE_SHARE = 0.5  # ...or, when a typical request is slow (bge-m3 on CPU), at most this x request_timeout_s
+TOKEN_BYTES = 4  # a token's length in UTF-8 bytes, about: the attention term of a text's cost (attention_cost)...
+ATTENTION_WIDTHS = 1.5  # ...n^2 / (this x the model's width) tokens more for a text of n tokens
 TYPICAL_OF = 64  # a typical request: the median cost of this many last finished
 HEAVY_WINDOW_S = 120.0  # the heavy rate is measured over this many seconds of heavy busy time (a few heavy finishes)
 EXPIRED_MARGIN = 0.9  # a heavy request past its deadline: the heavy rate is taken as at most this x its cost / its time
@@ -132,11 +137,13 @@ def held(cost, share):
 class WorkGate:
     """Used from the HTTP server's event loop only (no locks)."""
 
-    def __init__(self, target_s, max_requests, clock=time.monotonic, target_requests=None):
+    def __init__(self, target_s, max_requests, clock=time.monotonic, target_requests=None, timeout_s=None):
         """target_s: admission_target_s (0: admission by work off); target_requests: the target is that many typical
-        requests' time at the measured rate, between MIN_TARGET_S and target_s (None: target_s itself)."""
+        requests' time at the measured rate, between MIN_TARGET_S and target_s (None: target_s itself), or up to
+        DEADLINE_SHARE x timeout_s (request_timeout_s; None: target_s) when that is more."""
         self.target_s, self.max_requests, self.clock = target_s, max_requests, clock
         self.target_requests = target_requests
+        self.ceiling_s = target_s if timeout_s is None else max(target_s, DEADLINE_SHARE * timeout_s)
         self.recent_costs = deque(maxlen=TYPICAL_OF)  # the last finished requests' costs
         self.typical_cost = None  # their median
         self.open = set()  # tickets admitted and not finished (at most max_requests)
@@ -208,13 +215,15 @@ class WorkGate:
 
     def target(self):
         """The wait the gate admits, in seconds: admission_target_s, or (target_requests) that many typical requests'
-        time at the measured rate within [MIN_TARGET_S, admission_target_s]: a queue of a few requests of the served
-        model, whatever it costs (issue 69: with MiniLM, 2 s was 40 requests queued; 200 clients got p99 8x that of 8
-        clients, 0.5 s gave 1.3x and more goodput)."""
+        time at the measured rate, at least MIN_TARGET_S, at most admission_target_s or, when more, DEADLINE_SHARE of
+        request_timeout_s: a queue of a few requests of the served model, whatever it costs. Issue 69: with MiniLM,
+        2 s was 40 requests queued; 200 clients got p99 8x that of 8 clients, 0.5 s gave 1.3x and more goodput.
+        Issue 71: bge-m3 on 2 CPU cores takes ~2 s a passage, so 2 s refused 4 clients' passages 4 times in 5; half
+        the timeout queues them, each admitted one still finishing within its deadline."""
         rate = self.last_rate
         if self.target_requests is None or not rate or self.typical_cost is None:
             return self.target_s
-        return min(self.target_s, max(MIN_TARGET_S, self.target_requests * self.typical_cost / rate))
+        return min(self.ceiling_s, max(MIN_TARGET_S, self.target_requests * self.typical_cost / rate))
 
     def share(self):
         """The most of the budget one request's cost holds (None: no budget)."""
@@ -246,7 +255,11 @@ class WorkGate:
         target = self.target()
         if self.target_s > 0 and self.open and wait is not None and wait > target:
             return Refusal(f"the work in progress would take {wait:.1f} s to finish, over the admission target "
-                           f"({target:.2g} s, at most admission_target_s {self.target_s:g} s)")
+                           f"({target:.2g} s: {self.target_requests} typical requests' time, at most "
+                           f"{self.ceiling_s:g} s, admission_target_s or half of request_timeout_s when more)"
+                           if self.target_requests else
+                           f"the work in progress would take {wait:.1f} s to finish, over admission_target_s "
+                           f"({self.target_s:g} s)")
         if timeout_s is None or self.target_s <= 0 or self.is_light(cost) is not False:
             return None
         return self.deadline_refusal(cost, timeout_s, timeout_s if limit_s is None else limit_s)
@@ -336,6 +349,28 @@ class WorkGate:
         self.mark = now
 
 
+def attention_cost(texts, hidden_size, max_length=None):
+    """What attention adds to texts' cost, in body bytes: a text of n tokens costs each layer about 12 h^2 n
+    multiply-adds in its matrices (the linear part: its bytes) and 2 h n^2 in attention, which runs slower per
+    multiply-add on CPU, the more so the longer the text (memory-bound): measured with bge-m3 on 2 cores, a 4,096-token
+    text took 2.9x its tokens' time at 256 tokens a text (the multiply-adds say 1.7x), a 1,024-token one 1.3x. So
+    n^2 / (ATTENTION_WIDTHS h) tokens more, fitted at the long end where a refusal is decided, from the text's bytes
+    (TOKEN_BYTES a token): bge-m3's 8,192 tokens cost 6.3x their bytes (they run ~70 s on 2 cores, past a 60 s timeout;
+    a cost linear in bytes judged them at 15-40 s, issue 71), MiniLM's 256 tokens 1.4x.
+    texts: arrays of str or bytes; hidden_size None: no term; max_length: the model's, in tokens (a text is truncated
+    there, or refused with truncate false): a longer text counts as that many tokens' bytes."""
+    if not hidden_size:
+        return 0
+    scale = TOKEN_BYTES * ATTENTION_WIDTHS * hidden_size
+    longest = TOKEN_BYTES * max_length if max_length else float("inf")
+    extra = 0
+    for array in texts:
+        for text in array.reshape(-1):
+            if isinstance(text, (bytes, str)):
+                extra += min(len(text), longest) ** 2 / scale
+    return int(extra)
+
+
 def windowed(samples):
     """The rate between a window's first and last sample; None while they span less than MIN_MEASURED_S."""
     if len(samples) < 2:
@@ -360,9 +395,11 @@ class RequestAdmission:
         self.end = clock() + timeout_s
         self.ticket, self.refused = None, None
 
-    def enter(self):
-        """None once admitted (again: a no-op); else the Refusal (the same for every call of it)."""
+    def enter(self, extra_cost=0):
+        """None once admitted (again: a no-op); else the Refusal (the same for every call of it). extra_cost: what
+        the first call's inputs add to the body's size (attention_cost), counted from the admission on."""
         if self.ticket is None and self.refused is None:
+            self.cost += extra_cost
             left_s = self.left_s()
             self.refused = self.gate.refusal(self.cost, left_s, self.timeout_s)
             if self.refused is None:

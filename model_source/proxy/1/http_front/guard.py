@@ -32,7 +32,8 @@ class HttpGuard:
     def __init__(self, app, settings, service):
         self.app, self.settings, self.service = app, settings, service
         self.gate = admission.WorkGate(settings.admission_target_s, settings.max_concurrent_requests,
-                                       target_requests=admission.TARGET_REQUESTS)
+                                       target_requests=admission.TARGET_REQUESTS,
+                                       timeout_s=settings.request_timeout_s)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":

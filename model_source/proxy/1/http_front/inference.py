@@ -408,7 +408,7 @@ class Inference:
         already do (rerank: `query`, `documents[i]`). admit false: a call outside admission (measure), under the
         request's deadline all the same."""
         pb = self.pb
-        admitted = admit_request() if admit else admission.current()
+        admitted = admit_request(card, inputs) if admit else admission.current()
         # What is left of the request's deadline (request_timeout_s from its arrival), for each call in turn.
         left_s = admitted.left_s() if admitted is not None else self.settings.request_timeout_s
         if left_s <= 0:
@@ -475,12 +475,22 @@ class Inference:
 
 
 
-def admit_request():
+TEXT_INPUTS = ("text", "query", "documents")  # the BLS inputs that carry texts (not images: bytes of another kind)
+
+
+def admit_request(card=None, inputs=None):
     """The current HTTP request's admission.RequestAdmission, admitted by its first Triton call (again: a no-op); None
     outside a request (tests, bench). Refused (NotAdmitted, the same for every call of the request): overloaded
-    (429), or too_much_work (413: its work cannot finish within its deadline at the measured rate)."""
+    (429), or too_much_work (413: its work cannot finish within its deadline at the measured rate). card, inputs: the
+    call's model and inputs, whose texts add their attention term to the request's cost (admission.attention_cost)."""
     admitted = admission.current()
-    if admitted is not None and (refused := admitted.enter()) is not None:
+    if admitted is None:
+        return None
+    extra = 0
+    if inputs is not None and card is not None and admitted.ticket is None:
+        extra = admission.attention_cost([inputs[name] for name in TEXT_INPUTS if name in inputs],
+                                         getattr(card, "hidden_size", None), getattr(card, "max_length", None))
+    if (refused := admitted.enter(extra)) is not None:
         if not refused.retry:
             raise NotAdmitted(refused.reason, ErrorKind.TOO_MUCH_WORK)
         raise NotAdmitted(f"the server is busy: {refused.reason}; retry", ErrorKind.OVERLOADED,
