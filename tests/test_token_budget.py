@@ -122,6 +122,24 @@ def test_a_batch_of_several_widths_counts_every_row_at_the_widest(strategy):
     batcher.close()
 
 
+def test_texts_over_the_attention_width_share_a_batch_only_within_its_memory(strategy):
+    """Issue 71: two 8,192-token rows fit the token budget (16,384) but not a run's attention (budget x 4,096 token
+    pairs, grouping.ATTENTION_WIDTH): the second waits for a run of its own; rows up to 4,096 wide batch by tokens."""
+    batcher = Batcher(strategy)
+    batcher.init()
+    assert batcher.include(1, 8192)
+    assert not batcher.include(1, 8192)
+    batcher.fini()
+    batcher.close()
+    batcher = Batcher(strategy)  # another model's batcher: a batch of rows 4,096 wide
+    batcher.init()
+    assert batcher.include(2, 4096)
+    assert batcher.include(2, 4096)  # 16,384 tokens, 4 x 4,096^2 = the attention bound
+    assert not batcher.include(1, 8)
+    batcher.fini()
+    batcher.close()
+
+
 def timed_passes(batcher, count, include=None):
     """`count` passes over the batcher's payload (Fini + Init, as r24.07's GetDynamicBatch starts each pass),
     each including `include` (rows, width) or asking about nothing; returns the seconds they took."""

@@ -280,6 +280,51 @@ def _random_lengths(rng, requests):
     return lengths
 
 
+def test_long_texts_share_a_run_only_within_attention_memory():
+    """Issue 71: attention's memory grows with rows x width^2 (one 8,192-token text took bge-m3's encoder to
+    11 GiB). With max_batch_tokens 16,384, two texts of 8,192 tokens fit the token budget but not one run's attention
+    (max_batch_tokens x ATTENTION_WIDTH): each runs alone; texts up to ATTENTION_WIDTH wide group by tokens alone."""
+    budget = 16384
+    assert grouping.fits(1, 32768, budget)  # a lone row always runs
+    assert not grouping.fits(2, 8192, budget) and grouping.fits(2, 5792, budget) and not grouping.fits(2, 5800, budget)
+    assert grouping.fits(4, 4096, budget) and grouping.fits(64, 256, budget)  # the token budget's own limits
+    groups = plan_groups([[8192], [8192], [4096], [4096]], 8, 256, 0.5, budget)
+    assert sorted(len(group) for group, _ in groups) == [1, 1, 2]
+    for group, width in groups:
+        assert grouping.fits(len(group), width, budget)
+    split = plan_groups([[8000]] * 3, 8, 0, 0.0, budget)  # no overhead: one group would be cheapest, were it allowed
+    assert [len(group) for group, _ in split] == [1, 1, 1]
+
+
+def test_a_request_of_long_texts_over_one_runs_attention_is_refused_naming_the_bound():
+    """Issue 71, the tokenizer's per-request check (a request the ensemble sends to the encoder as one run): two texts
+    of 8,192 tokens fit max_batch_tokens (16,384) but not one run's attention memory: refused as too long, naming
+    the bound, before the encoder runs; one such text, or two of 4,096, pass. (Through tritonserver a long-context
+    export is needed: bench/full_size.py's is bge-m3's.)"""
+    from types import SimpleNamespace
+
+    from conftest import import_python_model
+
+    class TritonError(Exception):  # what the model's module reads of pb_utils at import
+        INVALID_ARG, UNAVAILABLE, INTERNAL, CANCELLED = 3, 14, 13, 1
+
+    tokenizer = import_python_model("tokenizer", TritonModelException=RuntimeError, TritonError=TritonError,
+                                    TRITONSERVER_RESPONSE_COMPLETE_FINAL=1)
+    model = object.__new__(tokenizer.TritonPythonModel)
+    model.multiple, model.power_of_two, model.max_width, model.max_batch_tokens = 8, False, 8192, 16384
+
+    def rows(*lengths):
+        return [SimpleNamespace(ids=[0] * n) for n in lengths]
+    model.check(rows(8192), split=False)
+    model.check(rows(4096, 4096), split=False)
+    model.check(rows(8192, 8192), split=True)  # its caller runs the length groups apart
+    with pytest.raises(ValueError) as refused:
+        model.check(rows(8192, 8000), split=False)
+    assert refused.value.field == "text" and refused.value.kind == "too_long", vars(refused.value)
+    assert "2 texts of 8192 tokens" in str(refused.value) and "at most 1 that long" in str(refused.value)
+    assert "max_batch_tokens 16384 x 4096 token pairs" in str(refused.value), str(refused.value)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_groups_properties_random(seed):
     """Every request exactly once; widths cover their rows, rounded to the multiple, longest first; a group of

@@ -1,4 +1,5 @@
-/* Triton custom batching strategy for the encoder: a batch holds at most `max_batch_tokens` padded tokens.
+/* Triton custom batching strategy for the encoder: a batch holds at most `max_batch_tokens` padded tokens (and, of
+ * texts wider than ATTENTION_WIDTH, as few as keep its attention within the budget's at that width).
  *
  * Triton's dynamic batcher caps batches by rows (max_batch_size). Rows are a poor bound for an encoder: 256 short
  * queries are cheap, 256 texts of 8192 tokens are not. Triton 24.07 lets a model supply this library
@@ -74,6 +75,11 @@ extern TRITONSERVER_Error* TRITONBACKEND_InputProperties(
 extern void TRITONSERVER_ErrorDelete(TRITONSERVER_Error* error);
 
 #define DEFAULT_BUDGET 16384
+/* Attention's memory grows with a run's rows x width^2 (issue 71: one 8,192-token text took bge-m3's encoder to
+ * 11 GiB): a batch of several requests holds at most budget x ATTENTION_WIDTH of it, the attention of the budget in
+ * texts of this width. Only texts wider than it are held apart by it (bge-m3: one text of over 5,792 tokens a run).
+ * The same rule as the tokenizer's groups (tokenizer/1/grouping.py, fits). */
+#define ATTENTION_WIDTH 4096
 #ifndef SPIN_GRACE_NS
 #define SPIN_GRACE_NS 2000000L /* fruitless passes over one queued batch for this long: Init starts to sleep */
 #endif
@@ -237,7 +243,9 @@ TRITONBACKEND_ModelBatchIncludeRequest(TRITONBACKEND_Request* request, void* use
   }
   uint64_t width = dims > 1 ? (uint64_t)shape[dims - 1] : 1;
   uint64_t widest = width > batch->width ? width : batch->width;
-  *should_include = batch->empty || (batch->rows + rows) * widest <= batch->batcher->budget;
+  uint64_t total = batch->rows + rows;
+  *should_include = batch->empty || (total * widest <= batch->batcher->budget &&
+                                     total * widest * widest <= batch->batcher->budget * ATTENTION_WIDTH);
   if (*should_include) {
     batch->rows += rows;
     batch->width = widest;

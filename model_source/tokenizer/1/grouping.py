@@ -20,13 +20,25 @@ def pad_width(tokens, multiple, power_of_two=False, max_width=None):
     return round_up(tokens, multiple)
 
 
+ATTENTION_WIDTH = 4096  # a run's attention (rows x width^2) is at most max_tokens texts' tokens at this width
+
+
+def fits(rows, width, max_tokens):
+    """Whether `rows` rows padded to `width` may share one encoder run: max_tokens padded tokens at most, and (issue
+    71: attention's memory grows with rows x width^2; one 8,192-token text took bge-m3's encoder to 11 GiB) the
+    attention of max_tokens tokens in texts of ATTENTION_WIDTH at most, which only texts wider than that reach. A
+    lone row always runs. The encoder's batcher holds the same rule (embedding/token_budget.c)."""
+    return rows <= 1 or (rows * width <= max_tokens and rows * width * width <= max_tokens * ATTENTION_WIDTH)
+
+
 def plan_groups(request_lengths, multiple=8, overhead_tokens=256, min_efficiency=0.5, max_tokens=16384,
                 power_of_two=False, max_width=None):
     """request_lengths: per request, the token count of each of its rows (after truncation). Widths: pad_width().
 
     Returns [(request indices, padded width)] in sending order (widest first). The cut minimizes the encoder's
     work, sum over groups of (overhead_tokens + rows x width): one more encoder run costs `overhead_tokens`, a
-    wider group costs its padding. A group never holds more than `max_tokens` padded tokens, and a group of several
+    wider group costs its padding. A group never holds more than `max_tokens` padded tokens nor more attention than
+    `fits` allows, and a group of several
     widths keeps real/padded tokens >= `min_efficiency`. Requests of equal width are never split unless a group
     would exceed max_tokens, so the search runs over runs of equal width (blocks), not over requests."""
     if not request_lengths:
@@ -37,7 +49,7 @@ def plan_groups(request_lengths, multiple=8, overhead_tokens=256, min_efficiency
     for i in order:
         rows, real = len(request_lengths[i]), sum(request_lengths[i])
         last = blocks[-1] if blocks else None
-        if last and last[0] == widths[i] and (last[2] + rows) * widths[i] <= max_tokens:
+        if last and last[0] == widths[i] and fits(last[2] + rows, widths[i], max_tokens):
             last[1].append(i)
             last[2] += rows
             last[3] += real
@@ -54,7 +66,7 @@ def plan_groups(request_lengths, multiple=8, overhead_tokens=256, min_efficiency
             width = blocks[start][0]
             rows += blocks[start][2]
             real += blocks[start][3]
-            if rows * width > max_tokens and start < end - 1:
+            if not fits(rows, width, max_tokens) and start < end - 1:
                 break  # wider starts only add rows and width (a lone block is always allowed)
             if end - start > 1 and real < min_efficiency * rows * width:
                 continue

@@ -60,7 +60,7 @@ import triton_python_backend_utils as pb_utils
 from tokenizers import Tokenizer
 
 sys.dont_write_bytecode = True  # the repository may be read-only storage: no __pycache__ beside it
-from grouping import pad_width, plan_groups, round_up
+from grouping import ATTENTION_WIDTH, fits, pad_width, plan_groups, round_up
 from model_library import (
     colbert_side,
     model_common,
@@ -312,11 +312,18 @@ class TritonPythonModel:
         splits the request into runs itself)."""
         if split:
             return
-        padded = len(encodings) * self.width(max(len(e.ids) for e in encodings))
+        width = self.width(max(len(e.ids) for e in encodings))
+        padded = len(encodings) * width
         if padded > self.max_batch_tokens:
             raise InvalidInput("text", f"pads to {padded} tokens in this request, over the limit of "
                                        f"{self.max_batch_tokens} (tokenizer parameter max_batch_tokens): send fewer "
                                        f"texts per request", ErrorKind.TOO_LONG)
+        if not fits(len(encodings), width, self.max_batch_tokens):  # one run: its attention's memory (issue 71)
+            most = max(1, self.max_batch_tokens * ATTENTION_WIDTH // (width * width))
+            raise InvalidInput("text", f"pads to {len(encodings)} texts of {width} tokens in this request: one encoder "
+                                       f"run holds at most {most} that long (attention's memory: max_batch_tokens "
+                                       f"{self.max_batch_tokens} x {ATTENTION_WIDTH} token pairs): send the long "
+                                       f"texts in separate requests", ErrorKind.TOO_LONG)
 
     @staticmethod
     def reject(request, error):
