@@ -82,19 +82,10 @@ SHORT_AFTER_S = 2.0  # the short query goes this long after the long text
 
 
 def server_rss_gib(pid):
-    """tritonserver's resident memory and its stubs' (every process under it), GiB."""
-    total, todo = 0, [pid]
-    while todo:
-        current = todo.pop()
-        try:
-            with open(f"/proc/{current}/statm") as handle:
-                total += int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            for task in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{task}/children") as handle:
-                    todo += [int(child) for child in handle.read().split()]
-        except OSError:
-            continue
-    return total / 2**30
+    """tritonserver's resident memory and its stubs', GiB (bench/overload.py's footprint of the server's processes)."""
+    from bench import overload
+
+    return overload.footprint_mb(pid)[0] / 1024
 
 
 def texts(tokenizer):

@@ -487,7 +487,7 @@ def admit_request(card=None, inputs=None):
     if admitted is None:
         return None
     extra = 0
-    if inputs is not None and card is not None and admitted.ticket is None:
+    if inputs is not None and card is not None and admitted.ticket is None and admitted.refused is None:
         extra = admission.attention_cost([inputs[name] for name in TEXT_INPUTS if name in inputs],
                                          getattr(card, "hidden_size", None), getattr(card, "max_length", None))
     if (refused := admitted.enter(extra)) is not None:
